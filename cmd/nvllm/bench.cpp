@@ -1,0 +1,293 @@
+// nvllm bench: throughput of a whole workload, or latency of fixed-size batches, with the
+// roofline that says how close the run came to the card.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include "cmd/nvllm/commands.h"
+#include "cmd/nvllm/model_setup.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/workload.h"
+#include "io/request.h"
+
+#ifndef NVLLM_GIT_REV
+#define NVLLM_GIT_REV ""
+#endif
+
+namespace nvllm {
+namespace {
+
+// Measured ceilings of the H100 used for the roofline (device copy, bf16 cuBLAS GEMM); override
+// with --peak-bandwidth / --peak-flops on another card.
+constexpr double kH100Bandwidth = 3.03e12;
+constexpr double kH100Flops = 854e12;
+
+struct BenchFlags {
+  ModelFlags model;
+  std::string preset;
+  std::string input;
+  int num_prompts = 256;
+  std::string input_len = "1024";
+  std::string output_len = "128";
+  int prefix_len = 0;
+  float temperature = 0.0f;
+  int batch_size = 1;
+  int iterations = 3;
+  std::string output_json;
+  double peak_bandwidth = kH100Bandwidth;
+  double peak_flops = kH100Flops;
+  bool no_warmup = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+nlohmann::json percentiles(const std::vector<double>& v) {
+  return {{"p50", percentile(v, 50)}, {"p90", percentile(v, 90)}, {"p99", percentile(v, 99)}};
+}
+
+WorkloadSpec spec_from_flags(const BenchFlags& f) {
+  WorkloadSpec spec;
+  if (f.preset == "nano-vllm") {
+    spec = nano_vllm_preset();
+  } else {
+    NVLLM_CHECK(f.preset.empty(), "--preset ", f.preset, ": unknown preset (known: nano-vllm)");
+    spec.num_prompts = f.num_prompts;
+    spec.input_len = parse_length_range(f.input_len, "--input-len");
+    spec.output_len = parse_length_range(f.output_len, "--output-len");
+    spec.prefix_len = f.prefix_len;
+    spec.params.temperature = f.temperature;
+    spec.params.ignore_eos = true;
+    NVLLM_CHECK(spec.prefix_len < spec.input_len.min, "--prefix-len ", spec.prefix_len,
+                ": must be shorter than the shortest prompt (--input-len ", f.input_len, ")");
+  }
+  spec.seed = f.model.seed;
+  return spec;
+}
+
+std::vector<EngineRequest> requests_from_file(const BenchFlags& f, const Tokenizer& tokenizer) {
+  std::ifstream in(f.input);
+  NVLLM_CHECK(in, "--input ", f.input, ": cannot open the file");
+  ParseOptions options;
+  options.defaults.temperature = f.temperature;
+  options.defaults.seed = f.model.seed;
+  std::vector<EngineRequest> out;
+  for (const ParsedLine& line : read_requests(in, options)) {
+    NVLLM_CHECK(line.request, f.input, ": ", line.error);
+    EngineRequest r;
+    r.id = std::to_string(out.size());
+    r.params = line.request->params;
+    r.prompt_ids = line.request->prompt ? tokenizer.encode(*line.request->prompt, true) : line.request->prompt_token_ids;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Runs `requests` to completion on a fresh engine; returns wall seconds and per-step seconds.
+struct RunResult {
+  RunStats stats;
+  double seconds = 0;
+  std::vector<double> step_s;
+  std::vector<int> step_tokens;
+  std::vector<FinishedRequest> finished;
+};
+
+RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& requests) {
+  Engine engine(m.engine, *m.runner, nullptr);
+  for (const EngineRequest& r : requests) engine.add_request(r);
+  RunResult result;
+  const auto start = Clock::now();
+  while (engine.has_unfinished()) {
+    const auto t = Clock::now();
+    const int64_t before = engine.stats().prompt_tokens + engine.stats().output_tokens;
+    for (FinishedRequest& done : engine.step()) result.finished.push_back(std::move(done));
+    result.step_s.push_back(seconds_since(t));
+    result.step_tokens.push_back(static_cast<int>(engine.stats().prompt_tokens + engine.stats().output_tokens - before));
+  }
+  result.seconds = seconds_since(start);
+  result.stats = engine.stats();
+  return result;
+}
+
+void warm_up(LoadedModel& m, const BenchFlags& f) {
+  if (f.no_warmup) return;
+  WorkloadSpec spec;
+  spec.num_prompts = std::min(8, m.engine.max_num_seqs);
+  spec.input_len = {64, 64};
+  spec.output_len = {16, 16};
+  spec.seed = f.model.seed + 12345;
+  run_requests(m, make_workload(spec));
+}
+
+void emit(const BenchFlags& f, const nlohmann::json& report) {
+  if (f.output_json.empty()) return;
+  std::ofstream out(f.output_json);
+  NVLLM_CHECK(out, "--output-json ", f.output_json, ": cannot write the file");
+  out << report.dump(2) << "\n";
+}
+
+nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mode) {
+  return {{"mode", mode},         {"command", command_line()}, {"device", m.device_name},
+          {"git_revision", NVLLM_GIT_REV}, {"model", f.model.model},   {"load_format", f.model.load_format},
+          {"block_size", m.engine.block_size}, {"max_num_seqs", m.engine.max_num_seqs},
+          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner->num_kv_blocks()}};
+}
+
+int run_throughput(const BenchFlags& f) {
+  LoadedModel m = load_model(f.model);
+  const std::vector<EngineRequest> requests =
+      f.input.empty() ? make_workload(spec_from_flags(f)) : requests_from_file(f, *m.tokenizer);
+  NVLLM_CHECK(!requests.empty(), "the workload has no requests");
+  warm_up(m, f);
+  log_info("bench throughput: ", requests.size(), " requests on ", m.device_name);
+  RunResult run = run_requests(m, requests);
+
+  std::vector<int> prompt_lens, output_lens;
+  for (const FinishedRequest& r : run.finished) {
+    prompt_lens.push_back(r.prompt_tokens);
+    output_lens.push_back(static_cast<int>(r.outputs.at(0).token_ids.size()));
+  }
+  const int dtype_bytes = m.device == "cuda" ? 2 : 4;
+  const Roofline roof = roofline(m.config, prompt_lens, output_lens, run.stats.steps, dtype_bytes, dtype_bytes);
+  const double bound_s = roof.min_time_s(f.peak_bandwidth, f.peak_flops);
+  const RunStats& s = run.stats;
+
+  nlohmann::json report = header(f, m, "throughput");
+  report["requests"] = s.requests;
+  report["prompt_tokens"] = s.prompt_tokens;
+  report["output_tokens"] = s.output_tokens;
+  report["elapsed_s"] = run.seconds;
+  report["requests_per_s"] = s.requests / run.seconds;
+  report["output_tokens_per_s"] = s.output_tokens / run.seconds;
+  report["total_tokens_per_s"] = (s.prompt_tokens + s.output_tokens) / run.seconds;
+  report["ttft_s"] = percentiles(s.ttft_s);
+  report["tpot_s"] = percentiles(s.tpot_s);
+  report["peak_kv_blocks"] = s.peak_blocks_in_use;
+  report["peak_kv_fraction"] = s.num_kv_blocks ? double(s.peak_blocks_in_use) / s.num_kv_blocks : 0.0;
+  report["prefix_cache_hit_rate"] = s.prefix_cache_hit_rate();
+  report["preemptions"] = s.preemptions;
+  report["steps"] = s.steps;
+  report["roofline"] = {{"bytes", roof.bytes},
+                        {"flops", roof.flops},
+                        {"peak_bandwidth", f.peak_bandwidth},
+                        {"peak_flops", f.peak_flops},
+                        {"min_time_s", bound_s},
+                        {"fraction_of_bound", bound_s / run.seconds},
+                        {"achieved_bandwidth", roof.bytes / run.seconds},
+                        {"output_tokens_per_s_bound", s.output_tokens / bound_s}};
+
+  std::printf("device            %s\n", m.device_name.c_str());
+  std::printf("requests          %lld in %.2f s: %.2f req/s\n", static_cast<long long>(s.requests), run.seconds,
+              s.requests / run.seconds);
+  std::printf("output tokens     %lld: %.1f tok/s   (total %.1f tok/s with %lld prompt tokens)\n",
+              static_cast<long long>(s.output_tokens), s.output_tokens / run.seconds,
+              (s.prompt_tokens + s.output_tokens) / run.seconds, static_cast<long long>(s.prompt_tokens));
+  std::printf("TTFT ms           p50 %.1f  p90 %.1f  p99 %.1f\n", 1e3 * percentile(s.ttft_s, 50),
+              1e3 * percentile(s.ttft_s, 90), 1e3 * percentile(s.ttft_s, 99));
+  std::printf("TPOT ms           p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(s.tpot_s, 50),
+              1e3 * percentile(s.tpot_s, 90), 1e3 * percentile(s.tpot_s, 99));
+  std::printf("KV cache          peak %d of %d blocks; prefix-cache hit rate %.1f%%; preemptions %lld\n",
+              s.peak_blocks_in_use, s.num_kv_blocks, 100 * s.prefix_cache_hit_rate(),
+              static_cast<long long>(s.preemptions));
+  std::printf("roofline          %.2f TB moved, %.1f TFLOP; bound %.2f s (%.0f output tok/s); achieved %.0f%% of "
+              "bound, %.2f TB/s\n",
+              roof.bytes / 1e12, roof.flops / 1e12, bound_s, s.output_tokens / bound_s, 100 * bound_s / run.seconds,
+              roof.bytes / run.seconds / 1e12);
+  emit(f, report);
+  return 0;
+}
+
+int run_latency(const BenchFlags& f) {
+  LoadedModel m = load_model(f.model);
+  WorkloadSpec spec;
+  spec.num_prompts = f.batch_size;
+  spec.input_len = parse_length_range(f.input_len, "--input-len");
+  spec.output_len = parse_length_range(f.output_len, "--output-len");
+  NVLLM_CHECK(spec.input_len.min == spec.input_len.max && spec.output_len.min == spec.output_len.max,
+              "bench latency takes fixed lengths: --input-len N --output-len N");
+  spec.params.temperature = f.temperature;
+  spec.params.ignore_eos = true;
+  spec.seed = f.model.seed;
+  NVLLM_CHECK(f.batch_size <= m.engine.max_num_seqs, "--batch-size ", f.batch_size, " exceeds --max-num-seqs ",
+              m.engine.max_num_seqs);
+  warm_up(m, f);
+  std::vector<double> prefill_s, decode_s, e2e_s;
+  for (int it = 0; it < f.iterations; ++it) {
+    spec.seed = f.model.seed + it;
+    RunResult run = run_requests(m, make_workload(spec));
+    e2e_s.push_back(run.seconds);
+    // Steps before the first decode-only step are prefill; the rest decode one token per sequence.
+    size_t i = 0;
+    double prefill = 0;
+    for (; i < run.step_s.size() && run.step_tokens[i] != f.batch_size; ++i) prefill += run.step_s[i];
+    prefill_s.push_back(prefill);
+    for (; i < run.step_s.size(); ++i) decode_s.push_back(run.step_s[i]);
+  }
+  const double decode_p50 = percentile(decode_s, 50);
+  nlohmann::json report = header(f, m, "latency");
+  report["batch_size"] = f.batch_size;
+  report["input_len"] = spec.input_len.min;
+  report["output_len"] = spec.output_len.min;
+  report["iterations"] = f.iterations;
+  report["prefill_s"] = percentiles(prefill_s);
+  report["decode_step_s"] = percentiles(decode_s);
+  report["e2e_s"] = percentiles(e2e_s);
+  report["decode_tokens_per_s"] = decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0;
+  const double weight_bytes = roofline(m.config, {}, {}, 1, m.device == "cuda" ? 2 : 4, 2).weight_bytes;
+  report["decode_step_bound_s"] = weight_bytes / f.peak_bandwidth;
+
+  std::printf("device            %s\n", m.device_name.c_str());
+  std::printf("batch %d, input %d, output %d, %d iterations\n", f.batch_size, spec.input_len.min, spec.output_len.min,
+              f.iterations);
+  std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(prefill_s, 50),
+              1e3 * percentile(prefill_s, 90), 1e3 * percentile(prefill_s, 99));
+  std::printf("decode step ms    p50 %.3f  p90 %.3f  p99 %.3f   (weights-read bound %.3f)\n", 1e3 * decode_p50,
+              1e3 * percentile(decode_s, 90), 1e3 * percentile(decode_s, 99), 1e3 * weight_bytes / f.peak_bandwidth);
+  std::printf("decode            %.1f tok/s\n", decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0);
+  emit(f, report);
+  return 0;
+}
+
+void add_common(CLI::App& cmd, BenchFlags& f) {
+  add_model_flags(cmd, f.model);
+  cmd.add_option("--output-len", f.output_len, "Output tokens per request: N or MIN:MAX")->capture_default_str();
+  cmd.add_option("--input-len", f.input_len, "Prompt tokens per request: N or MIN:MAX")->capture_default_str();
+  cmd.add_option("--temperature", f.temperature, "Sampling temperature (0: greedy)")->capture_default_str();
+  cmd.add_option("--output-json", f.output_json, "Write every figure, the command, the GPU and git revision as JSON");
+  cmd.add_option("--peak-bandwidth", f.peak_bandwidth, "Memory bandwidth ceiling for the roofline, bytes/s (H100 measured)")
+      ->capture_default_str();
+  cmd.add_option("--peak-flops", f.peak_flops, "Matrix FLOP/s ceiling for the roofline (H100 bf16 measured)")
+      ->capture_default_str();
+  cmd.add_flag("--no-warmup", f.no_warmup, "Skip the untimed warm-up run");
+}
+
+}  // namespace
+
+Command make_bench_command() {
+  auto flags = std::make_shared<BenchFlags>();
+  auto mode = std::make_shared<std::string>();
+  Command c;
+  c.add_fn = [flags, mode](CLI::App& app) {
+    CLI::App* bench = app.add_subcommand("bench", "Measure throughput or latency (nvllm bench throughput|latency --help)");
+    bench->require_subcommand(1);
+    CLI::App* tp = bench->add_subcommand("throughput", "Run a whole workload and report tok/s, TTFT/TPOT and the roofline");
+    add_common(*tp, *flags);
+    tp->add_option("--preset", flags->preset, "A published workload: nano-vllm (256 requests, lengths 100..1024)");
+    tp->add_option("--input", flags->input, "Workload from a JSONL file (as nvllm generate reads) instead of flags");
+    tp->add_option("--num-prompts", flags->num_prompts, "Requests in the workload")->capture_default_str();
+    tp->add_option("--prefix-len", flags->prefix_len, "Tokens shared by the start of every prompt")->capture_default_str();
+    tp->callback([mode] { *mode = "throughput"; });
+    CLI::App* lat = bench->add_subcommand("latency", "Time prefill and per-step decode of a fixed batch");
+    add_common(*lat, *flags);
+    lat->add_option("--batch-size", flags->batch_size, "Sequences decoded together")->capture_default_str();
+    lat->add_option("--iterations", flags->iterations, "Timed repetitions")->capture_default_str();
+    lat->callback([mode] { *mode = "latency"; });
+    return bench;
+  };
+  c.run = [flags, mode] { return *mode == "latency" ? run_latency(*flags) : run_throughput(*flags); };
+  return c;
+}
+
+}  // namespace nvllm

@@ -1,0 +1,51 @@
+// The flags every engine-driving subcommand shares (model, device, cache, batching), and the
+// one function that turns them into a loaded model: config, tokenizer, runner, EngineConfig.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "model/config.h"
+#include "runtime/runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nvllm {
+
+struct ModelFlags {
+  std::string model;
+  std::string device = "auto";       // auto | cpu | cuda
+  std::string load_format = "auto";  // auto | dummy
+  std::string dtype = "auto";        // auto | bfloat16 | float16 | float32
+  int max_model_len = 0;             // 0: the model's max_position_embeddings
+  int block_size = 16;
+  std::string prefix_caching = "on";
+  std::string chunked_prefill = "on";
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  int num_kv_blocks = 0;  // 0: sized from memory
+  double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
+  int threads = 0;  // CPU runner threads; 0: all cores
+  uint64_t seed = 0;
+};
+
+// Adds the shared flags to `app`, with help text and defaults.
+void add_model_flags(CLI::App& app, ModelFlags& flags);
+
+struct LoadedModel {
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Runner> runner;
+  EngineConfig engine;
+  std::string device;  // "cpu" or "cuda", resolved
+  std::string device_name;
+};
+
+// Validates the flags, loads config, tokenizer and weights, and builds the runner. Logs what it
+// does (model, device, KV cache size) at info level. Throws nvllm::Error naming the flag or file.
+LoadedModel load_model(const ModelFlags& flags);
+
+}  // namespace nvllm

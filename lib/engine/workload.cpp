@@ -1,0 +1,100 @@
+#include "engine/workload.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/error.h"
+#include "runtime/sampling_rng.h"
+
+namespace nvllm {
+namespace {
+
+bool parse_int(std::string_view s, int* out) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+// A small counter-based generator: the workload must not depend on the standard library's
+// distribution implementations, so that a seed means the same requests everywhere.
+struct Rng {
+  uint64_t state;
+  uint64_t next() { return splitmix64(state++); }
+  int uniform(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+};
+
+}  // namespace
+
+LengthRange parse_length_range(const std::string& text, const std::string& flag) {
+  LengthRange r;
+  const size_t colon = text.find(':');
+  const bool ok = colon == std::string::npos
+                      ? parse_int(text, &r.min) && (r.max = r.min, true)
+                      : parse_int(std::string_view(text).substr(0, colon), &r.min) &&
+                            parse_int(std::string_view(text).substr(colon + 1), &r.max);
+  NVLLM_CHECK(ok && r.min >= 1 && r.max >= r.min, flag, " ", text,
+              ": expected a positive length N or a range MIN:MAX with MIN <= MAX");
+  return r;
+}
+
+WorkloadSpec nano_vllm_preset() {
+  WorkloadSpec spec;
+  spec.num_prompts = 256;
+  spec.input_len = {100, 1024};
+  spec.output_len = {100, 1024};
+  spec.token_id_limit = 10000;
+  spec.params.temperature = 0.6f;
+  spec.params.ignore_eos = true;
+  return spec;
+}
+
+std::vector<EngineRequest> make_workload(const WorkloadSpec& spec) {
+  Rng rng{spec.seed * 0x9e3779b97f4a7c15ull + 1};
+  std::vector<int32_t> prefix(spec.prefix_len);
+  for (int32_t& t : prefix) t = rng.uniform(0, spec.token_id_limit - 1);
+  std::vector<EngineRequest> requests(spec.num_prompts);
+  for (int i = 0; i < spec.num_prompts; ++i) {
+    EngineRequest& r = requests[i];
+    r.id = std::to_string(i);
+    const int input_len = std::max(rng.uniform(spec.input_len.min, spec.input_len.max), spec.prefix_len + 1);
+    const int output_len = rng.uniform(spec.output_len.min, spec.output_len.max);
+    r.prompt_ids = prefix;
+    while (static_cast<int>(r.prompt_ids.size()) < input_len) r.prompt_ids.push_back(rng.uniform(0, spec.token_id_limit - 1));
+    r.params = spec.params;
+    r.params.max_tokens = output_len;
+    r.params.seed = spec.seed + static_cast<uint64_t>(i);
+  }
+  return requests;
+}
+
+double Roofline::min_time_s(double bandwidth, double flops_per_s) const {
+  return std::max(bytes / bandwidth, flops / flops_per_s);
+}
+
+Roofline roofline(const ModelConfig& c, const std::vector<int>& prompt_lens, const std::vector<int>& output_lens,
+                  int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes) {
+  const double h = c.hidden_size;
+  const double layer_params = h * c.qkv_size() + static_cast<double>(c.q_size()) * h + 3.0 * h * c.intermediate_size;
+  const double lm_head_params = static_cast<double>(c.vocab_size) * h;
+  const double matmul_params = c.num_layers * layer_params + lm_head_params;
+  Roofline r;
+  r.weight_bytes = matmul_params * weight_dtype_bytes;
+  r.kv_bytes_per_token = 2.0 * c.num_layers * c.kv_size() * kv_dtype_bytes;
+  // Attention FLOPs per (query, key) pair: QK^T and PV, 2 FLOPs each per head dimension.
+  const double attn_flops_per_pair = 4.0 * c.num_layers * c.q_size();
+  double kv_reads = 0, pairs = 0, tokens = 0, sampled = 0;
+  for (size_t i = 0; i < prompt_lens.size(); ++i) {
+    const double p = prompt_lens[i], o = output_lens[i];
+    pairs += p * (p + 1) / 2;  // causal prefill
+    // Decode step k (1..o-1) attends to p + k keys; the first output token comes from prefill.
+    const double decode_keys = (o - 1) * p + (o - 1) * o / 2;
+    kv_reads += decode_keys;
+    pairs += decode_keys;
+    tokens += p + o - 1;  // the last output token is never fed back
+    sampled += o;  // the LM head runs only where a token is sampled
+  }
+  r.bytes = static_cast<double>(steps) * r.weight_bytes + kv_reads * r.kv_bytes_per_token;
+  r.flops = 2.0 * c.num_layers * layer_params * tokens + 2.0 * lm_head_params * sampled + attn_flops_per_pair * pairs;
+  return r;
+}
+
+}  // namespace nvllm

@@ -1,0 +1,56 @@
+// Benchmark workloads: synthetic request sets from lengths and a seed (including the published
+// nano-vLLM benchmark), and the roofline arithmetic that says how fast a run could be at best.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/config.h"
+
+namespace nvllm {
+
+// A length given as "N" (fixed) or "MIN:MAX" (uniform, inclusive).
+struct LengthRange {
+  int min = 0;
+  int max = 0;
+};
+// Parses "N" or "MIN:MAX"; throws nvllm::Error naming `flag` for anything else.
+LengthRange parse_length_range(const std::string& text, const std::string& flag);
+
+struct WorkloadSpec {
+  int num_prompts = 256;
+  LengthRange input_len{1024, 1024};
+  LengthRange output_len{128, 128};
+  int prefix_len = 0;       // tokens shared by every prompt, counted inside input_len
+  int token_id_limit = 10000;  // ids drawn from [0, limit), as nano-vLLM does
+  uint64_t seed = 0;
+  SamplingParams params;    // max_tokens is set per request from output_len
+};
+
+// The nano-vLLM benchmark: 256 requests, prompt lengths then output lengths uniform in
+// 100..1024, random token ids below 10000, ignore_eos, temperature 0.6.
+WorkloadSpec nano_vllm_preset();
+
+// Draws the requests. Deterministic for a spec; lengths are drawn prompt-first per request.
+std::vector<EngineRequest> make_workload(const WorkloadSpec& spec);
+
+// The least time a run could take on a card with `bandwidth` bytes/s and `flops` FLOP/s:
+// every step reads all weights once, every decoded token reads its whole context's K/V once,
+// and every token costs 2 FLOPs per weight plus attention; bytes and FLOPs may overlap, so the
+// bound is the larger of the two times.
+struct Roofline {
+  double weight_bytes = 0;   // read per step
+  double kv_bytes_per_token = 0;
+  double bytes = 0;          // over the run
+  double flops = 0;          // over the run
+  double min_time_s(double bandwidth, double flops_per_s) const;
+};
+
+// `prompt_lens`/`output_lens` per request (n = 1), `steps` the engine steps the run took,
+// `weight_dtype_bytes` and `kv_dtype_bytes` 2 for bf16.
+Roofline roofline(const ModelConfig& config, const std::vector<int>& prompt_lens, const std::vector<int>& output_lens,
+                  int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes);
+
+}  // namespace nvllm

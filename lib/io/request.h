@@ -1,0 +1,76 @@
+// The JSONL request schema: one JSON object per line, in our form or in the OpenAI batch form
+// that vLLM's run-batch reads, parsed into a Request or a per-line error.
+#pragma once
+
+#include <cstdint>
+#include <istream>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampling_params.h"
+
+namespace nvllm {
+
+struct Request {
+  nlohmann::json id;      // as given (string or number); the line number when absent
+  std::string id_string;  // id as text, for --resume and logs
+  int64_t line = 0;       // 1-based line in the input file
+  std::optional<std::string> prompt;   // text prompt, or
+  std::vector<int32_t> prompt_token_ids;  // pre-tokenized prompt
+  SamplingParams params;  // request fields over the command-line defaults
+  bool openai_batch = false;  // came as {custom_id, method, url, body}: answer in that form
+};
+
+struct ParseOptions {
+  SamplingParams defaults;  // for fields a request does not set (from --temperature etc.)
+  bool allow_unknown_fields = false;
+};
+
+// Either a request or an error for that line. An error still carries the id when the line
+// had a readable one, so the error record can name it.
+struct ParsedLine {
+  std::optional<Request> request;
+  std::string error;      // line 17: field "temperature": expected a number >= 0, got "hot"
+  nlohmann::json id;      // best-effort id for the error record (line number if none)
+  int64_t line = 0;
+  bool openai_batch = false;  // the line looked like the OpenAI batch form: answer in that form
+};
+
+// Parses one line. Never throws for bad content; the result holds the error instead.
+// The default seed of a request that sets none is derived from defaults.seed and its line
+// number, so that equal prompts in one file still get different samples, reproducibly.
+ParsedLine parse_request_line(const std::string& text, int64_t line_no, const ParseOptions& options);
+
+// The seed of a request on line `line_no` that sets none: splitmix64 of the default seed
+// mixed with the line number (stable across runs and across --resume).
+uint64_t derived_request_seed(uint64_t default_seed, int64_t line_no);
+
+// The text form of an id, as --resume compares them: a string as is, a number as JSON writes it.
+std::string id_to_string(const nlohmann::json& id);
+
+// Reads requests one line at a time, so a large file (or stdin) need not be held in memory.
+// Blank lines are skipped but counted for numbering; a UTF-8 byte-order mark and CRLF line
+// ends are accepted. A repeated id becomes an error for the later line, because output lines
+// are matched to requests (and --resume skips them) by id.
+class RequestReader {
+ public:
+  RequestReader(std::istream& in, ParseOptions options);
+  // The next non-blank line, or nullopt at the end of the input.
+  std::optional<ParsedLine> next();
+  int64_t lines_read() const { return line_no_; }
+
+ private:
+  std::istream& in_;
+  ParseOptions options_;
+  int64_t line_no_ = 0;
+  std::unordered_map<std::string, int64_t> first_line_of_id_;
+};
+
+// Reads every non-blank line of `in` (blank lines are skipped, but counted for numbering).
+std::vector<ParsedLine> read_requests(std::istream& in, const ParseOptions& options);
+
+}  // namespace nvllm

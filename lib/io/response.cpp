@@ -1,0 +1,155 @@
+#include "io/response.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace nvllm {
+
+namespace {
+
+// vLLM writes this in place of -inf (a token the sampler ruled out), which JSON cannot hold.
+constexpr double kMinLogprob = -9999.0;
+
+// A float as the double nearest its shortest decimal form, so -0.1f prints as -0.1 and not
+// -0.10000000149011612.
+double json_float(float f) {
+  if (std::isinf(f)) return f < 0 ? kMinLogprob : f;
+  if (std::isnan(f)) return f;
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, f).ptr;
+  double d = 0.0;
+  std::from_chars(buf, end, d);
+  return d;
+}
+
+// Milliseconds rounded to the microsecond: finer digits are noise.
+double ms(double seconds) { return std::round(seconds * 1e6) / 1e3; }
+
+// Length in Unicode code points, as OpenAI's text_offset counts (Python's len()).
+int64_t code_points(const std::string& s) {
+  return std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
+
+OrderedJson our_logprobs(const std::vector<StepLogprobs>& steps) {
+  OrderedJson chosen = OrderedJson::array(), top = OrderedJson::array();
+  for (const StepLogprobs& step : steps) {
+    chosen.push_back(json_float(step.chosen.logprob));
+    OrderedJson alternatives = OrderedJson::array();
+    for (const OutputLogprob& t : step.top) {
+      alternatives.push_back({{"token_id", t.token_id}, {"logprob", json_float(t.logprob)}});
+    }
+    top.push_back(std::move(alternatives));
+  }
+  return {{"token_logprobs", std::move(chosen)}, {"top_logprobs", std::move(top)}};
+}
+
+// OpenAI's completion logprobs. As in vLLM, each step's top_logprobs also holds the sampled
+// token; when two alternatives decode to the same text the more likely one keeps the key.
+OrderedJson openai_logprobs(const std::vector<StepLogprobs>& steps) {
+  OrderedJson offsets = OrderedJson::array(), chosen = OrderedJson::array();
+  OrderedJson tokens = OrderedJson::array(), top = OrderedJson::array();
+  int64_t offset = 0;
+  for (const StepLogprobs& step : steps) {
+    offsets.push_back(offset);
+    offset += code_points(step.chosen.token);
+    chosen.push_back(json_float(step.chosen.logprob));
+    tokens.push_back(step.chosen.token);
+    OrderedJson alternatives = OrderedJson::object();
+    for (const OutputLogprob& t : step.top) {
+      if (!alternatives.contains(t.token)) alternatives[t.token] = json_float(t.logprob);
+    }
+    if (!alternatives.contains(step.chosen.token)) alternatives[step.chosen.token] = json_float(step.chosen.logprob);
+    top.push_back(std::move(alternatives));
+  }
+  return {{"text_offset", std::move(offsets)},
+          {"token_logprobs", std::move(chosen)},
+          {"tokens", std::move(tokens)},
+          {"top_logprobs", std::move(top)}};
+}
+
+OrderedJson our_output(const CompletionOutput& out) {
+  OrderedJson o = {{"text", out.text}, {"token_ids", out.token_ids}, {"finish_reason", out.finish_reason}};
+  if (out.logprobs) o["logprobs"] = our_logprobs(*out.logprobs);
+  return o;
+}
+
+int completion_tokens(const RequestResult& r) {
+  int total = 0;
+  for (const CompletionOutput& out : r.outputs) total += static_cast<int>(out.token_ids.size());
+  return total;
+}
+
+// The request ends when its longest completion does, so that one sets the per-token time.
+int longest_output(const RequestResult& r) {
+  size_t longest = 0;
+  for (const CompletionOutput& out : r.outputs) longest = std::max(longest, out.token_ids.size());
+  return static_cast<int>(longest);
+}
+
+OrderedJson our_record(const RequestResult& r) {
+  OrderedJson record = {{"id", r.id}};
+  const OrderedJson first = our_output(r.outputs.front());
+  for (const auto& [key, value] : first.items()) record[key] = value;
+  if (r.outputs.size() > 1) {
+    OrderedJson outputs = OrderedJson::array();
+    for (const CompletionOutput& out : r.outputs) outputs.push_back(our_output(out));
+    record["outputs"] = std::move(outputs);
+  }
+  record["usage"] = {{"prompt_tokens", r.prompt_tokens},
+                     {"completion_tokens", completion_tokens(r)},
+                     {"cached_tokens", r.cached_tokens}};
+  record["timing"] = {{"ttft_ms", ms(r.ttft_s)},
+                      {"e2e_ms", ms(r.e2e_s)},
+                      {"tpot_ms", ms(time_per_output_token_s(r.ttft_s, r.e2e_s, longest_output(r)))}};
+  return record;
+}
+
+OrderedJson openai_record(const RequestResult& r) {
+  OrderedJson choices = OrderedJson::array();
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    const CompletionOutput& out = r.outputs[i];
+    choices.push_back({{"index", i},
+                       {"text", out.text},
+                       {"logprobs", out.logprobs ? openai_logprobs(*out.logprobs) : OrderedJson(nullptr)},
+                       {"finish_reason", out.finish_reason}});
+  }
+  const int completion = completion_tokens(r);
+  OrderedJson body = {{"id", str_cat("cmpl-", r.line)},
+                      {"object", "text_completion"},
+                      {"created", r.created_unix},
+                      {"model", r.model},
+                      {"choices", std::move(choices)},
+                      {"usage",
+                       {{"prompt_tokens", r.prompt_tokens},
+                        {"completion_tokens", completion},
+                        {"total_tokens", r.prompt_tokens + completion},
+                        {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}}}};
+  return {{"id", str_cat("nvllm-", r.line)},
+          {"custom_id", r.id},
+          {"response", {{"status_code", 200}, {"request_id", str_cat("nvllm-batch-", r.line)}, {"body", std::move(body)}}},
+          {"error", nullptr}};
+}
+
+}  // namespace
+
+double time_per_output_token_s(double ttft_s, double e2e_s, int output_tokens) {
+  return output_tokens < 2 ? 0.0 : (e2e_s - ttft_s) / (output_tokens - 1);
+}
+
+OrderedJson result_record(const RequestResult& result) {
+  NVLLM_CHECK(!result.outputs.empty(), "result_record: request ", result.id.dump(), " has no outputs");
+  return result.openai_batch ? openai_record(result) : our_record(result);
+}
+
+OrderedJson error_record(const nlohmann::json& id, int64_t line, bool openai_batch, const std::string& message) {
+  if (!openai_batch) return {{"id", id}, {"error", {{"line", line}, {"message", message}}}};
+  return {{"id", str_cat("nvllm-", line)},
+          {"custom_id", id},
+          {"response", nullptr},
+          {"error", {{"code", "invalid_request"}, {"message", message}, {"line", line}}}};
+}
+
+}  // namespace nvllm

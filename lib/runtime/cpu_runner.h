@@ -1,0 +1,34 @@
+// CpuRunner: the float32 reference forward of Qwen3 / Qwen2 / Llama / Mistral over a paged KV
+// cache, and the reference sampler. What every kernel test compares with, and what runs the
+// engine on machines without a GPU (CI).
+#pragma once
+
+#include <memory>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "runtime/runner.h"
+
+namespace nvllm {
+
+class CpuRunner : public Runner {
+ public:
+  // `weights` in F32. The cache holds `num_kv_blocks` blocks of `block_size` tokens per layer.
+  CpuRunner(const ModelConfig& config, ModelWeights weights, int block_size, int num_kv_blocks,
+            int num_threads);
+  ~CpuRunner() override;
+
+  void execute(const Batch& batch, StepOutput& out) override;
+  int num_kv_blocks() const override;
+  const char* name() const override { return "cpu"; }
+
+  // Teacher-forced logits: runs the whole batch and returns the float32 logits of every
+  // token [num_tokens, vocab] (tests and parity checks; nothing is sampled).
+  std::vector<float> forward_logits(const Batch& batch);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvllm

@@ -1,0 +1,29 @@
+// CudaRunner: bf16 forward on one GPU (kernels/ + cuBLASLt, CUDA graphs for decode).
+// Only this header is seen by code built without nvcc; the implementation stays behind it.
+#pragma once
+
+#include <memory>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "runtime/runner.h"
+
+namespace nvllm {
+
+struct CudaRunnerOptions {
+  int block_size = 16;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  int max_model_len = 4096;
+  double gpu_memory_utilization = 0.9;
+  int num_kv_blocks = 0;  // 0: sized from free memory after weights and a warm-up pass
+  bool enforce_eager = false;
+  int device = 0;
+};
+
+// `weights` in BF16 (load_weights(..., DType::kBF16, ...)); copied to the device. Throws
+// nvllm::Error when not even one sequence of max_model_len fits in the cache.
+std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
+                                         const CudaRunnerOptions& options);
+
+}  // namespace nvllm

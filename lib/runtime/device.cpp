@@ -1,0 +1,8 @@
+// The CPU-only build's answer; the CUDA build links lib/runtime/cuda/device_cuda.cpp instead.
+#include "runtime/device.h"
+
+#ifndef NVLLM_HAVE_CUDA
+namespace nvllm {
+GpuInfo query_gpu(int) { return {}; }
+}  // namespace nvllm
+#endif

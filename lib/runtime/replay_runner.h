@@ -1,0 +1,32 @@
+// ReplayRunner: a Runner that computes nothing. It answers every sampled sequence with one
+// fixed ordinary token, so the scheduler and block manager run exactly as in a real job of the
+// same lengths, without a model: what `nvllm inspect-cache` replays.
+#pragma once
+
+#include "runtime/runner.h"
+
+namespace nvllm {
+
+class ReplayRunner : public Runner {
+ public:
+  // `token` must be no eos or stop token of the replayed requests (the caller picks one).
+  ReplayRunner(int num_kv_blocks, int32_t token) : num_kv_blocks_(num_kv_blocks), token_(token) {}
+
+  void execute(const Batch& batch, StepOutput& out) override {
+    const int n = batch.num_seqs();
+    out.token_ids.assign(n, -1);
+    out.logprobs.assign(n, 0.0f);
+    out.top_logprobs.assign(n, {});
+    for (int s = 0; s < n; ++s) {
+      if (batch.sample[s]) out.token_ids[s] = token_;
+    }
+  }
+  int num_kv_blocks() const override { return num_kv_blocks_; }
+  const char* name() const override { return "replay"; }
+
+ private:
+  int num_kv_blocks_;
+  int32_t token_;
+};
+
+}  // namespace nvllm

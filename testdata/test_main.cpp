@@ -1,0 +1,3 @@
+// doctest main for the CPU test suite.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
