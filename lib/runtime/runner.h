@@ -35,6 +35,7 @@ struct Batch {
   std::vector<uint64_t> seeds;       // per-sequence seed (request seed folded with the sample index)
   std::vector<int32_t> sample_step;  // index of the token about to be sampled (= output_tokens.size())
   std::vector<uint8_t> suppress_eos; // 1 while min_tokens is not reached: eos/stop ids get -inf
+  std::vector<int32_t> eos_token_ids;  // the model's eos ids (what suppress_eos masks, with stop_token_ids)
   bool decode_only = false;          // every sequence has query_len 1
 
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
@@ -51,7 +52,8 @@ struct TokenLogprob {
 // What a step returns, per sequence [num_seqs].
 struct StepOutput {
   std::vector<int32_t> token_ids;  // sampled token, -1 where `sample` was 0
-  std::vector<float> logprobs;     // log-probability of the sampled token (after temperature)
+  std::vector<float> logprobs;     // log-probability of the sampled token under the model's raw
+                                   // distribution (before penalties and temperature, as vLLM reports)
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // filled only when params->logprobs > 0
 };
 
