@@ -1,0 +1,72 @@
+// Launch functions of every CUDA kernel. Kernels see plain pointers, sizes and a stream, never
+// engine types. bf16 tensors are row-major; "[a, b]" gives the shape.
+//
+// KV cache layout, per layer: k_cache and v_cache are each [num_blocks, block_size, num_kv_heads,
+// head_dim]; token slot s lives in block s / block_size at offset s % block_size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace nvllm::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// out[t, :] = embed[ids[t], :]. ids must be < vocab (checked by the caller).
+void embedding(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden,
+               cudaStream_t stream);
+
+// out = rmsnorm(x) * weight, per row of `hidden` (fp32 statistics).
+void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int num_tokens, int hidden, float eps,
+             cudaStream_t stream);
+
+// The fused residual step between sublayers: residual += x (rounded to bf16, as Hugging Face
+// does), then x = rmsnorm(residual) * weight. Both in place.
+void add_rmsnorm(bf16* x, bf16* residual, const bf16* weight, int num_tokens, int hidden, float eps,
+                 cudaStream_t stream);
+
+// On the fused projection output qkv [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]
+// (q heads, then k heads, then v heads), in place: per-head RMSNorm of q and k when q_norm /
+// k_norm are non-null (Qwen3), then rotary embedding of q and k (neox style: the two halves of
+// each head rotate as pairs (i, i + head_dim/2)) with angle position * inv_freq[i] (inv_freq has
+// head_dim/2 entries; llama3 scaling is folded into it by the caller). Then writes k and v of
+// token t into the caches at slot_mapping[t] (skipped when < 0).
+void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot_mapping,
+                        const bf16* q_norm, const bf16* k_norm, float eps, const float* inv_freq,
+                        bf16* k_cache, bf16* v_cache, int num_tokens, int num_heads, int num_kv_heads,
+                        int head_dim, int block_size, cudaStream_t stream);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i].
+void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, cudaStream_t stream);
+
+// Where attention finds its sequences: S sequences, the queries of sequence s are rows
+// query_start[s] .. query_start[s+1] of q and sit at the last positions of its context
+// (context_lens[s] tokens, all already in the paged cache, this step's included).
+struct AttentionBatch {
+  const int32_t* query_start;   // [S + 1], device
+  const int32_t* context_lens;  // [S], device
+  const int32_t* block_tables;  // [S, max_blocks_per_seq], device
+  int max_blocks_per_seq;
+  int num_seqs;
+  int max_query_len;            // host-side bound, for the grid
+  int max_context_len;          // host-side bound, for the grid / split
+};
+
+// Causal grouped-query attention for prefill chunks. q rows have stride q_stride elements
+// (the fused qkv buffer can be passed directly); out is [num_tokens, num_heads * head_dim].
+void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
+                       const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
+                       int head_dim, int block_size, float scale, cudaStream_t stream);
+
+// Attention of one query per sequence (query_start[s] = s) over its paged context, split along
+// the context for long sequences (flash-decoding); `workspace` holds the partial results.
+size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_context_len);
+void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
+                      const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads, int head_dim,
+                      int block_size, float scale, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream);
+
+}  // namespace nvllm::kernels
