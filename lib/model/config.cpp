@@ -206,6 +206,8 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, false);
   c.attention_bias = c.arch == Arch::kQwen2 || get_bool(j, "attention_bias", source, false);
   c.qk_norm = c.arch == Arch::kQwen3;
+  NVLLM_CHECK(!get_bool(j, "mlp_bias", source, false), source,
+              ": field \"mlp_bias\" is true; MLP biases are not supported");
   if (has(j, "hidden_act")) {
     const json& act = j.at("hidden_act");
     NVLLM_CHECK(act == "silu", source, ": field \"hidden_act\" is ", act.dump(),

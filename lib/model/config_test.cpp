@@ -240,6 +240,7 @@ TEST_CASE("config: every bad or missing field names the file and the field") {
   expect(with("tie_word_embeddings", "yes"), {"tie_word_embeddings"});
   expect(with("attention_bias", 1), {"attention_bias"});
   expect(with("hidden_act", "gelu"), {"hidden_act", "silu"});
+  expect(with("mlp_bias", true), {"mlp_bias", "not supported"});
   expect(with("torch_dtype", 16), {"torch_dtype"});
   expect(with("bos_token_id", "<s>"), {"bos_token_id"});
   expect(with("bos_token_id", 200000), {"bos_token_id", "vocabulary"});

@@ -1,11 +1,15 @@
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -398,6 +402,28 @@ TEST_CASE("weights: dummy distributions (unit-variance embeddings, fan-in scaled
   for (float x : m.layers[1].qkv_bias.f32()) CHECK(std::fabs(x) < 0.02f);
   for (const HostTensor* t : {&m.final_norm, &m.layers[0].input_norm, &m.layers[1].post_norm}) {
     for (float x : t->f32()) CHECK(x == 1.0f);
+  }
+}
+
+}  // namespace nvllm
+
+namespace nvllm {
+
+// Timing, not correctness: run with --no-skip -tc='*speed*'.
+TEST_CASE("weights: dummy Qwen3-0.6B speed" * doctest::skip()) {
+  std::ifstream in(kTestdata / "configs/qwen3-0.6b.json");
+  const ModelConfig c = parse_model_config(std::string(std::istreambuf_iterator<char>(in), {}), "qwen3-0.6b.json");
+  for (DType t : {DType::kBF16, DType::kF32}) {
+    const auto start = std::chrono::steady_clock::now();
+    const ModelWeights m = load_weights("unused", c, t, LoadFormat::kDummy, 0);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    int64_t n = m.embed.numel() + m.final_norm.numel();
+    for (const LayerWeights& l : m.layers) {
+      for (const HostTensor* x : {&l.input_norm, &l.qkv, &l.q_norm, &l.k_norm, &l.o_proj, &l.post_norm, &l.gate_up, &l.down}) {
+        n += x->numel();
+      }
+    }
+    MESSAGE(dtype_name(t), ": ", n / 1e6, "M values in ", s, " s (", std::thread::hardware_concurrency(), " threads)");
   }
 }
 
