@@ -107,7 +107,8 @@ void fill_dummy(const CheckpointTensor& spec, uint64_t seed, HostTensor& dst, in
   const float mul = scale * (2.0f / 16777216.0f);
   const float add = scale * (1.0f / 16777216.0f - 1.0f);
   parallel_for(n, [&](int64_t b, int64_t e) {
-    store_range(dst.data(), dst.dtype(), offset, b, e, [&](int64_t i) {
+    // Captured by value: stores must not be suspected of aliasing the constants.
+    store_range(dst.data(), dst.dtype(), offset, b, e, [key, mul, add](int64_t i) {
       const uint64_t h = splitmix64(key + static_cast<uint64_t>(i));
       return static_cast<float>(h >> 40) * mul + add;
     });
