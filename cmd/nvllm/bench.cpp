@@ -90,7 +90,7 @@ struct RunResult {
   RunStats stats;
   double seconds = 0;
   std::vector<double> step_s;
-  std::vector<int> step_tokens;
+  std::vector<int64_t> step_outputs;  // output tokens sampled so far, after each step
   std::vector<FinishedRequest> finished;
 };
 
@@ -101,10 +101,9 @@ RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& request
   const auto start = Clock::now();
   while (engine.has_unfinished()) {
     const auto t = Clock::now();
-    const int64_t before = engine.stats().prompt_tokens + engine.stats().output_tokens;
     for (FinishedRequest& done : engine.step()) result.finished.push_back(std::move(done));
     result.step_s.push_back(seconds_since(t));
-    result.step_tokens.push_back(static_cast<int>(engine.stats().prompt_tokens + engine.stats().output_tokens - before));
+    result.step_outputs.push_back(engine.stats().output_tokens);
   }
   result.seconds = seconds_since(start);
   result.stats = engine.stats();
@@ -218,10 +217,14 @@ int run_latency(const BenchFlags& f) {
     spec.seed = f.model.seed + it;
     RunResult run = run_requests(m, make_workload(spec));
     e2e_s.push_back(run.seconds);
-    // Steps before the first decode-only step are prefill; the rest decode one token per sequence.
+    // Prefill is every step up to the one that samples the last sequence's first token; the
+    // rest decode one token per sequence.
     size_t i = 0;
     double prefill = 0;
-    for (; i < run.step_s.size() && run.step_tokens[i] != f.batch_size; ++i) prefill += run.step_s[i];
+    while (i < run.step_s.size()) {
+      prefill += run.step_s[i];
+      if (run.step_outputs[i++] >= f.batch_size) break;
+    }
     prefill_s.push_back(prefill);
     for (; i < run.step_s.size(); ++i) decode_s.push_back(run.step_s[i]);
   }
