@@ -9,6 +9,7 @@
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/prefix_tree.h"
 #include "engine/workload.h"
 #include "io/request.h"
 
@@ -27,6 +28,7 @@ constexpr double kH100Flops = 854e12;
 struct BenchFlags {
   ModelFlags model;
   std::string preset;
+  std::string schedule = "fcfs";
   std::string input;
   int num_prompts = 256;
   std::string input_len = "1024";
@@ -136,8 +138,15 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
 
 int run_throughput(const BenchFlags& f) {
   LoadedModel m = load_model(f.model);
-  const std::vector<EngineRequest> requests =
+  std::vector<EngineRequest> requests =
       f.input.empty() ? make_workload(spec_from_flags(f)) : requests_from_file(f, *m.tokenizer);
+  if (f.schedule == "prefix-aware") {
+    std::vector<std::span<const int32_t>> prompts;
+    for (const EngineRequest& r : requests) prompts.emplace_back(r.prompt_ids);
+    std::vector<EngineRequest> reordered;
+    for (size_t i : prefix_aware_order(prompts)) reordered.push_back(requests[i]);
+    requests = std::move(reordered);
+  }
   NVLLM_CHECK(!requests.empty(), "the workload has no requests");
   warm_up(m, f);
   log_info("bench throughput: ", requests.size(), " requests on ", m.device_name);
@@ -167,6 +176,7 @@ int run_throughput(const BenchFlags& f) {
   report["peak_kv_fraction"] = s.num_kv_blocks ? double(s.peak_blocks_in_use) / s.num_kv_blocks : 0.0;
   report["prefix_cache_hit_rate"] = s.prefix_cache_hit_rate();
   report["preemptions"] = s.preemptions;
+  report["schedule"] = f.schedule;
   report["steps"] = s.steps;
   report["roofline"] = {{"bytes", roof.bytes},
                         {"flops", roof.flops},
@@ -281,6 +291,10 @@ Command make_bench_command() {
     tp->add_option("--input", flags->input, "Workload from a JSONL file (as nvllm generate reads) instead of flags");
     tp->add_option("--num-prompts", flags->num_prompts, "Requests in the workload")->capture_default_str();
     tp->add_option("--prefix-len", flags->prefix_len, "Tokens shared by the start of every prompt")->capture_default_str();
+    tp->add_option("--schedule", flags->schedule,
+                   "Admission order: fcfs (workload order) or prefix-aware (longest shared prefixes together)")
+        ->check(CLI::IsMember({"fcfs", "prefix-aware"}))
+        ->capture_default_str();
     tp->callback([mode] { *mode = "throughput"; });
     CLI::App* lat = bench->add_subcommand("latency", "Time prefill and per-step decode of a fixed batch");
     add_common(*lat, *flags);
