@@ -205,6 +205,10 @@ std::vector<float> CpuRunner::forward_logits(const Batch& batch) {
 
 void CpuRunner::execute(const Batch& batch, StepOutput& out) {
   const int S = batch.num_seqs();
+  out.token_ids.assign(S, -1);
+  out.logprobs.assign(S, 0.0f);
+  out.top_logprobs.assign(S, {});
+  if (S == 0) return;
   NVLLM_CHECK(batch.sample.size() == static_cast<size_t>(S), "CpuRunner: batch.sample has ",
               batch.sample.size(), " entries for ", S, " sequences");
   std::vector<int32_t> seqs, rows;
@@ -225,9 +229,6 @@ void CpuRunner::execute(const Batch& batch, StepOutput& out) {
   std::vector<float> logits;
   impl_->forward(batch, rows, logits);
 
-  out.token_ids.assign(S, -1);
-  out.logprobs.assign(S, 0.0f);
-  out.top_logprobs.assign(S, {});
   const int vocab = impl_->cfg.vocab_size;
   std::exception_ptr error;
   std::mutex error_mutex;
