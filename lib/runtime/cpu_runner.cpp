@@ -59,7 +59,7 @@ struct CpuRunner::Impl {
   float eps;
   float scale;
   // Activations, reused across steps.
-  std::vector<float> x, h, qkv, attn, gu, act, cos_sin, final_h;
+  std::vector<float> x, h, qkv, attn, gu, act, cos_sin, final_h, step_logits;
 
   Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads)
       : cfg(c), w(std::move(weights)), block_size(bs), num_blocks(nb),
@@ -226,7 +226,7 @@ void CpuRunner::execute(const Batch& batch, StepOutput& out) {
                 "CpuRunner: a per-sequence sampling array (params, prompt_tokens, output_tokens, seeds, "
                 "sample_step, suppress_eos) does not have ", S, " entries");
   }
-  std::vector<float> logits;
+  std::vector<float>& logits = impl_->step_logits;
   impl_->forward(batch, rows, logits);
 
   const int vocab = impl_->cfg.vocab_size;
