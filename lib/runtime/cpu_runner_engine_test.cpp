@@ -46,7 +46,8 @@ std::vector<EngineRequest> workload(const ModelConfig& c) {
   return reqs;
 }
 
-std::map<std::string, std::vector<int32_t>> run_engine(const ModelConfig& c, const Variant& v, int64_t* preemptions) {
+std::map<std::string, std::vector<int32_t>> run_engine(const ModelConfig& c, const Variant& v, int64_t* preemptions,
+                                                      std::vector<EngineRequest> requests = {}) {
   CpuRunner runner(c, test::random_weights(c, kWeightSeed), v.block_size, v.num_kv_blocks, 2);
   EngineConfig ec;
   ec.block_size = v.block_size;
@@ -57,7 +58,8 @@ std::map<std::string, std::vector<int32_t>> run_engine(const ModelConfig& c, con
   ec.max_model_len = 256;
   ec.eos_token_ids = c.eos_token_ids;
   Engine engine(ec, runner, nullptr);
-  for (EngineRequest& r : workload(c)) engine.add_request(std::move(r));
+  if (requests.empty()) requests = workload(c);
+  for (EngineRequest& r : requests) engine.add_request(std::move(r));
   std::map<std::string, std::vector<int32_t>> out;
   while (engine.has_unfinished()) {
     for (const FinishedRequest& f : engine.step()) out[f.id] = f.outputs.at(0).token_ids;
@@ -101,6 +103,31 @@ TEST_CASE("cpu_runner + engine: greedy tokens equal a from-scratch reference und
   int64_t preemptions = 0;
   CHECK(run_engine(c, {.block_size = 4, .num_kv_blocks = 40, .max_num_batched_tokens = 64}, &preemptions) == expected);
   CHECK(preemptions > 0);
+}
+
+TEST_CASE("cpu_runner + engine: seeded sampling gives the same tokens alone and in a batch of 32") {
+  const ModelConfig c = test::tiny_config(Arch::kLlama, 2);
+  std::vector<EngineRequest> batch;
+  for (int r = 0; r < 32; ++r) {
+    EngineRequest q;
+    q.id = std::to_string(r);
+    for (int i = 0; i < 3 + (r * 7) % 40; ++i) q.prompt_ids.push_back((r * 13 + i * 29 + 1) % c.vocab_size);
+    q.params.temperature = 0.9f;
+    q.params.top_p = 0.9f;
+    q.params.seed = 500 + r;
+    q.params.ignore_eos = true;
+    q.params.max_tokens = 10;
+    batch.push_back(std::move(q));
+  }
+  const auto together = run_engine(c, {.max_num_batched_tokens = 96}, nullptr, batch);
+  REQUIRE(together.size() == 32);
+  for (int r : {0, 9, 31}) {
+    CHECK(run_engine(c, {}, nullptr, {batch[r]}).at(std::to_string(r)) == together.at(std::to_string(r)));
+  }
+  // Another seed changes the draw, or the equality above would prove nothing.
+  EngineRequest other = batch[9];
+  other.params.seed = 77;
+  CHECK(run_engine(c, {}, nullptr, {other}).at("9") != together.at("9"));
 }
 
 }  // namespace nvllm
