@@ -105,6 +105,20 @@ HfTokenizer::HfTokenizer(HfTokenizerSpec spec) : spec_(std::move(spec)) {
   for (int32_t id : spec_.prefix_ids) NVLLM_CHECK(id >= 0 && id < max_id + 1, spec_.source, ": post_processor id ", id, " is not a token");
   for (int32_t id : spec_.suffix_ids) NVLLM_CHECK(id >= 0 && id < max_id + 1, spec_.source, ": post_processor id ", id, " is not a token");
 
+  if (splitters_.empty() && !spec_.byte_level) {
+    for (const NormalizerStep& step : spec_.normalizer) {
+      if (step.kind == NormalizerStep::Kind::kReplace && step.text == " " && !step.replacement.empty()) {
+        word_marker_ = step.replacement;
+      }
+    }
+    const auto marker_only_leading = [&](const std::string& t) {
+      size_t i = 0;
+      while (t.compare(i, word_marker_.size(), word_marker_) == 0) i += word_marker_.size();
+      return t.find(word_marker_, i) == std::string::npos;
+    };
+    if (!word_marker_.empty() && !std::all_of(tokens_.begin(), tokens_.end(), marker_only_leading)) word_marker_.clear();
+  }
+
   byte_level_decoder_only_ = spec_.decoder && spec_.decoder->size() == 1 &&
                              spec_.decoder->front().kind == DecoderStep::Kind::kByteLevel;
   if (byte_level_decoder_only_) {
@@ -170,7 +184,19 @@ void HfTokenizer::encode_segment(std::string_view segment, std::vector<int32_t>&
     s = normalized;
   }
   if (splitters_.empty()) {
-    spec_.model->encode_word(s, ids);
+    if (word_marker_.empty()) {
+      spec_.model->encode_word(s, ids);
+      return;
+    }
+    const std::string& m = word_marker_;
+    size_t start = 0;
+    for (size_t p = s.find(m, 1); p != std::string_view::npos; p = s.find(m, p + m.size())) {
+      if (p >= start + m.size() && s.compare(p - m.size(), m.size(), m) == 0) continue;  // inside a run of markers
+      if (p == start) continue;
+      spec_.model->encode_word(s.substr(start, p - start), ids);
+      start = p;
+    }
+    spec_.model->encode_word(s.substr(start), ids);
     return;
   }
   thread_local std::vector<std::pair<size_t, size_t>> pieces, refined;

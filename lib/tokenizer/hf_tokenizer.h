@@ -81,6 +81,11 @@ class HfTokenizer : public Tokenizer {
   std::vector<std::string> token_bytes_;   // byte-level decoders: id -> the bytes it stands for
   std::vector<uint8_t> present_, special_;  // per id
   bool byte_level_decoder_only_ = false;   // decoder is exactly [ByteLevel]: decode by bytes
+  // Metaspace vocabularies (Llama 2) have no pre-tokenizer, so a whole line is one BPE word.
+  // When no token has this marker ("▁") after other text, no token can span the point before
+  // a marker that follows other text: words split there give the same ids, and short words
+  // hit the cache. Empty when the vocabulary does not allow it.
+  std::string word_marker_;
   // Added tokens by first byte, longest first, for leftmost-longest matching.
   std::array<std::vector<uint32_t>, 256> added_by_first_byte_;
   std::unordered_map<std::string, int32_t> added_ids_;
