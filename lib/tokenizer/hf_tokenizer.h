@@ -26,10 +26,22 @@ struct NormalizerStep {
 };
 
 struct DecoderStep {
-  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip };
+  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
   Kind kind;
-  std::string pattern, content;  // kReplace: pattern -> content; kStrip: content (one character)
-  size_t start = 0, stop = 0;    // kStrip: how many leading / trailing `content` chars to drop
+  // kReplace: pattern -> content; kStrip: content (one character); kMetaspace: content is the
+  // replacement character.
+  std::string pattern, content;
+  size_t start = 0, stop = 0;  // kStrip: how many leading / trailing `content` chars to drop
+  bool prepend = false;        // kMetaspace: prepend_scheme is not "never"
+};
+
+// The Metaspace pre-tokenizer: spaces become `replacement`, which is prepended to a segment
+// that does not start with it (every segment for "always", only the text's first for
+// "first"); with `split`, every replacement character starts a new word.
+struct MetaspaceSpec {
+  std::string replacement;
+  enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
+  bool split = true;
 };
 
 struct AddedToken {
@@ -44,6 +56,7 @@ struct HfTokenizerSpec {
   std::vector<NormalizerStep> normalizer;
   std::vector<std::string> split_patterns;  // Split(Isolated) pre-tokenizers, applied in order
   bool byte_level = false;                  // a ByteLevel pre-tokenizer is present
+  std::optional<MetaspaceSpec> metaspace;   // a Metaspace pre-tokenizer (then nothing else)
   std::unique_ptr<BpeModel> model;
   std::vector<AddedToken> added;
   std::vector<int32_t> prefix_ids, suffix_ids;  // the post-processor's single-sequence template
@@ -71,7 +84,9 @@ class HfTokenizer : public Tokenizer {
     int32_t id = -1;
   };
   Match find_added(std::string_view text, size_t from) const;
-  void encode_segment(std::string_view segment, std::vector<int32_t>& ids) const;
+  // `at_text_start`: the segment begins the text (no added token before it).
+  void encode_segment(std::string_view segment, bool at_text_start, std::vector<int32_t>& ids) const;
+  void encode_words(std::string_view s, std::vector<int32_t>& ids) const;
   std::string normalize(std::string_view segment) const;
   std::string run_decoder(std::vector<std::string> tokens) const;
 

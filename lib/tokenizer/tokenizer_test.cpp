@@ -136,6 +136,45 @@ TEST_CASE("tokenizer: a small tokenizer.json: pair merges, leftmost-longest adde
   CHECK_THROWS_AS(tok->encode("a\xFF"), Error);  // not UTF-8
 }
 
+TEST_CASE("tokenizer: a Metaspace pre-tokenizer and decoder match Llama 2's Prepend/Replace normalizer") {
+  // Newer conversions of SentencePiece vocabularies spell Llama 2's normalizer as a Metaspace
+  // pre-tokenizer with prepend_scheme "first". For texts that do not start with a space the two
+  // give the same words, so Llama 2's goldens (from the reference library) must reproduce.
+  std::ifstream in(std::string(NVLLM_TESTDATA) + "/tokenizers/llama2/tokenizer.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders", {{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}},
+                                {{"type", "ByteFallback"}},
+                                {{"type", "Fuse"}}}}};
+  const auto dir = std::filesystem::temp_directory_path() / "nvllm_tokenizer_metaspace";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << j.dump();
+  const auto tok = load_tokenizer(dir);
+  std::ifstream goldens(std::string(NVLLM_TESTDATA) + "/tokenizers/llama2/goldens.jsonl");
+  int checked = 0;
+  for (std::string line; std::getline(goldens, line);) {
+    const auto g = nlohmann::json::parse(line);
+    const std::string text = g["text"].get<std::string>();
+    if (text.empty() || text[0] == ' ') continue;
+    CAPTURE(text);
+    const auto ids = g["ids"].get<std::vector<int32_t>>();
+    CHECK(tok->encode(text) == ids);
+    CHECK(tok->decode(ids) == g["decoded"].get<std::string>());
+    ++checked;
+  }
+  CHECK(checked >= 35);
+  // "first": no prefix after an added token; the reference's Prepend normalizer would add one.
+  const Tokenizer& llama2 = test_tokenizer("llama2");
+  const std::vector<int32_t> after_eos = tok->encode("</s>Hello");
+  REQUIRE(after_eos.size() >= 2);
+  CHECK(after_eos[0] == 2);
+  CHECK(after_eos != llama2.encode("</s>Hello"));  // that one has "▁Hello"
+  CHECK(tok->decode(after_eos, true) == "Hello");
+  CHECK(tok->encode("Hello</s>Hello").front() == llama2.encode("Hello").front());
+}
+
 TEST_CASE("tokenizer: a bad or unsupported tokenizer.json is an error naming the file and component") {
   CHECK(load_error("{not json").find("not valid JSON") != std::string::npos);
   CHECK(load_error(R"({"model": {"type": "WordPiece", "vocab": {}}})").find("WordPiece") != std::string::npos);
