@@ -1,0 +1,294 @@
+// Decode attention (one query per sequence) over the paged KV cache: flash-decoding.
+//
+// Grid: (kv head x q-head chunk, sequence, context split). One CTA reads the K and V rows of
+// one kv head over one slice of one sequence's context exactly once and serves every q head
+// of that kv head (grouped-query sharing), with an online softmax in fp32. With more than one
+// split, each CTA leaves an unnormalised partial (max, sum, acc) in the workspace and a reduce
+// pass combines the splits.
+//
+// Bytes: sum over sequences of context_len * num_kv_heads * head_dim * 2 (K) * 2 (V), plus
+// the small partials; FLOPs: 4 * num_heads * head_dim per context token, so this is
+// bandwidth-bound (about 1 FLOP per byte).
+#include <algorithm>
+
+#include "kernels/common.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kUnroll = 4;          // tokens per group whose K/V loads are in flight together
+constexpr int kMinPartition = 64;   // tokens; shorter splits cost more in partials than they save
+constexpr int kMaxPartition = 1024; // tokens; keeps CTAs short so uneven lengths balance out
+constexpr int kMaxSplits = 32;      // bounds the workspace
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct DecodeParams {
+  const bf16* q;
+  int q_stride;
+  const bf16* k_cache;
+  const bf16* v_cache;
+  const int32_t* context_lens;
+  const int32_t* block_tables;
+  int max_blocks_per_seq;
+  bf16* out;            // [S, H * D]
+  float* partial_acc;   // [S, H, splits, D] when splits > 1
+  float* partial_ml;    // [S, H, splits, 2] (running max in log2 units, sum)
+  int num_heads;
+  int num_kv_heads;
+  int block_shift;      // log2(block_size)
+  float scale_log2;     // softmax scale * log2(e): scores go straight into exp2
+  int partition;        // tokens per split
+  int num_splits;
+};
+
+// D: head dim; kHeads: q heads served per CTA (a divisor of the group size).
+// Thread layout: kLanes = D / 8 consecutive lanes hold one token's row, 8 values each (one
+// 16-byte load); the CTA's kGroups such groups walk the split's tokens with stride kGroups.
+template <int D, int kHeads>
+__global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams p) {
+  constexpr int kLanes = D / 8;
+  constexpr int kGroups = kThreads / kLanes;
+  __shared__ float sm_acc[kGroups][kHeads][D];
+  __shared__ float sm_m[kGroups][kHeads];
+  __shared__ float sm_l[kGroups][kHeads];
+
+  const int group_size = p.num_heads / p.num_kv_heads;
+  const int chunks = group_size / kHeads;
+  const int kvh = blockIdx.x / chunks;
+  const int head0 = kvh * group_size + (blockIdx.x % chunks) * kHeads;
+  const int s = blockIdx.y, split = blockIdx.z;
+  const int ctx = p.context_lens[s];
+  const int start = split * p.partition;
+  const int end = min(ctx, start + p.partition);
+  if (start >= end && !(split == 0 && p.num_splits == 1)) return;  // the reduce skips this split
+
+  const int g = threadIdx.x / kLanes, sub = threadIdx.x % kLanes;
+  float qf[kHeads][8];
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    to_float8(load8(p.q + size_t(s) * p.q_stride + (head0 + h) * D + sub * 8), qf[h]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qf[h][i] *= p.scale_log2;
+  }
+  float m[kHeads], l[kHeads], acc[kHeads][8];
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[h][i] = 0.f;
+  }
+
+  const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
+  const int block_mask = (1 << p.block_shift) - 1;
+  const size_t row_stride = size_t(p.num_kv_heads) * D;  // between consecutive cache slots
+  const size_t head_off = size_t(kvh) * D + sub * 8;
+
+  // The trip count is the same for every thread (the shuffles below need whole warps);
+  // tokens past the end are masked.
+  for (int t0 = start + g; t0 - g < end; t0 += kGroups * kUnroll) {
+    Bf16x8 kv[kUnroll], vv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // issue every load before the first use
+      const int t = t0 + u * kGroups;
+      if (t < end) {
+        const size_t slot = size_t(table[t >> p.block_shift]) << p.block_shift | (t & block_mask);
+        kv[u] = load8(p.k_cache + slot * row_stride + head_off);
+        vv[u] = load8(p.v_cache + slot * row_stride + head_off);
+      } else {
+        kv[u] = Bf16x8{};
+        vv[u] = Bf16x8{};
+      }
+    }
+    float sc[kUnroll][kHeads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float kf[8];
+      to_float8(kv[u], kf);
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        float d = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d = fmaf(qf[h][i], kf[i], d);
+        sc[u][h] = warp_sum<kLanes>(d);  // every lane of the group gets the score
+        if (t0 + u * kGroups >= end) sc[u][h] = -INFINITY;
+      }
+    }
+    // One rescale per kUnroll tokens: the new max covers all of them.
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      float m_new = m[h];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) m_new = fmaxf(m_new, sc[u][h]);
+      // Still -inf only while this group has seen no token: nothing to rescale then.
+      const float alpha = m_new == -INFINITY ? 1.f : exp2f(m[h] - m_new);
+      m[h] = m_new;
+      l[h] *= alpha;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[h][i] *= alpha;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (t0 + u * kGroups >= end) continue;
+      float vf[8];
+      to_float8(vv[u], vf);
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        const float pr = exp2f(sc[u][h] - m[h]);
+        l[h] += pr;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(pr, vf[i], acc[h][i]);
+      }
+    }
+  }
+
+  // Combine the groups of the CTA through shared memory.
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sm_acc[g][h][sub * 8 + i] = acc[h][i];
+    if (sub == 0) {
+      sm_m[g][h] = m[h];
+      sm_l[g][h] = l[h];
+    }
+  }
+  __syncthreads();
+  for (int o = threadIdx.x; o < kHeads * D; o += kThreads) {
+    const int h = o / D, d = o % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) mx = fmaxf(mx, sm_m[j][h]);
+    float sum = 0.f, a = 0.f;
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      if (sm_m[j][h] == -INFINITY) continue;  // a group that saw no token
+      const float w = exp2f(sm_m[j][h] - mx);
+      sum += sm_l[j][h] * w;
+      a += sm_acc[j][h][d] * w;
+    }
+    const int head = head0 + h;
+    if (p.num_splits == 1) {
+      p.out[size_t(s) * p.num_heads * D + head * D + d] = __float2bfloat16(sum > 0.f ? a / sum : 0.f);
+    } else {
+      const size_t at = (size_t(s) * p.num_heads + head) * p.num_splits + split;
+      p.partial_acc[at * D + d] = a;
+      if (d == 0) {
+        p.partial_ml[at * 2] = mx;
+        p.partial_ml[at * 2 + 1] = sum;
+      }
+    }
+  }
+}
+
+// Combines the splits of one (sequence, q head): out = sum_z acc_z 2^(m_z - M) / sum_z l_z 2^(m_z - M).
+// Grid (H, S), D threads (one per output element).
+__global__ void attention_decode_reduce_kernel(DecodeParams p, int head_dim) {
+  const int head = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
+  const int used = ceil_div(p.context_lens[s], p.partition);
+  const size_t base = (size_t(s) * p.num_heads + head) * p.num_splits;
+  float mx = -INFINITY;
+  for (int z = 0; z < used; ++z) mx = fmaxf(mx, p.partial_ml[(base + z) * 2]);
+  float sum = 0.f, a = 0.f;
+  for (int z = 0; z < used; ++z) {
+    const float mz = p.partial_ml[(base + z) * 2];
+    if (mz == -INFINITY) continue;
+    const float w = exp2f(mz - mx);
+    sum += p.partial_ml[(base + z) * 2 + 1] * w;
+    a += p.partial_acc[(base + z) * head_dim + d] * w;
+  }
+  p.out[size_t(s) * p.num_heads * head_dim + head * head_dim + d] =
+      __float2bfloat16(sum > 0.f ? a / sum : 0.f);
+}
+
+size_t partial_bytes_per_split(int num_seqs, int num_heads, int head_dim) {
+  return size_t(num_seqs) * num_heads * (head_dim + 2) * sizeof(float);
+}
+
+int max_splits(int max_context_len) {
+  return std::clamp(ceil_div(std::max(max_context_len, 1), kMinPartition), 1, kMaxSplits);
+}
+
+template <int D, int kHeads>
+void launch(const DecodeParams& p, int blocks_x, int num_seqs, cudaStream_t stream) {
+  attention_decode_kernel<D, kHeads><<<dim3(blocks_x, num_seqs, p.num_splits), kThreads, 0, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+  if (p.num_splits > 1) {
+    attention_decode_reduce_kernel<<<dim3(p.num_heads, num_seqs), D, 0, stream>>>(p, D);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <int D>
+void launch_heads(const DecodeParams& p, int heads_per_cta, int blocks_x, int num_seqs, cudaStream_t stream) {
+  switch (heads_per_cta) {
+    case 4: return launch<D, 4>(p, blocks_x, num_seqs, stream);
+    case 2: return launch<D, 2>(p, blocks_x, num_seqs, stream);
+    default: return launch<D, 1>(p, blocks_x, num_seqs, stream);
+  }
+}
+
+}  // namespace
+
+size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_context_len) {
+  return partial_bytes_per_split(max_num_seqs, num_heads, head_dim) * max_splits(max_context_len);
+}
+
+void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
+                      const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads, int head_dim,
+                      int block_size, float scale, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+  if (batch.num_seqs <= 0) return;
+  NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_decode: head_dim ", head_dim,
+              " is not supported (64 or 128)");
+  NVLLM_CHECK(block_size >= 1 && block_size <= 256 && (block_size & (block_size - 1)) == 0,
+              "attention_decode: block_size ", block_size, " must be a power of two in 1..256");
+  NVLLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "attention_decode: num_heads ",
+              num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
+  const int group = num_heads / num_kv_heads;
+  const int heads_per_cta = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  const int blocks_x = num_kv_heads * (group / heads_per_cta);
+
+  // Split the context until the grid fills the card several times over, within the
+  // partition bounds and what the workspace holds.
+  int device = 0, sms = 132;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int ctx = std::max(batch.max_context_len, 1);
+  const int base = blocks_x * batch.num_seqs;
+  int splits = ceil_div(sms * 16, base);
+  splits = std::max(splits, ceil_div(ctx, kMaxPartition));
+  splits = std::min({splits, max_splits(ctx)});
+  const size_t per_split = partial_bytes_per_split(batch.num_seqs, num_heads, head_dim);
+  if (splits > 1) splits = int(std::min<size_t>(splits, workspace_bytes / per_split));
+  splits = std::max(splits, 1);
+  int partition = ceil_div(ceil_div(ctx, splits), 16) * 16;
+  splits = ceil_div(ctx, partition);
+  NVLLM_CHECK(splits == 1 || workspace != nullptr, "attention_decode: no workspace for ", splits, " splits");
+
+  DecodeParams p;
+  p.q = q;
+  p.q_stride = q_stride;
+  p.k_cache = k_cache;
+  p.v_cache = v_cache;
+  p.context_lens = batch.context_lens;
+  p.block_tables = batch.block_tables;
+  p.max_blocks_per_seq = batch.max_blocks_per_seq;
+  p.out = out;
+  p.partial_acc = static_cast<float*>(workspace);
+  p.partial_ml = p.partial_acc + size_t(batch.num_seqs) * num_heads * splits * head_dim;
+  p.num_heads = num_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.block_shift = __builtin_ctz(unsigned(block_size));
+  p.scale_log2 = scale * kLog2e;
+  p.partition = partition;
+  p.num_splits = splits;
+  if (head_dim == 128)
+    launch_heads<128>(p, heads_per_cta, blocks_x, batch.num_seqs, stream);
+  else
+    launch_heads<64>(p, heads_per_cta, blocks_x, batch.num_seqs, stream);
+}
+
+}  // namespace nvllm::kernels

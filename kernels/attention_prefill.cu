@@ -1,0 +1,159 @@
+// Causal grouped-query attention for prefill chunks over the paged KV cache, flash-attention
+// style: a CTA takes a tile of query rows of one head of one sequence, walks the keys in
+// tiles staged through shared memory and keeps an online softmax in fp32, so the score
+// matrix never reaches device memory. The keys come from the cache (this chunk's were written
+// by qk_norm_rope_cache), so cached prefixes and earlier chunks need nothing special.
+//
+// FLOPs: 4 * D * num_heads * sum over query rows of the keys it sees (~ q_len * ctx / 2 per
+// sequence for a fresh prompt). Bytes: q and out once, K/V once per 16-row query tile.
+// This first version computes on the CUDA cores (fp32 FMA); a tensor-core (mma.sync) version
+// is the next step for the prefill speed target.
+#include "kernels/common.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kTileQ = 16;  // query rows per CTA: 4 warps x 4 rows
+constexpr int kTileK = 32;  // keys per tile: one per lane
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct PrefillParams {
+  const bf16* q;
+  int q_stride;
+  const bf16* k_cache;
+  const bf16* v_cache;
+  const int32_t* query_start;
+  const int32_t* context_lens;
+  const int32_t* block_tables;
+  int max_blocks_per_seq;
+  bf16* out;  // [num_tokens, H * D]
+  int num_heads;
+  int num_kv_heads;
+  int block_shift;
+  float scale_log2;
+};
+
+// Grid (query tiles, H, S). Warp w owns rows 4w..4w+3 of the tile; for the scores lane j owns
+// key j of the key tile, for the output lane j owns dims j, j + 32, ...
+template <int D>
+__global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillParams p) {
+  constexpr int kRows = kTileQ / (kThreads / 32), kDims = D / 32, kVec = D / 8;
+  __shared__ float sq[kTileQ][D];
+  __shared__ float sk[kTileK][D + 1];  // +1: lane j reads row j, so pad to spread the banks
+  __shared__ float sv[kTileK][D];
+
+  const int s = blockIdx.z, head = blockIdx.y;
+  const int kvh = head / (p.num_heads / p.num_kv_heads);
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
+  const int r0 = blockIdx.x * kTileQ;
+  if (r0 >= q_len) return;
+  const int rows = min(kTileQ, q_len - r0);
+  const int first_pos = p.context_lens[s] - q_len;  // position of the sequence's query row 0
+  const int kv_end = first_pos + r0 + rows;          // keys 0 .. kv_end-1 are seen by some row
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  for (int i = threadIdx.x; i < kTileQ * kVec; i += kThreads) {
+    const int r = i / kVec, c = (i % kVec) * 8;
+    float f[8] = {};
+    if (r < rows) to_float8(load8(p.q + size_t(q0 + r0 + r) * p.q_stride + head * D + c), f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sq[r][c + j] = f[j] * p.scale_log2;
+  }
+
+  float m[kRows], l[kRows], acc[kRows][kDims];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kDims; ++c) acc[r][c] = 0.f;
+  }
+  const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
+  const int block_mask = (1 << p.block_shift) - 1;
+  const size_t row_stride = size_t(p.num_kv_heads) * D;
+
+  for (int kt = 0; kt < kv_end; kt += kTileK) {
+    __syncthreads();  // the previous tile's readers are done (and sq is written, first time)
+    for (int i = threadIdx.x; i < kTileK * kVec; i += kThreads) {
+      const int t = i / kVec, c = (i % kVec) * 8, key = kt + t;
+      float kf[8] = {}, vf[8] = {};
+      if (key < kv_end) {
+        const size_t slot = size_t(table[key >> p.block_shift]) << p.block_shift | (key & block_mask);
+        const size_t at = slot * row_stride + size_t(kvh) * D + c;
+        to_float8(load8(p.k_cache + at), kf);
+        to_float8(load8(p.v_cache + at), vf);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        sk[t][c + j] = kf[j];
+        sv[t][c + j] = vf[j];
+      }
+    }
+    __syncthreads();
+
+    float sc[kRows] = {};
+    for (int d = 0; d < D; ++d) {
+      const float kd = sk[lane][d];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) sc[r] = fmaf(sq[warp * kRows + r][d], kd, sc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = warp * kRows + r;
+      if (row >= rows) continue;  // the same for the whole warp
+      const int key = kt + lane;
+      if (key > first_pos + r0 + row) sc[r] = -INFINITY;  // causal (also covers key >= kv_end)
+      const float m_new = fmaxf(m[r], warp_max(sc[r]));  // finite: key 0 is in every row's view
+      const float alpha = exp2f(m[r] - m_new);
+      const float pr = exp2f(sc[r] - m_new);
+      m[r] = m_new;
+      l[r] = l[r] * alpha + warp_sum(pr);
+#pragma unroll
+      for (int c = 0; c < kDims; ++c) acc[r][c] *= alpha;
+      for (int j = 0; j < kTileK; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, pr, j);
+#pragma unroll
+        for (int c = 0; c < kDims; ++c) acc[r][c] = fmaf(pj, sv[j][lane + 32 * c], acc[r][c]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int row = warp * kRows + r;
+    if (row >= rows) continue;
+    bf16* o = p.out + size_t(q0 + r0 + row) * p.num_heads * D + head * D;
+#pragma unroll
+    for (int c = 0; c < kDims; ++c) o[lane + 32 * c] = __float2bfloat16(acc[r][c] / l[r]);
+  }
+}
+
+}  // namespace
+
+void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
+                       const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
+                       int head_dim, int block_size, float scale, cudaStream_t stream) {
+  if (batch.num_seqs <= 0 || batch.max_query_len <= 0) return;
+  NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_prefill: head_dim ", head_dim,
+              " is not supported (64 or 128)");
+  NVLLM_CHECK(block_size >= 1 && block_size <= 256 && (block_size & (block_size - 1)) == 0,
+              "attention_prefill: block_size ", block_size, " must be a power of two in 1..256");
+  NVLLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "attention_prefill: num_heads ",
+              num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
+  NVLLM_CHECK(batch.num_seqs <= 65535 && num_heads <= 65535, "attention_prefill: ", batch.num_seqs,
+              " sequences x ", num_heads, " heads exceed the grid");
+  PrefillParams p{q, q_stride, k_cache, v_cache, batch.query_start, batch.context_lens, batch.block_tables,
+                  batch.max_blocks_per_seq, out, num_heads, num_kv_heads,
+                  __builtin_ctz(unsigned(block_size)), scale * kLog2e};
+  const dim3 grid(ceil_div(batch.max_query_len, kTileQ), num_heads, batch.num_seqs);
+  if (head_dim == 128)
+    attention_prefill_kernel<128><<<grid, kThreads, 0, stream>>>(p);
+  else
+    attention_prefill_kernel<64><<<grid, kThreads, 0, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace nvllm::kernels

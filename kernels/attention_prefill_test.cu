@@ -1,0 +1,102 @@
+// attention_prefill against the CPU reference: fresh prompts, prompts behind a cached prefix
+// or an earlier chunk (context longer than the query rows), single-row queries mixed in.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "kernels/attention_test_util.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels::test {
+namespace {
+
+// q_lens[s] query rows at the end of a context of ctx[s] tokens.
+void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std::vector<int> q_lens,
+              std::vector<int> ctx, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int num_seqs = int(ctx.size());
+  const int q_stride = (num_heads + 2 * num_kv_heads) * head_dim;
+  PagedCache c = make_cache(rng, ctx, num_kv_heads, head_dim, block_size);
+  std::vector<int> qs(num_seqs + 1, 0);
+  for (int s = 0; s < num_seqs; ++s) qs[s + 1] = qs[s] + q_lens[s];
+  auto q = random_bf16(rng, size_t(qs.back()) * q_stride, -2.f, 2.f);
+  const float scale = 1.f / std::sqrt(float(head_dim));
+  auto ref = attention_ref(q, q_stride, c, qs, ctx, num_heads, scale);
+
+  DeviceBuffer<bf16> d_q(q), d_k(c.k), d_v(c.v), d_out(ref.size());
+  DeviceBuffer<int32_t> d_qs(std::vector<int32_t>(qs.begin(), qs.end()));
+  DeviceBuffer<int32_t> d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
+  AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs,
+                       *std::max_element(q_lens.begin(), q_lens.end()), *std::max_element(ctx.begin(), ctx.end())};
+  d_out.poison();
+  attention_prefill(d_q.get(), q_stride, d_k.get(), d_v.get(), batch, d_out.get(), num_heads, num_kv_heads,
+                    head_dim, block_size, scale, nullptr);
+  const double err = rel_error(d_out.download(), ref);
+  INFO("heads=", num_heads, "/", num_kv_heads, " d=", head_dim, " bs=", block_size, " rel_error=", err);
+  CHECK(err < kBf16Tolerance);
+}
+
+}  // namespace
+
+TEST_CASE("gpu.kernels.attention_prefill matches the CPU reference") {
+  // Qwen3-0.6B heads: a fresh prompt, a prompt behind a 100-token cached prefix, a second
+  // chunk of a long prompt, and a single-row query.
+  run_case(16, 8, 128, 16, {77, 50, 128, 1}, {77, 150, 384, 33}, 1);
+  run_case(32, 8, 64, 1, {40, 3}, {40, 90}, 2);         // group 4, block size 1
+  run_case(8, 8, 64, 256, {300}, {300}, 3);             // multi-head, one block of 256
+  run_case(12, 2, 128, 32, {17, 64}, {17, 200}, 4);     // group 6
+}
+
+}  // namespace nvllm::kernels::test
+
+namespace nvllm::kernels::test {
+namespace {
+__global__ void fill_random_prefill(bf16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = uint32_t(i) * 2654435761u ^ seed;
+    x ^= x >> 15, x *= 2246822519u, x ^= x >> 13;
+    p[i] = __float2bfloat16(float(x & 0xFFFF) / 32768.f - 1.f);
+  }
+}
+}  // namespace
+
+// Timing of one layer's prefill attention: 16 prompts x 2048 tokens, Qwen3-0.6B heads.
+TEST_CASE("bench.attention_prefill 16 x 2048" * doctest::skip()) {
+  const int seqs = 16, len = 2048, heads = 16, kv_heads = 8, d = 128, bs = 16;
+  const int blocks_per_seq = len / bs, num_blocks = seqs * blocks_per_seq;
+  const size_t cache_elems = size_t(num_blocks) * bs * kv_heads * d;
+  const int q_stride = (heads + 2 * kv_heads) * d;
+  DeviceBuffer<bf16> k(cache_elems), v(cache_elems), q(size_t(seqs) * len * q_stride),
+      out(size_t(seqs) * len * heads * d);
+  fill_random_prefill<<<1024, 256>>>(k.get(), cache_elems, 1);
+  fill_random_prefill<<<1024, 256>>>(v.get(), cache_elems, 2);
+  fill_random_prefill<<<1024, 256>>>(q.get(), q.size(), 3);
+  std::vector<int32_t> table(num_blocks), qs(seqs + 1), lens(seqs, len);
+  std::iota(table.begin(), table.end(), 0);
+  for (int s = 0; s <= seqs; ++s) qs[s] = s * len;
+  DeviceBuffer<int32_t> d_table(table), d_qs(qs), d_lens(lens);
+  AttentionBatch batch{d_qs.get(), d_lens.get(), d_table.get(), blocks_per_seq, seqs, len, len};
+  auto launch = [&] {
+    attention_prefill(q.get(), q_stride, k.get(), v.get(), batch, out.get(), heads, kv_heads, d, bs, 0.088f,
+                      nullptr);
+  };
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  launch();
+  CUDA_CHECK(cudaEventRecord(e0));
+  for (int i = 0; i < 5; ++i) launch();
+  CUDA_CHECK(cudaEventRecord(e1));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  ms /= 5;
+  const double flops = 4.0 * d * heads * seqs * (double(len) * (len + 1) / 2);
+  std::printf("attention_prefill %d x %d H=%d KVH=%d D=%d: %.3f TFLOP causal, %.2f ms, %.1f TFLOP/s\n", seqs, len,
+              heads, kv_heads, d, flops / 1e12, ms, flops / (ms * 1e-3) / 1e12);
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+}
+
+}  // namespace nvllm::kernels::test

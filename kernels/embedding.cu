@@ -1,0 +1,32 @@
+// Token embedding lookup: one block per token copies its row of the table.
+// Bytes: num_tokens * hidden * 2 read + the same written; no FLOPs.
+#include "kernels/common.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels {
+namespace {
+
+// ids [num_tokens] int32; embed [vocab, hidden] bf16; out [num_tokens, hidden] bf16.
+__global__ void embedding_kernel(const int32_t* __restrict__ ids, const bf16* __restrict__ embed,
+                                 bf16* __restrict__ out, int hidden) {
+  const int t = blockIdx.x;
+  const bf16* src = embed + size_t(ids[t]) * hidden;
+  bf16* dst = out + size_t(t) * hidden;
+  if (hidden % 8 == 0) {  // rows are then 16-byte aligned: move 8 values per access
+    for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) store8(dst + i, load8(src + i));
+  } else {
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+}  // namespace
+
+void embedding(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden,
+               cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  embedding_kernel<<<num_tokens, 128, 0, stream>>>(ids, embed, out, hidden);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace nvllm::kernels

@@ -1,0 +1,85 @@
+// Shared pieces of the kernel tests: seeded random bf16 inputs, an RAII device buffer that can
+// be poisoned (0xFF bytes: every bf16 / fp32 element reads as NaN, so an element the kernel
+// never writes fails the comparison), and the relative error ||out - ref|| / ||ref||.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+
+namespace nvllm::kernels::test {
+
+using bf16 = __nv_bfloat16;
+
+inline float to_f(bf16 x) { return __bfloat162float(x); }
+inline bf16 to_bf(float x) { return __float2bfloat16(x); }
+inline float round_bf(float x) { return to_f(to_bf(x)); }
+
+// n values drawn uniformly from [lo, hi], rounded to bf16.
+inline std::vector<bf16> random_bf16(std::mt19937& rng, size_t n, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<bf16> v(n);
+  for (auto& x : v) x = to_bf(dist(rng));
+  return v;
+}
+
+inline std::vector<float> to_float(const std::vector<bf16>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = to_f(v[i]);
+  return f;
+}
+
+// A device allocation of n elements of T, freed on scope exit.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) { CUDA_CHECK(cudaMalloc(&ptr_, bytes() ? bytes() : 1)); }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  void upload(const std::vector<T>& host) {
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  void poison() { CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes())); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_;
+};
+
+// ||out - ref|| / ||ref|| in double; NaN (an unwritten, poisoned element) makes it NaN, and
+// NaN < tolerance is false, so the check fails.
+inline double rel_error(const std::vector<bf16>& out, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double d = double(to_f(out[i])) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  if (den == 0) return std::sqrt(num);
+  return std::sqrt(num / den);
+}
+
+// Tolerance for bf16 outputs: one bf16 rounding is a relative 2^-9 ~ 2e-3 per element, and the
+// kernels accumulate in fp32, so a correct kernel lands well under 1e-2.
+constexpr double kBf16Tolerance = 1e-2;
+
+}  // namespace nvllm::kernels::test

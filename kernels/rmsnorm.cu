@@ -1,0 +1,101 @@
+// RMSNorm, and the fused residual add + RMSNorm between sublayers. One block per row.
+// Bytes per row: rmsnorm reads x and writes out (4 * hidden); add_rmsnorm reads x and residual
+// and writes both (8 * hidden); the weight stays in L2. ~4 FLOPs per element.
+#include <algorithm>
+
+#include "kernels/common.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels {
+namespace {
+
+// Each thread owns the same 8-element groups in both passes, so the second pass reads back
+// only values it wrote itself and needs no barrier beyond the reduction's.
+// x [rows, hidden] (updated in place when kAdd: x = norm(residual + x) * w, residual += x);
+// out [rows, hidden] when !kAdd. hidden % 8 == 0. x_in and out alias in add_rmsnorm, hence
+// no __restrict__ on them.
+template <bool kAdd>
+__global__ void rmsnorm_vec_kernel(const bf16* x_in, bf16* __restrict__ residual,
+                                   const bf16* __restrict__ weight, bf16* out,
+                                   int hidden, float eps) {
+  __shared__ float scratch[32];
+  const size_t row = size_t(blockIdx.x) * hidden;
+  float sum_sq = 0.f;
+  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+    float v[8];
+    to_float8(load8(x_in + row + i), v);
+    if constexpr (kAdd) {
+      float r[8];
+      to_float8(load8(residual + row + i), r);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = round_bf16(v[j] + r[j]);  // residual is kept in bf16
+      store8(residual + row + i, from_float8(v));
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+  }
+  const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+  const bf16* src = kAdd ? residual : x_in;
+  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+    float v[8], w[8];
+    to_float8(load8(src + row + i), v);
+    to_float8(load8(weight + i), w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = w[j] * round_bf16(v[j] * rstd);  // HF: weight * x.to(bf16)
+    store8(out + row + i, from_float8(v));
+  }
+}
+
+// The same for any hidden size, one element per access.
+template <bool kAdd>
+__global__ void rmsnorm_scalar_kernel(const bf16* x_in, bf16* __restrict__ residual,
+                                      const bf16* __restrict__ weight, bf16* out,
+                                      int hidden, float eps) {
+  __shared__ float scratch[32];
+  const size_t row = size_t(blockIdx.x) * hidden;
+  float sum_sq = 0.f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float v = __bfloat162float(x_in[row + i]);
+    if constexpr (kAdd) {
+      v = round_bf16(v + __bfloat162float(residual[row + i]));
+      residual[row + i] = __float2bfloat16(v);
+    }
+    sum_sq += v * v;
+  }
+  const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+  const bf16* src = kAdd ? residual : x_in;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    const float v = __bfloat162float(src[row + i]);
+    out[row + i] = __float2bfloat16(__bfloat162float(weight[i]) * round_bf16(v * rstd));
+  }
+}
+
+template <bool kAdd>
+void launch(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int num_tokens, int hidden,
+            float eps, cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  const bool vec = hidden % 8 == 0;
+  const int per_thread = vec ? 8 : 1;
+  // One thread per 8-element group, whole warps, at most 1024 threads (larger rows loop).
+  const int threads = std::clamp((hidden / per_thread + 31) / 32 * 32, 32, 1024);
+  if (vec)
+    rmsnorm_vec_kernel<kAdd><<<num_tokens, threads, 0, stream>>>(x, residual, weight, out, hidden, eps);
+  else
+    rmsnorm_scalar_kernel<kAdd><<<num_tokens, threads, 0, stream>>>(x, residual, weight, out, hidden, eps);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int num_tokens, int hidden, float eps,
+             cudaStream_t stream) {
+  launch<false>(x, nullptr, weight, out, num_tokens, hidden, eps, stream);
+}
+
+void add_rmsnorm(bf16* x, bf16* residual, const bf16* weight, int num_tokens, int hidden, float eps,
+                 cudaStream_t stream) {
+  launch<true>(x, residual, weight, x, num_tokens, hidden, eps, stream);
+}
+
+}  // namespace nvllm::kernels

@@ -1,0 +1,88 @@
+// The step between the QKV projection and attention, fused: per-head RMSNorm of q and k
+// (Qwen3), neox rotary embedding of q and k, and the write of k and v into the paged cache.
+// One warp per head of one token. Bytes per token: the qkv row read and q/k written back
+// (~4 * (H + 2 * KVH) * D) plus k and v written to the cache (4 * KVH * D).
+#include "kernels/common.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+
+// qkv [num_tokens, (H + 2 * KVH) * D], in place; positions, slot_mapping [num_tokens];
+// q_norm, k_norm [D] or null; inv_freq [D / 2] fp32; caches [blocks, block_size, KVH, D].
+// Lane l handles the rotation pairs (i, i + D/2) for i = l, l + 32, ...: coalesced 2-byte
+// accesses, which is plenty for a kernel this small.
+__global__ void qk_norm_rope_cache_kernel(bf16* __restrict__ qkv, const int32_t* __restrict__ positions,
+                                          const int32_t* __restrict__ slot_mapping,
+                                          const bf16* __restrict__ q_norm, const bf16* __restrict__ k_norm,
+                                          float eps, const float* __restrict__ inv_freq,
+                                          bf16* __restrict__ k_cache, bf16* __restrict__ v_cache,
+                                          int num_heads, int num_kv_heads, int head_dim) {
+  const int lane = threadIdx.x & 31;
+  const int head = blockIdx.y * kWarpsPerBlock + (threadIdx.x >> 5);
+  const int t = blockIdx.x;
+  if (head >= num_heads + 2 * num_kv_heads) return;  // whole warps leave together
+  const int half = head_dim / 2;
+  bf16* x = qkv + (size_t(t) * (num_heads + 2 * num_kv_heads) + head) * head_dim;
+  const int slot = slot_mapping[t];
+  const size_t cache_row = (size_t(slot) * num_kv_heads) * head_dim;  // slot s is row s of [*, KVH, D]
+
+  if (head >= num_heads + num_kv_heads) {  // v: copied to the cache unchanged
+    if (slot < 0) return;
+    const int kvh = head - num_heads - num_kv_heads;
+    for (int i = lane; i < head_dim; i += 32) v_cache[cache_row + kvh * head_dim + i] = x[i];
+    return;
+  }
+  const bool is_q = head < num_heads;
+  const bf16* norm_w = is_q ? q_norm : k_norm;
+  float rstd = 1.f;
+  if (norm_w != nullptr) {
+    float sum_sq = 0.f;
+    for (int i = lane; i < head_dim; i += 32) {
+      const float v = __bfloat162float(x[i]);
+      sum_sq += v * v;
+    }
+    rstd = rsqrtf(warp_sum(sum_sq) / head_dim + eps);
+  }
+  const float pos = float(positions[t]);
+  bf16* cache = (!is_q && slot >= 0) ? k_cache + cache_row + (head - num_heads) * head_dim : nullptr;
+  for (int i = lane; i < half; i += 32) {
+    float a = __bfloat162float(x[i]), b = __bfloat162float(x[i + half]);
+    if (norm_w != nullptr) {  // HF rounds the normed head to bf16 before multiplying the weight
+      a = round_bf16(__bfloat162float(norm_w[i]) * round_bf16(a * rstd));
+      b = round_bf16(__bfloat162float(norm_w[i + half]) * round_bf16(b * rstd));
+    }
+    float s, c;
+    sincosf(pos * inv_freq[i], &s, &c);  // accurate sincos: positions reach tens of thousands
+    const bf16 ra = __float2bfloat16(a * c - b * s), rb = __float2bfloat16(b * c + a * s);
+    x[i] = ra;
+    x[i + half] = rb;
+    if (cache != nullptr) {
+      cache[i] = ra;
+      cache[i + half] = rb;
+    }
+  }
+}
+
+}  // namespace
+
+void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot_mapping,
+                        const bf16* q_norm, const bf16* k_norm, float eps, const float* inv_freq,
+                        bf16* k_cache, bf16* v_cache, int num_tokens, int num_heads, int num_kv_heads,
+                        int head_dim, int block_size, cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  NVLLM_CHECK(head_dim % 2 == 0, "qk_norm_rope_cache: head_dim ", head_dim, " must be even");
+  // block_size is not needed: slot s = block * block_size + offset is row s of the cache
+  // viewed as [num_blocks * block_size, KVH, D].
+  // Tokens on x: gridDim.y stops at 65535, a long prefill chunk can exceed that.
+  const dim3 grid(num_tokens, ceil_div(num_heads + 2 * num_kv_heads, kWarpsPerBlock));
+  qk_norm_rope_cache_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(
+      qkv, positions, slot_mapping, q_norm, k_norm, eps, inv_freq, k_cache, v_cache, num_heads,
+      num_kv_heads, head_dim);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace nvllm::kernels
