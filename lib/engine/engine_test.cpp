@@ -224,6 +224,45 @@ TEST_CASE("engine: outputs equal the one-at-a-time reference under every schedul
   }
 }
 
+TEST_CASE("engine: random configurations and workloads with eos, min_tokens and stop ids match the reference") {
+  std::mt19937 rng(12345);
+  int64_t preemptions = 0, hits = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<EngineRequest> reqs = workload(100 + trial, 12 + static_cast<int>(rng() % 20));
+    for (EngineRequest& r : reqs) {
+      r.params.ignore_eos = rng() % 3 == 0;
+      r.params.min_tokens = static_cast<int>(rng() % 6);
+      if (rng() % 4 == 0) r.params.stop_token_ids = {static_cast<int32_t>(rng() % kVocab)};
+      if (rng() % 3 == 0) r.params.n = 1 + static_cast<int>(rng() % 4);
+    }
+    EngineConfig c = base_config();
+    c.block_size = 1 << (rng() % 9);  // 1..256
+    c.prefix_caching = rng() % 2;
+    c.chunked_prefill = rng() % 2;
+    c.max_num_batched_tokens = (c.chunked_prefill ? 1 : 70) + static_cast<int>(rng() % 150);
+    c.max_num_seqs = 1 + static_cast<int>(rng() % 12);
+    c.max_model_len = 72 + static_cast<int>(rng() % 40);  // prompts are at most 70 tokens
+    // At least one whole sequence (prompt <= 70, output <= 30) must fit, or it ends "length" early.
+    const int num_blocks = (100 + c.block_size - 1) / c.block_size + static_cast<int>(rng() % 6);
+    CAPTURE(trial);
+    CAPTURE(c.block_size);
+    CAPTURE(c.prefix_caching);
+    CAPTURE(c.chunked_prefill);
+    CAPTURE(c.max_num_batched_tokens);
+    CAPTURE(c.max_num_seqs);
+    CAPTURE(num_blocks);
+    const int eos_every = 6;
+    FakeRunner runner(num_blocks, c.block_size, kVocab, kEos, eos_every);
+    const RunResult r = run(c, runner, reqs);
+    check_against_reference(r, reqs, c, eos_every);
+    preemptions += r.preemptions;
+    hits += r.counters.hit_tokens;
+  }
+  // The trials did exercise preemption and the prefix cache.
+  CHECK(preemptions > 0);
+  CHECK(hits > 0);
+}
+
 TEST_CASE("engine: n > 1 samples differ, follow their seeds, and share the prompt's full blocks") {
   EngineRequest req;
   req.id = "fork";
