@@ -152,7 +152,8 @@ RunResult run(const EngineConfig& config, FakeRunner& runner, const std::vector<
 void check_against_reference(const RunResult& r, const std::vector<EngineRequest>& reqs, const EngineConfig& config,
                              int eos_every = 0, bool with_text = false) {
   REQUIRE(r.done.size() == reqs.size());
-  int64_t output_tokens = 0;
+  int64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
+  size_t multi_token_seqs = 0;
   for (const EngineRequest& req : reqs) {
     CAPTURE(req.id);
     const FinishedRequest& f = r.done.at(req.id);
@@ -166,8 +167,24 @@ void check_against_reference(const RunResult& r, const std::vector<EngineRequest
       CHECK(f.outputs[i].finish_reason == e.reason);
       CHECK(f.outputs[i].text == e.text);
       output_tokens += static_cast<int64_t>(e.tokens.size());
+      multi_token_seqs += e.tokens.size() > 1;
     }
+    prompt_tokens += static_cast<int64_t>(req.prompt_ids.size());
+    cached_tokens += f.cached_tokens;
+    CHECK(f.cached_tokens <= (f.prompt_tokens - 1) / config.block_size * config.block_size);
+    if (!config.prefix_caching) CHECK(f.cached_tokens == 0);
   }
+  // RunStats: one latency per request, one TPOT per sequence with more than one token.
+  CHECK(r.stats.prompt_tokens == prompt_tokens);
+  CHECK(r.stats.cached_tokens == cached_tokens);
+  CHECK(r.stats.ttft_s.size() == reqs.size());
+  CHECK(r.stats.e2e_s.size() == reqs.size());
+  CHECK(r.stats.tpot_s.size() == multi_token_seqs);
+  for (double v : r.stats.ttft_s) CHECK(v >= 0);
+  CHECK(r.stats.steps > 0);
+  CHECK(r.stats.elapsed_s > 0);
+  CHECK(r.stats.peak_blocks_in_use == r.counters.peak_blocks_in_use);
+  CHECK(r.stats.peak_blocks_in_use > 0);
   // Preemption recomputes but never resamples, so the sampled-token count is exact.
   CHECK(r.stats.output_tokens == output_tokens);
   CHECK(r.stats.requests == static_cast<int64_t>(reqs.size()));
