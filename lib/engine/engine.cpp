@@ -167,6 +167,7 @@ std::vector<FinishedRequest> Engine::Impl::step() {
   build_batch(so);
   runner.execute(batch, out);
   ++stats.steps;
+  stats.computed_tokens += so.num_tokens;
   const double t = now_s();
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     Sequence& seq = *so.scheduled[i].seq;

@@ -143,6 +143,7 @@ RunResult run(const EngineConfig& config, FakeRunner& runner, const std::vector<
   CHECK(runner.max_batch_tokens <= config.max_num_batched_tokens);
   CHECK(runner.max_batch_seqs <= config.max_num_seqs);
   CHECK(engine.stats().steps == runner.steps);
+  CHECK(engine.stats().computed_tokens == runner.total_tokens);
   r.stats = engine.stats();
   r.preemptions = engine.scheduler().num_preemptions();
   r.counters = engine.block_manager().counters();
@@ -329,6 +330,9 @@ TEST_CASE("engine: requests sharing a prefix hit the cache, in the same step and
   CHECK(engine.stats().cached_tokens == 7 * 64);
   CHECK(engine.stats().prompt_tokens == 8 * 69);
   CHECK(engine.stats().prefix_cache_hit_rate() == doctest::Approx(7.0 * 64 / (8 * 69)));
+  // Computed: the prefix once, 8 x 5 own tokens, then 2 decode steps of 8 (max_tokens 3).
+  CHECK(engine.stats().computed_tokens == 64 + 8 * 5 + 2 * 8);
+  CHECK(engine.stats().steps == 3);
   // A second wave finds the (freed but still cached) prefix, and the whole earlier prompt
   // of request 0 except the last token, rounded down to a block: 64 of 69.
   for (auto& r : reqs) r.id += "b";
@@ -507,7 +511,7 @@ TEST_CASE("run stats: percentiles interpolate linearly; summary and JSON carry e
   CHECK(j["output_tokens_per_s"] == doctest::Approx(20));
   CHECK(j["ttft_s"]["p50"] == doctest::Approx(0.2));
   CHECK(j["e2e_s"]["p99"] == doctest::Approx(1.99));
-  for (const char* k : {"requests", "prompt_tokens", "cached_tokens", "output_tokens", "steps", "preemptions",
+  for (const char* k : {"requests", "prompt_tokens", "cached_tokens", "output_tokens", "steps", "computed_tokens", "preemptions",
                         "peak_blocks_in_use", "num_kv_blocks", "elapsed_s", "tpot_s"})
     CHECK(j.contains(k));
   CHECK(s.summary().find("25.0% hit") != std::string::npos);
