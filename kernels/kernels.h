@@ -61,6 +61,12 @@ void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const b
                        const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
                        int head_dim, int block_size, float scale, cudaStream_t stream);
 
+// The same on the CUDA cores (no tensor cores): slower, kept as a second implementation that
+// the tests compare with and a fallback for GPUs without bf16 mma.
+void attention_prefill_simt(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
+                            const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
+                            int head_dim, int block_size, float scale, cudaStream_t stream);
+
 // Attention of one query per sequence (query_start[s] = s) over its paged context, split along
 // the context for long sequences (flash-decoding); `workspace` holds the partial results.
 size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_context_len);
