@@ -137,17 +137,25 @@ constexpr int kTcTileQ = 64;  // 4 warps x 16 rows
 constexpr int kTcTileK = 64;
 
 // Grid (query tiles of 64, H, S), 128 threads. Warp w owns query rows 16w..16w+15 of the tile;
-// its Q fragments stay in registers for the whole key loop. Per key tile: K and V arrive by
-// cp.async (V's copy overlaps S = Q K^T), scores and the online softmax stay in the mma
-// accumulator layout (thread holds rows g and g+8, columns 2t and 2t+1 of each 8-key block),
-// P is repacked to bf16 A fragments in registers and O += P V on the tensor cores.
+// its Q fragments stay in registers for the whole key loop. K and V tiles are double-buffered
+// in shared memory and arrive by cp.async one tile ahead: tile i+1's K copies while tile i's
+// scores are computed, its V while tile i's P V runs. Scores and the online softmax stay in
+// the mma accumulator layout (the thread holds rows g and g+8, columns 2t and 2t+1 of each
+// 8-key block); P is repacked to bf16 A fragments in registers for O += P V.
+template <int D>
+constexpr size_t tc_smem_bytes() {
+  return size_t(4) * kTcTileK * (D + 8) * sizeof(bf16);  // K and V, two buffers each
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillParams p) {
   constexpr int kStride = D + 8;  // 16-byte pad per row: ldmatrix rows land in distinct banks
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
   constexpr int kKSteps = D / 16, kNTiles = kTcTileK / 8, kOTiles = D / 8;
-  __shared__ alignas(16) bf16 sk[kTcTileK * kStride];
-  __shared__ alignas(16) bf16 sv[kTcTileK * kStride];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* const smem = reinterpret_cast<bf16*>(smem_raw);
+  bf16* const sk[2] = {smem, smem + kTcTileK * kStride};
+  bf16* const sv[2] = {smem + 2 * kTcTileK * kStride, smem + 3 * kTcTileK * kStride};
 
   const int s = blockIdx.z, head = blockIdx.y;
   const int kvh = head / (p.num_heads / p.num_kv_heads);
@@ -157,21 +165,39 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
   const int rows = min(kTcTileQ, q_len - r0);
   const int first_pos = p.context_lens[s] - q_len;
   const int kv_end = first_pos + r0 + rows;
+  const int num_tiles = ceil_div(kv_end, kTcTileK);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
 
-  // Q tile staged through sk (rows past the end zero-filled), then into registers.
+  const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
+  const int block_mask = (1 << p.block_shift) - 1;
+  const size_t row_stride = size_t(p.num_kv_heads) * D;
+  // Issues the copies of keys kt..kt+63 of `cache` into `dst` (keys past kv_end zero-filled).
+  auto load_tile = [&](bf16* dst, const bf16* cache, int kt) {
+    for (int i = threadIdx.x; i < kTcTileK * kChunks; i += kThreads) {
+      const int t = i / kChunks, c = (i % kChunks) * 8, key = kt + t;
+      const bool valid = key < kv_end;
+      const size_t slot = valid ? (size_t(table[key >> p.block_shift]) << p.block_shift | (key & block_mask)) : 0;
+      cp_async16(&dst[t * kStride + c], cache + slot * row_stride + size_t(kvh) * D + c, valid);
+    }
+  };
+
+  // Q tile staged through sk[1] (rows past the end zero-filled), while tile 0 starts loading.
   for (int i = threadIdx.x; i < kTcTileQ * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
-    cp_async16(&sk[r * kStride + c], p.q + size_t(q0 + r0 + min(r, rows - 1)) * p.q_stride + head * D + c,
+    cp_async16(&sk[1][r * kStride + c], p.q + size_t(q0 + r0 + min(r, rows - 1)) * p.q_stride + head * D + c,
                r < rows);
   }
   cp_async_commit();
-  cp_async_wait<0>();
+  load_tile(sk[0], p.k_cache, 0);
+  cp_async_commit();
+  load_tile(sv[0], p.v_cache, 0);
+  cp_async_commit();
+  cp_async_wait<2>();  // Q has landed
   __syncthreads();
   uint32_t qa[kKSteps][4];
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk)
-    ldmatrix_x4(qa[kk], &sk[(warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8]);
+    ldmatrix_x4(qa[kk], &sk[1][(warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8]);
 
   float o[kOTiles][4];
 #pragma unroll
@@ -180,28 +206,16 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
   const int row_a = r0 + warp * 16 + g;  // this thread's two rows: row_a and row_a + 8
   const int pos[2] = {first_pos + row_a, first_pos + row_a + 8};
 
-  const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
-  const int block_mask = (1 << p.block_shift) - 1;
-  const size_t row_stride = size_t(p.num_kv_heads) * D;
-
-  for (int kt = 0; kt < kv_end; kt += kTcTileK) {
-    __syncthreads();  // everyone is done with sk / sv (the Q staging, or the previous tile)
-    for (int i = threadIdx.x; i < kTcTileK * kChunks; i += kThreads) {
-      const int t = i / kChunks, c = (i % kChunks) * 8, key = kt + t;
-      const bool valid = key < kv_end;
-      const size_t slot = valid ? (size_t(table[key >> p.block_shift]) << p.block_shift | (key & block_mask)) : 0;
-      cp_async16(&sk[t * kStride + c], p.k_cache + slot * row_stride + size_t(kvh) * D + c, valid);
-    }
+  for (int it = 0; it < num_tiles; ++it) {
+    const int kt = it * kTcTileK, buf = it & 1;
+    // Commit order is Q, K0, V0, then K(i+1), V(i+1) per iteration: waiting until one group
+    // is pending leaves exactly the newest in flight.
+    cp_async_wait<1>();  // K(it) has landed
+    __syncthreads();     // ... for every thread; and everyone is done reading sk[buf ^ 1]
+    if (it + 1 < num_tiles) load_tile(sk[buf ^ 1], p.k_cache, kt + kTcTileK);
     cp_async_commit();
-    for (int i = threadIdx.x; i < kTcTileK * kChunks; i += kThreads) {
-      const int t = i / kChunks, c = (i % kChunks) * 8, key = kt + t;
-      const bool valid = key < kv_end;
-      const size_t slot = valid ? (size_t(table[key >> p.block_shift]) << p.block_shift | (key & block_mask)) : 0;
-      cp_async16(&sv[t * kStride + c], p.v_cache + slot * row_stride + size_t(kvh) * D + c, valid);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();  // K has landed; V may still be in flight
-    __syncthreads();
+    const bf16* skb = sk[buf];
+    const bf16* svb = sv[buf];
 
     float sc[kNTiles][4];
 #pragma unroll
@@ -211,7 +225,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
 #pragma unroll
       for (int nn = 0; nn < kNTiles / 2; ++nn) {
         uint32_t b[4];
-        ldmatrix_x4(b, &sk[(nn * 16 + (lane & 7) + (lane >> 4) * 8) * kStride + kk * 16 + ((lane >> 3) & 1) * 8]);
+        ldmatrix_x4(b, &skb[(nn * 16 + (lane & 7) + (lane >> 4) * 8) * kStride + kk * 16 + ((lane >> 3) & 1) * 8]);
         mma_bf16_16816(sc[2 * nn], qa[kk], b[0], b[1]);
         mma_bf16_16816(sc[2 * nn + 1], qa[kk], b[2], b[3]);
       }
@@ -252,8 +266,10 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
       o[n][2] *= alpha[1], o[n][3] *= alpha[1];
     }
 
-    cp_async_wait<0>();  // V has landed
-    __syncthreads();
+    cp_async_wait<1>();  // V(it) has landed
+    __syncthreads();     // ... for every thread; and everyone is done reading sv[buf ^ 1]
+    if (it + 1 < num_tiles) load_tile(sv[buf ^ 1], p.v_cache, kt + kTcTileK);
+    cp_async_commit();
 #pragma unroll
     for (int kk = 0; kk < kTcTileK / 16; ++kk) {
       const uint32_t a[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
@@ -262,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
 #pragma unroll
       for (int nd = 0; nd < D / 16; ++nd) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, &sv[(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + nd * 16 + (lane >> 4) * 8]);
+        ldmatrix_x4_trans(b, &svb[(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + nd * 16 + (lane >> 4) * 8]);
         mma_bf16_16816(o[2 * nd], a, b[0], b[1]);
         mma_bf16_16816(o[2 * nd + 1], a, b[2], b[3]);
       }
@@ -311,10 +327,14 @@ void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const b
   const PrefillParams p = make_params(q, q_stride, k_cache, v_cache, batch, out, num_heads, num_kv_heads,
                                       head_dim, block_size, scale);
   const dim3 grid(ceil_div(batch.max_query_len, kTcTileQ), num_heads, batch.num_seqs);
-  if (head_dim == 128)
-    attention_prefill_tc_kernel<128><<<grid, kThreads, 0, stream>>>(p);
-  else
-    attention_prefill_tc_kernel<64><<<grid, kThreads, 0, stream>>>(p);
+  if (head_dim == 128) {
+    // Over the 48 KB default: the dynamic limit must be raised (a cheap host-side call).
+    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(tc_smem_bytes<128>())));
+    attention_prefill_tc_kernel<128><<<grid, kThreads, tc_smem_bytes<128>(), stream>>>(p);
+  } else {
+    attention_prefill_tc_kernel<64><<<grid, kThreads, tc_smem_bytes<64>(), stream>>>(p);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
