@@ -136,7 +136,9 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillPara
 constexpr int kTcTileQ = 64;  // 4 warps x 16 rows
 constexpr int kTcTileK = 64;
 
-// Grid (query tiles of 64, H, S), 128 threads. Warp w owns query rows 16w..16w+15 of the tile;
+// Grid (query tiles of 64, H / heads_per_cta, S), 128 threads per q head: heads_per_cta (1 or
+// 2, dividing the group size) q heads of one kv head share each K/V tile, so the tile is
+// loaded once for both. Warp w serves q head w / 4 and query rows 16(w%4)..+15 of the tile;
 // its Q fragments stay in registers for the whole key loop. K and V tiles are double-buffered
 // in shared memory and arrive by cp.async one tile ahead: tile i+1's K copies while tile i's
 // scores are computed, its V while tile i's P V runs. Scores and the online softmax stay in
@@ -148,7 +150,7 @@ constexpr size_t tc_smem_bytes() {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillParams p) {
+__global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(PrefillParams p) {
   constexpr int kStride = D + 8;  // 16-byte pad per row: ldmatrix rows land in distinct banks
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
   constexpr int kKSteps = D / 16, kNTiles = kTcTileK / 8, kOTiles = D / 8;
@@ -157,8 +159,9 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
   bf16* const sk[2] = {smem, smem + kTcTileK * kStride};
   bf16* const sv[2] = {smem + 2 * kTcTileK * kStride, smem + 3 * kTcTileK * kStride};
 
-  const int s = blockIdx.z, head = blockIdx.y;
-  const int kvh = head / (p.num_heads / p.num_kv_heads);
+  const int heads_per_cta = blockDim.x / kThreads;
+  const int s = blockIdx.z, head0 = blockIdx.y * heads_per_cta;
+  const int kvh = head0 / (p.num_heads / p.num_kv_heads);
   const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
   const int r0 = blockIdx.x * kTcTileQ;
   if (r0 >= q_len) return;
@@ -166,14 +169,15 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
   const int first_pos = p.context_lens[s] - q_len;
   const int kv_end = first_pos + r0 + rows;
   const int num_tiles = ceil_div(kv_end, kTcTileK);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int head = head0 + (threadIdx.x >> 5) / 4, warp = (threadIdx.x >> 5) % 4;  // warp: row block
 
   const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
   const int block_mask = (1 << p.block_shift) - 1;
   const size_t row_stride = size_t(p.num_kv_heads) * D;
   // Issues the copies of keys kt..kt+63 of `cache` into `dst` (keys past kv_end zero-filled).
   auto load_tile = [&](bf16* dst, const bf16* cache, int kt) {
-    for (int i = threadIdx.x; i < kTcTileK * kChunks; i += kThreads) {
+    for (int i = threadIdx.x; i < kTcTileK * kChunks; i += blockDim.x) {
       const int t = i / kChunks, c = (i % kChunks) * 8, key = kt + t;
       const bool valid = key < kv_end;
       const size_t slot = valid ? (size_t(table[key >> p.block_shift]) << p.block_shift | (key & block_mask)) : 0;
@@ -181,11 +185,13 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
     }
   };
 
-  // Q tile staged through sk[1] (rows past the end zero-filled), while tile 0 starts loading.
-  for (int i = threadIdx.x; i < kTcTileQ * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = (i % kChunks) * 8;
-    cp_async16(&sk[1][r * kStride + c], p.q + size_t(q0 + r0 + min(r, rows - 1)) * p.q_stride + head * D + c,
-               r < rows);
+  // Q tiles staged through sk[1] (first head) and sv[1] (second head), rows past the end
+  // zero-filled, while tile 0 starts loading.
+  bf16* const sq[2] = {sk[1], sv[1]};
+  for (int i = threadIdx.x; i < heads_per_cta * kTcTileQ * kChunks; i += blockDim.x) {
+    const int h = i / (kTcTileQ * kChunks), r = i / kChunks % kTcTileQ, c = (i % kChunks) * 8;
+    cp_async16(&sq[h][r * kStride + c],
+               p.q + size_t(q0 + r0 + min(r, rows - 1)) * p.q_stride + (head0 + h) * D + c, r < rows);
   }
   cp_async_commit();
   load_tile(sk[0], p.k_cache, 0);
@@ -197,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_tc_kernel(PrefillP
   uint32_t qa[kKSteps][4];
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk)
-    ldmatrix_x4(qa[kk], &sk[1][(warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8]);
+    ldmatrix_x4(qa[kk], &sq[head - head0][(warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8]);
 
   float o[kOTiles][4];
 #pragma unroll
@@ -326,14 +332,16 @@ void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const b
   if (batch.num_seqs <= 0 || batch.max_query_len <= 0) return;
   const PrefillParams p = make_params(q, q_stride, k_cache, v_cache, batch, out, num_heads, num_kv_heads,
                                       head_dim, block_size, scale);
-  const dim3 grid(ceil_div(batch.max_query_len, kTcTileQ), num_heads, batch.num_seqs);
+  const int heads_per_cta = (num_heads / num_kv_heads) % 2 == 0 ? 2 : 1;
+  const dim3 grid(ceil_div(batch.max_query_len, kTcTileQ), num_heads / heads_per_cta, batch.num_seqs);
+  const int threads = kThreads * heads_per_cta;
   if (head_dim == 128) {
     // Over the 48 KB default: the dynamic limit must be raised (a cheap host-side call).
     CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(tc_smem_bytes<128>())));
-    attention_prefill_tc_kernel<128><<<grid, kThreads, tc_smem_bytes<128>(), stream>>>(p);
+    attention_prefill_tc_kernel<128><<<grid, threads, tc_smem_bytes<128>(), stream>>>(p);
   } else {
-    attention_prefill_tc_kernel<64><<<grid, kThreads, tc_smem_bytes<64>(), stream>>>(p);
+    attention_prefill_tc_kernel<64><<<grid, threads, tc_smem_bytes<64>(), stream>>>(p);
   }
   CUDA_CHECK(cudaGetLastError());
 }
