@@ -156,8 +156,11 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
   constexpr int kKSteps = D / 16, kNTiles = kTcTileK / 8, kOTiles = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* const smem = reinterpret_cast<bf16*>(smem_raw);
-  bf16* const sk[2] = {smem, smem + kTcTileK * kStride};
-  bf16* const sv[2] = {smem + 2 * kTcTileK * kStride, smem + 3 * kTcTileK * kStride};
+  // Layout: K buffer 0, K buffer 1, V buffer 0, V buffer 1. Buffers are found by arithmetic,
+  // not through a pointer array (a run-time index would put the array in local memory).
+  constexpr int kTile = kTcTileK * kStride;
+  auto k_buf = [&](int b) { return smem + b * kTile; };
+  auto v_buf = [&](int b) { return smem + (2 + b) * kTile; };
 
   const int heads_per_cta = blockDim.x / kThreads;
   const int s = blockIdx.z, head0 = blockIdx.y * heads_per_cta;
@@ -185,25 +188,24 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
     }
   };
 
-  // Q tiles staged through sk[1] (first head) and sv[1] (second head), rows past the end
+  // Q tiles staged through K buffer 1 (first head) and V buffer 1 (second head), rows past the end
   // zero-filled, while tile 0 starts loading.
-  bf16* const sq[2] = {sk[1], sv[1]};
   for (int i = threadIdx.x; i < heads_per_cta * kTcTileQ * kChunks; i += blockDim.x) {
     const int h = i / (kTcTileQ * kChunks), r = i / kChunks % kTcTileQ, c = (i % kChunks) * 8;
-    cp_async16(&sq[h][r * kStride + c],
+    cp_async16(&smem[(1 + 2 * h) * kTile + r * kStride + c],
                p.q + size_t(q0 + r0 + min(r, rows - 1)) * p.q_stride + (head0 + h) * D + c, r < rows);
   }
   cp_async_commit();
-  load_tile(sk[0], p.k_cache, 0);
+  load_tile(k_buf(0), p.k_cache, 0);
   cp_async_commit();
-  load_tile(sv[0], p.v_cache, 0);
+  load_tile(v_buf(0), p.v_cache, 0);
   cp_async_commit();
   cp_async_wait<2>();  // Q has landed
   __syncthreads();
   uint32_t qa[kKSteps][4];
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk)
-    ldmatrix_x4(qa[kk], &sq[head - head0][(warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8]);
+    ldmatrix_x4(qa[kk], &smem[(1 + 2 * (head - head0)) * kTile + (warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8]);
 
   float o[kOTiles][4];
 #pragma unroll
@@ -217,11 +219,11 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
     // Commit order is Q, K0, V0, then K(i+1), V(i+1) per iteration: waiting until one group
     // is pending leaves exactly the newest in flight.
     cp_async_wait<1>();  // K(it) has landed
-    __syncthreads();     // ... for every thread; and everyone is done reading sk[buf ^ 1]
-    if (it + 1 < num_tiles) load_tile(sk[buf ^ 1], p.k_cache, kt + kTcTileK);
+    __syncthreads();     // ... for every thread; and everyone is done reading K buffer buf ^ 1
+    if (it + 1 < num_tiles) load_tile(k_buf(buf ^ 1), p.k_cache, kt + kTcTileK);
     cp_async_commit();
-    const bf16* skb = sk[buf];
-    const bf16* svb = sv[buf];
+    const bf16* skb = k_buf(buf);
+    const bf16* svb = v_buf(buf);
 
     float sc[kNTiles][4];
 #pragma unroll
@@ -237,7 +239,9 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
       }
     }
 
-    // Causal mask and online softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3).
+    // Causal mask (only tiles that reach past the tile's first row need it) and online
+    // softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3).
+    const bool needs_mask = kt + kTcTileK - 1 > first_pos + r0;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n)
@@ -245,7 +249,7 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
       for (int e = 0; e < 4; ++e) {
         const int key = kt + n * 8 + 2 * t4 + (e & 1);
         float v = sc[n][e] * p.scale_log2;
-        if (key > pos[e >> 1] || key >= kv_end) v = -INFINITY;
+        if (needs_mask && (key > pos[e >> 1] || key >= kv_end)) v = -INFINITY;
         sc[n][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
@@ -273,8 +277,8 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
     }
 
     cp_async_wait<1>();  // V(it) has landed
-    __syncthreads();     // ... for every thread; and everyone is done reading sv[buf ^ 1]
-    if (it + 1 < num_tiles) load_tile(sv[buf ^ 1], p.v_cache, kt + kTcTileK);
+    __syncthreads();     // ... for every thread; and everyone is done reading V buffer buf ^ 1
+    if (it + 1 < num_tiles) load_tile(v_buf(buf ^ 1), p.v_cache, kt + kTcTileK);
     cp_async_commit();
 #pragma unroll
     for (int kk = 0; kk < kTcTileK / 16; ++kk) {
