@@ -144,19 +144,22 @@ constexpr int kTcTileK = 64;
 // scores are computed, its V while tile i's P V runs. Scores and the online softmax stay in
 // the mma accumulator layout (the thread holds rows g and g+8, columns 2t and 2t+1 of each
 // 8-key block); P is repacked to bf16 A fragments in registers for O += P V.
-template <int D>
-constexpr size_t tc_smem_bytes() {
-  return size_t(4) * kTcTileK * (D + 8) * sizeof(bf16);  // K and V, two buffers each
+// K and V, two buffers each, then one Q tile per q head of the CTA.
+constexpr size_t tc_smem_bytes(int head_dim, int heads_per_cta) {
+  return size_t(4 + heads_per_cta) * kTcTileK * (head_dim + 8) * sizeof(bf16);
 }
 
 template <int D>
-__global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(PrefillParams p) {
+// Two CTAs of 8 warps per SM (the register cap this implies is why Q is re-read from shared
+// memory each tile instead of living in registers): 16 warps keep the tensor pipe busier than
+// 8 did (ncu: latency-bound at 8 warps, 2 per scheduler).
+__global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(PrefillParams p) {
   constexpr int kStride = D + 8;  // 16-byte pad per row: ldmatrix rows land in distinct banks
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
   constexpr int kKSteps = D / 16, kNTiles = kTcTileK / 8, kOTiles = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* const smem = reinterpret_cast<bf16*>(smem_raw);
-  // Layout: K buffer 0, K buffer 1, V buffer 0, V buffer 1. Buffers are found by arithmetic,
+  // Layout: K buffer 0, K buffer 1, V buffer 0, V buffer 1, Q of each head. Buffers are found by arithmetic,
   // not through a pointer array (a run-time index would put the array in local memory).
   constexpr int kTile = kTcTileK * kStride;
   auto k_buf = [&](int b) { return smem + b * kTile; };
@@ -188,11 +191,10 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
     }
   };
 
-  // Q tiles staged through K buffer 1 (first head) and V buffer 1 (second head), rows past the end
-  // zero-filled, while tile 0 starts loading.
+  // Q tiles (rows past the end zero-filled), while tile 0 starts loading.
   for (int i = threadIdx.x; i < heads_per_cta * kTcTileQ * kChunks; i += blockDim.x) {
     const int h = i / (kTcTileQ * kChunks), r = i / kChunks % kTcTileQ, c = (i % kChunks) * 8;
-    cp_async16(&smem[(1 + 2 * h) * kTile + r * kStride + c],
+    cp_async16(&smem[(4 + h) * kTile + r * kStride + c],
                p.q + size_t(q0 + r0 + min(r, rows - 1)) * p.q_stride + (head0 + h) * D + c, r < rows);
   }
   cp_async_commit();
@@ -200,12 +202,8 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
   cp_async_commit();
   load_tile(v_buf(0), p.v_cache, 0);
   cp_async_commit();
-  cp_async_wait<2>();  // Q has landed
-  __syncthreads();
-  uint32_t qa[kKSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk)
-    ldmatrix_x4(qa[kk], &smem[(1 + 2 * (head - head0)) * kTile + (warp * 16 + (lane & 15)) * kStride + kk * 16 + (lane >> 4) * 8]);
+  // This warp's 16 rows of Q, as ldmatrix addresses A fragments from.
+  const bf16* q_frag = smem + (4 + head - head0) * kTile + (warp * 16 + (lane & 15)) * kStride + (lane >> 4) * 8;
 
   float o[kOTiles][4];
 #pragma unroll
@@ -230,12 +228,14 @@ __global__ void __launch_bounds__(2 * kThreads) attention_prefill_tc_kernel(Pref
     for (int n = 0; n < kNTiles; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
+      uint32_t qa[4];
+      ldmatrix_x4(qa, q_frag + kk * 16);
 #pragma unroll
       for (int nn = 0; nn < kNTiles / 2; ++nn) {
         uint32_t b[4];
         ldmatrix_x4(b, &skb[(nn * 16 + (lane & 7) + (lane >> 4) * 8) * kStride + kk * 16 + ((lane >> 3) & 1) * 8]);
-        mma_bf16_16816(sc[2 * nn], qa[kk], b[0], b[1]);
-        mma_bf16_16816(sc[2 * nn + 1], qa[kk], b[2], b[3]);
+        mma_bf16_16816(sc[2 * nn], qa, b[0], b[1]);
+        mma_bf16_16816(sc[2 * nn + 1], qa, b[2], b[3]);
       }
     }
 
@@ -339,14 +339,14 @@ void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const b
   const int heads_per_cta = (num_heads / num_kv_heads) % 2 == 0 ? 2 : 1;
   const dim3 grid(ceil_div(batch.max_query_len, kTcTileQ), num_heads / heads_per_cta, batch.num_seqs);
   const int threads = kThreads * heads_per_cta;
-  if (head_dim == 128) {
-    // Over the 48 KB default: the dynamic limit must be raised (a cheap host-side call).
-    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(tc_smem_bytes<128>())));
-    attention_prefill_tc_kernel<128><<<grid, threads, tc_smem_bytes<128>(), stream>>>(p);
-  } else {
-    attention_prefill_tc_kernel<64><<<grid, threads, tc_smem_bytes<64>(), stream>>>(p);
-  }
+  const size_t smem = tc_smem_bytes(head_dim, heads_per_cta);
+  auto kernel = head_dim == 128 ? attention_prefill_tc_kernel<128> : attention_prefill_tc_kernel<64>;
+  // Over the 48 KB default the dynamic limit must be raised, and the carveout set so that two
+  // CTAs fit per SM (cheap host-side calls).
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
+  kernel<<<grid, threads, smem, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
 }
 
