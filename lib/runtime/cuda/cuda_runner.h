@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "model/config.h"
 #include "model/weights.h"
@@ -25,5 +26,9 @@ struct CudaRunnerOptions {
 // nvllm::Error when not even one sequence of max_model_len fits in the cache.
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
                                          const CudaRunnerOptions& options);
+
+// Tests and parity checks: the fp32 logits [rows, vocab] of the last execute() of a runner made
+// by make_cuda_runner, one row per sequence that sampled, in sequence order.
+std::vector<float> cuda_runner_last_logits(Runner& runner);
 
 }  // namespace nvllm

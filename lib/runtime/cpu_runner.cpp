@@ -1,0 +1,286 @@
+#include "runtime/cpu_runner.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "runtime/cpu_ops.h"
+#include "runtime/cpu_sampler.h"
+#include "runtime/cpu_thread_pool.h"
+
+namespace nvllm {
+
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using CacheBuffer = std::unique_ptr<float, FreeDeleter>;
+
+// calloc: a large cache comes back as untouched zero pages, so memory is committed only as
+// blocks get used.
+CacheBuffer alloc_cache(size_t floats) {
+  float* p = static_cast<float*>(std::calloc(floats, sizeof(float)));
+  NVLLM_CHECK(p != nullptr || floats == 0, "CpuRunner: cannot allocate a KV cache of ",
+              floats * sizeof(float) / (1 << 20), " MiB; lower --num-kv-blocks or --max-model-len");
+  return CacheBuffer(p);
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void check_tensor(const HostTensor& t, const std::vector<int64_t>& want, const char* name, int layer) {
+  const std::string where = layer < 0 ? std::string(name) : str_cat("layers.", layer, ".", name);
+  NVLLM_CHECK(!t.empty(), "CpuRunner: weight ", where, " is missing");
+  NVLLM_CHECK(t.dtype() == DType::kF32, "CpuRunner: weight ", where, " is ", dtype_name(t.dtype()),
+              "; the CPU runner needs F32 weights (load them with dtype F32)");
+  NVLLM_CHECK(t.shape() == want, "CpuRunner: weight ", where, " has shape ", shape_str(t.shape()),
+              " but config.json implies ", shape_str(want), "; check the config against the checkpoint");
+}
+
+}  // namespace
+
+struct CpuRunner::Impl {
+  ModelConfig cfg;
+  ModelWeights w;
+  int block_size;
+  int num_blocks;
+  ThreadPool pool;
+  std::vector<CacheBuffer> k_cache, v_cache;  // per layer [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<float> inv_freq;
+  float eps;
+  float scale;
+  // Activations, reused across steps.
+  std::vector<float> x, h, qkv, attn, gu, act, cos_sin, final_h, step_logits;
+
+  Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads)
+      : cfg(c), w(std::move(weights)), block_size(bs), num_blocks(nb),
+        pool(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+    validate();
+    const size_t per_layer = static_cast<size_t>(num_blocks) * block_size * cfg.kv_size();
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      k_cache.push_back(alloc_cache(per_layer));
+      v_cache.push_back(alloc_cache(per_layer));
+    }
+    inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling);
+    eps = static_cast<float>(cfg.rms_norm_eps);
+    scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg.head_dim)));
+  }
+
+  void validate() const {
+    NVLLM_CHECK(block_size > 0 && num_blocks > 0, "CpuRunner: block size ", block_size, " and ", num_blocks,
+                " KV blocks; both must be positive");
+    NVLLM_CHECK(cfg.num_heads > 0 && cfg.num_kv_heads > 0 && cfg.num_heads % cfg.num_kv_heads == 0,
+                "CpuRunner: num_attention_heads ", cfg.num_heads, " is not a multiple of num_key_value_heads ",
+                cfg.num_kv_heads, " in config.json");
+    NVLLM_CHECK(cfg.head_dim > 0 && cfg.head_dim % 2 == 0, "CpuRunner: head_dim ", cfg.head_dim,
+                " must be even for RoPE");
+    NVLLM_CHECK(static_cast<int>(w.layers.size()) == cfg.num_layers, "CpuRunner: weights hold ",
+                w.layers.size(), " layers but config.json says num_hidden_layers ", cfg.num_layers);
+    const int64_t hid = cfg.hidden_size, inter = cfg.intermediate_size;
+    check_tensor(w.embed, {cfg.vocab_size, hid}, "embed_tokens", -1);
+    check_tensor(w.final_norm, {hid}, "norm", -1);
+    check_tensor(w.lm_head_or_embed(), {cfg.vocab_size, hid}, "lm_head", -1);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      const LayerWeights& L = w.layers[l];
+      check_tensor(L.input_norm, {hid}, "input_layernorm", l);
+      check_tensor(L.qkv, {cfg.qkv_size(), hid}, "qkv_proj", l);
+      if (!L.qkv_bias.empty()) check_tensor(L.qkv_bias, {cfg.qkv_size()}, "qkv_proj.bias", l);
+      if (cfg.qk_norm) {
+        check_tensor(L.q_norm, {cfg.head_dim}, "q_norm", l);
+        check_tensor(L.k_norm, {cfg.head_dim}, "k_norm", l);
+      }
+      check_tensor(L.o_proj, {hid, cfg.q_size()}, "o_proj", l);
+      check_tensor(L.post_norm, {hid}, "post_attention_layernorm", l);
+      check_tensor(L.gate_up, {2 * inter, hid}, "gate_up_proj", l);
+      check_tensor(L.down, {hid, inter}, "down_proj", l);
+    }
+  }
+
+  void check_batch(const Batch& b) const {
+    const int T = b.num_tokens();
+    const int S = b.num_seqs();
+    NVLLM_CHECK(static_cast<int>(b.positions.size()) == T && static_cast<int>(b.slot_mapping.size()) == T,
+                "CpuRunner: batch has ", T, " tokens but ", b.positions.size(), " positions and ",
+                b.slot_mapping.size(), " slots");
+    NVLLM_CHECK(static_cast<int>(b.query_start.size()) == S + 1, "CpuRunner: query_start has ",
+                b.query_start.size(), " entries for ", S, " sequences");
+    NVLLM_CHECK(b.query_start[0] == 0 && b.query_start[S] == T, "CpuRunner: query_start runs from ",
+                b.query_start[0], " to ", b.query_start[S], " for a batch of ", T, " tokens");
+    // RoPE uses `positions`, attention derives them from context_lens: they must agree.
+    for (int s = 0; s < S; ++s) {
+      const int first = b.context_lens[s] - b.query_len(s);
+      for (int t = b.query_start[s]; t < b.query_start[s + 1]; ++t) {
+        NVLLM_CHECK(b.positions[t] == first + (t - b.query_start[s]), "CpuRunner: token ", t, " of sequence ", s,
+                    " has position ", b.positions[t], " but context length ", b.context_lens[s], " and ",
+                    b.query_len(s), " query tokens put it at ", first + (t - b.query_start[s]));
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      NVLLM_CHECK(b.token_ids[t] >= 0 && b.token_ids[t] < cfg.vocab_size, "CpuRunner: token id ",
+                  b.token_ids[t], " is outside the vocabulary of ", cfg.vocab_size);
+    }
+  }
+
+  // Runs every layer over the batch (writing each layer's K/V of all tokens before its
+  // attention), then the final norm and LM head for the token rows in `rows` only:
+  // logits [rows.size(), vocab].
+  void forward(const Batch& b, const std::vector<int32_t>& rows, std::vector<float>& logits) {
+    check_batch(b);
+    const int T = b.num_tokens();
+    const int hid = cfg.hidden_size, inter = cfg.intermediate_size, d = cfg.head_dim;
+    x.resize(static_cast<size_t>(T) * hid);
+    h.resize(x.size());
+    qkv.resize(static_cast<size_t>(T) * cfg.qkv_size());
+    attn.resize(static_cast<size_t>(T) * cfg.q_size());
+    gu.resize(static_cast<size_t>(T) * 2 * inter);
+    act.resize(static_cast<size_t>(T) * inter);
+    cos_sin.resize(static_cast<size_t>(T) * d);
+
+    const float* embed = w.embed.as<float>();
+    for (int t = 0; t < T; ++t) {
+      std::memcpy(&x[static_cast<size_t>(t) * hid], embed + static_cast<int64_t>(b.token_ids[t]) * hid,
+                  hid * sizeof(float));
+      rope_cos_sin(inv_freq, b.positions[t], &cos_sin[static_cast<size_t>(t) * d]);
+    }
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      attention_block(l, b);
+      mlp_block(l, T);
+    }
+
+    const int R = static_cast<int>(rows.size());
+    final_h.resize(static_cast<size_t>(R) * hid);
+    for (int r = 0; r < R; ++r) {
+      rmsnorm_row(&x[static_cast<size_t>(rows[r]) * hid], w.final_norm.as<float>(), hid, eps,
+                  &final_h[static_cast<size_t>(r) * hid]);
+    }
+    logits.resize(static_cast<size_t>(R) * cfg.vocab_size);
+    matmul_wt(pool, final_h.data(), R, hid, w.lm_head_or_embed().as<float>(), cfg.vocab_size, nullptr,
+              logits.data());
+  }
+
+  // x += o_proj(attention(rope(qk_norm(qkv(rmsnorm(x)))))), every token's K/V cached first.
+  void attention_block(int l, const Batch& b) {
+    const LayerWeights& L = w.layers[l];
+    const int T = b.num_tokens();
+    const int hid = cfg.hidden_size, d = cfg.head_dim;
+    const int qs = cfg.q_size(), kvs = cfg.kv_size(), qkvs = cfg.qkv_size();
+    rmsnorm_rows(pool, x.data(), L.input_norm.as<float>(), T, hid, eps, h.data());
+    matmul_wt(pool, h.data(), T, hid, L.qkv.as<float>(), qkvs,
+              L.qkv_bias.empty() ? nullptr : L.qkv_bias.as<float>(), qkv.data());
+    pool.parallel_for(
+        T,
+        [&](int64_t tb, int64_t te) {
+          for (int64_t t = tb; t < te; ++t) {
+            float* q = &qkv[t * qkvs];
+            float* k = q + qs;
+            if (cfg.qk_norm) {
+              for (int i = 0; i < cfg.num_heads; ++i) rmsnorm_row(q + i * d, L.q_norm.as<float>(), d, eps, q + i * d);
+              for (int i = 0; i < cfg.num_kv_heads; ++i) rmsnorm_row(k + i * d, L.k_norm.as<float>(), d, eps, k + i * d);
+            }
+            apply_rope(q, cfg.num_heads, d, &cos_sin[t * d]);
+            apply_rope(k, cfg.num_kv_heads, d, &cos_sin[t * d]);
+          }
+        },
+        /*min_chunk=*/4);
+    const PagedKv cache{k_cache[l].get(), v_cache[l].get(), num_blocks, block_size, cfg.num_kv_heads, d};
+    write_kv(cache, qkv.data() + qs, qkv.data() + qs + kvs, qkvs, b.slot_mapping);
+    const AttentionLayout layout{b.query_start, b.context_lens, b.block_tables, b.max_blocks_per_seq};
+    paged_attention(pool, qkv.data(), qkvs, cfg.num_heads, cache, layout, scale, attn.data());
+    matmul_wt(pool, attn.data(), T, qs, L.o_proj.as<float>(), hid, nullptr, h.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
+  }
+
+  // x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x))).
+  void mlp_block(int l, int T) {
+    const LayerWeights& L = w.layers[l];
+    const int hid = cfg.hidden_size, inter = cfg.intermediate_size;
+    rmsnorm_rows(pool, x.data(), L.post_norm.as<float>(), T, hid, eps, h.data());
+    matmul_wt(pool, h.data(), T, hid, L.gate_up.as<float>(), 2 * inter, nullptr, gu.data());
+    silu_mul(pool, gu.data(), T, inter, act.data());
+    matmul_wt(pool, act.data(), T, inter, L.down.as<float>(), hid, nullptr, h.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
+  }
+};
+
+CpuRunner::CpuRunner(const ModelConfig& config, ModelWeights weights, int block_size, int num_kv_blocks,
+                     int num_threads)
+    : impl_(std::make_unique<Impl>(config, std::move(weights), block_size, num_kv_blocks, num_threads)) {}
+
+CpuRunner::~CpuRunner() = default;
+
+int CpuRunner::num_kv_blocks() const { return impl_->num_blocks; }
+
+std::vector<float> CpuRunner::forward_logits(const Batch& batch) {
+  std::vector<int32_t> rows(batch.num_tokens());
+  for (int t = 0; t < batch.num_tokens(); ++t) rows[t] = t;
+  std::vector<float> logits;
+  impl_->forward(batch, rows, logits);
+  return logits;
+}
+
+void CpuRunner::execute(const Batch& batch, StepOutput& out) {
+  const int S = batch.num_seqs();
+  out.token_ids.assign(S, -1);
+  out.logprobs.assign(S, 0.0f);
+  out.top_logprobs.assign(S, {});
+  if (S == 0) return;
+  NVLLM_CHECK(batch.sample.size() == static_cast<size_t>(S), "CpuRunner: batch.sample has ",
+              batch.sample.size(), " entries for ", S, " sequences");
+  std::vector<int32_t> seqs, rows;
+  for (int s = 0; s < S; ++s) {
+    if (!batch.sample[s]) continue;
+    NVLLM_CHECK(batch.query_len(s) > 0, "CpuRunner: sequence ", s, " asks for a token but has no query tokens");
+    seqs.push_back(s);
+    rows.push_back(batch.query_start[s + 1] - 1);
+  }
+  if (!seqs.empty()) {
+    const size_t need = static_cast<size_t>(S);
+    NVLLM_CHECK(batch.params.size() == need && batch.prompt_tokens.size() == need &&
+                    batch.output_tokens.size() == need && batch.seeds.size() == need &&
+                    batch.sample_step.size() == need && batch.suppress_eos.size() == need,
+                "CpuRunner: a per-sequence sampling array (params, prompt_tokens, output_tokens, seeds, "
+                "sample_step, suppress_eos) does not have ", S, " entries");
+  }
+  std::vector<float>& logits = impl_->step_logits;
+  impl_->forward(batch, rows, logits);
+
+  const int vocab = impl_->cfg.vocab_size;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  // One sequence per work item: each draw depends only on its own logits, seed and step.
+  impl_->pool.parallel_for(static_cast<int64_t>(seqs.size()), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int s = seqs[i];
+      try {
+        SamplerInput in;
+        in.logits = std::span<const float>(&logits[static_cast<size_t>(i) * vocab], vocab);
+        in.params = batch.params[s];
+        in.prompt_tokens = batch.prompt_tokens[s];
+        in.output_tokens = batch.output_tokens[s];
+        in.seed = batch.seeds[s];
+        in.step = batch.sample_step[s];
+        in.suppress_eos = batch.suppress_eos[s] != 0;
+        in.eos_token_ids = batch.eos_token_ids;
+        SamplerResult r = sample_token(in);
+        out.token_ids[s] = r.token_id;
+        out.logprobs[s] = r.logprob;
+        out.top_logprobs[s] = std::move(r.top_logprobs);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  });
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace nvllm

@@ -1,0 +1,514 @@
+// CudaRunner: weights on the device once, a paged bf16 KV cache sized from free memory, one
+// forward pass that reads top to bottom, sampling on the GPU, CUDA graphs for decode steps.
+// Per step: one H2D copy of the packed inputs (a second only for penalties / min_tokens),
+// the forward (replayed from a graph when it is a captured decode size), the sampler, one D2H
+// copy of the results and one stream synchronisation.
+#include "runtime/cuda/cuda_runner.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numbers>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+#include "kernels/sampling.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/runner_kernels.h"
+#include "runtime/cuda/step_inputs.h"
+
+namespace nvllm {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kMaxTopLogprobs = 20;  // what vLLM allows; larger requests are clamped
+
+struct DeviceLayer {
+  const bf16 *input_norm = nullptr, *qkv = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr,
+             *o_proj = nullptr, *post_norm = nullptr, *gate_up = nullptr, *down = nullptr;
+};
+
+// Decode sizes that get a graph: 1, 2, 4, 8, 16, 24, 32, then every 16 up to max_num_seqs
+// (which is always included).
+std::vector<int> graph_sizes(int max_num_seqs) {
+  std::vector<int> sizes;
+  for (int s : {1, 2, 4, 8, 16, 24, 32})
+    if (s < max_num_seqs) sizes.push_back(s);
+  for (int s = 48; s < max_num_seqs; s += 16) sizes.push_back(s);
+  sizes.push_back(max_num_seqs);
+  return sizes;
+}
+
+// RoPE frequencies as Hugging Face computes them, with the llama3 rescaling of long wavelengths.
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) {
+    const float f = static_cast<float>(1.0 / std::pow(c.rope_theta, (2.0 * i) / c.head_dim));
+    inv[i] = f;
+  }
+  if (c.rope_scaling.type == "llama3") {
+    const RopeScaling& s = c.rope_scaling;
+    const double old_len = s.original_max_position_embeddings;
+    const double low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+    for (float& f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / s.factor);
+      } else {
+        const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+  }
+  return inv;
+}
+
+class CudaRunner final : public Runner {
+ public:
+  CudaRunner(const ModelConfig& config, const ModelWeights& weights, const CudaRunnerOptions& options);
+  void execute(const Batch& batch, StepOutput& out) override;
+  int num_kv_blocks() const override { return num_blocks_; }
+  const char* name() const override { return "cuda"; }
+  std::vector<float> last_logits();
+
+ private:
+  // Device addresses of one step's inputs (inside staging_dev_) and its shape.
+  struct Step {
+    StepLayout layout;
+    int max_query_len = 0, max_context_len = 0;
+    bool decode = false;
+    bool gather = true;  // sample rows are gathered before the final norm (eager steps)
+  };
+
+  const bf16* upload(const HostTensor& t, const char* what);
+  void allocate_buffers();
+  void size_kv_cache();
+  void capture_graphs();
+  void forward(const Step& step);
+  int padded_graph_size(int seqs) const;
+  template <typename T>
+  const T* dev(size_t offset) const {
+    return reinterpret_cast<const T*>(staging_dev_.as<std::byte>() + offset);
+  }
+
+  ModelConfig c_;
+  CudaRunnerOptions opt_;
+  CudaStream stream_;
+  Gemm gemm_;
+  std::vector<DeviceBuffer> weight_buffers_;
+  const bf16* embed_ = nullptr;
+  const bf16* lm_head_ = nullptr;
+  const bf16* final_norm_ = nullptr;
+  std::vector<DeviceLayer> layers_;
+  DeviceBuffer inv_freq_;
+
+  int token_cap_ = 0, seq_cap_ = 0, width_cap_ = 0;
+  DeviceBuffer x_, residual_, qkv_, attn_, gate_up_, act_, xg_, rg_, logits_, decode_ws_;
+  DeviceBuffer staging_dev_;
+  PinnedBuffer staging_host_;
+  DeviceBuffer extras_dev_, counts_;
+  PinnedBuffer extras_host_;
+  DeviceBuffer out_dev_;
+  PinnedBuffer out_host_;
+  size_t out_lp_ = 0, out_top_ids_ = 0, out_top_lp_ = 0;  // offsets inside out buffers
+
+  DeviceBuffer kv_;  // [layers][k, v][blocks, block_size, kv_heads, head_dim]
+  std::vector<bf16*> k_cache_, v_cache_;
+  int num_blocks_ = 0;
+
+  std::map<int, CudaGraphExec> graphs_;  // padded decode size -> graph
+  SamplerExtras extras_;
+  std::vector<int> last_logits_rows_;  // logits row of each sampled sequence in the last step
+  bool warned_top_clamp_ = false;
+};
+
+CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const CudaRunnerOptions& options)
+    : c_(config), opt_(options), stream_(), gemm_() {
+  CUDA_CHECK(cudaSetDevice(opt_.device));
+  NVLLM_CHECK(c_.head_dim % 2 == 0, "config.json: head_dim ", c_.head_dim, " must be even for rotary embedding");
+  NVLLM_CHECK(static_cast<int>(w.layers.size()) == c_.num_layers, "internal: weights have ", w.layers.size(),
+              " layers, config.json says ", c_.num_layers);
+  NVLLM_CHECK(opt_.max_num_seqs > 0 && opt_.max_num_batched_tokens > 0 && opt_.max_model_len > 0 &&
+                  opt_.block_size > 0,
+              "CUDA runner: --max-num-seqs, --max-num-batched-tokens, --max-model-len and --block-size must be positive");
+
+  embed_ = upload(w.embed, "embed_tokens");
+  lm_head_ = w.lm_head.empty() ? embed_ : upload(w.lm_head, "lm_head");
+  final_norm_ = upload(w.final_norm, "norm");
+  for (const LayerWeights& lw : w.layers) {
+    DeviceLayer d;
+    d.input_norm = upload(lw.input_norm, "input_layernorm");
+    d.qkv = upload(lw.qkv, "qkv_proj");
+    d.qkv_bias = lw.qkv_bias.empty() ? nullptr : upload(lw.qkv_bias, "qkv bias");
+    d.q_norm = lw.q_norm.empty() ? nullptr : upload(lw.q_norm, "q_norm");
+    d.k_norm = lw.k_norm.empty() ? nullptr : upload(lw.k_norm, "k_norm");
+    d.o_proj = upload(lw.o_proj, "o_proj");
+    d.post_norm = upload(lw.post_norm, "post_attention_layernorm");
+    d.gate_up = upload(lw.gate_up, "gate_up_proj");
+    d.down = upload(lw.down, "down_proj");
+    layers_.push_back(d);
+  }
+  const std::vector<float> inv = rope_inv_freq(c_);
+  inv_freq_ = DeviceBuffer(inv.size() * sizeof(float));
+  CUDA_CHECK(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
+
+  allocate_buffers();
+  size_kv_cache();
+  if (!opt_.enforce_eager) capture_graphs();
+}
+
+const bf16* CudaRunner::upload(const HostTensor& t, const char* what) {
+  NVLLM_CHECK(!t.empty(), "internal: weight ", what, " is missing");
+  NVLLM_CHECK(t.dtype() == DType::kBF16, "internal: weight ", what, " is ", dtype_name(t.dtype()),
+              "; the CUDA runner needs weights loaded as BF16");
+  DeviceBuffer buf(t.nbytes());
+  CUDA_CHECK(cudaMemcpy(buf.get(), t.data(), t.nbytes(), cudaMemcpyHostToDevice));
+  const bf16* p = buf.as<bf16>();
+  weight_buffers_.push_back(std::move(buf));
+  return p;
+}
+
+void CudaRunner::allocate_buffers() {
+  seq_cap_ = opt_.max_num_seqs;
+  token_cap_ = std::max(opt_.max_num_batched_tokens, seq_cap_);
+  width_cap_ = (opt_.max_model_len + opt_.block_size - 1) / opt_.block_size;
+  const size_t H = c_.hidden_size, T = token_cap_, S = seq_cap_;
+  x_ = DeviceBuffer(T * H * sizeof(bf16));
+  residual_ = DeviceBuffer(T * H * sizeof(bf16));
+  qkv_ = DeviceBuffer(T * c_.qkv_size() * sizeof(bf16));
+  attn_ = DeviceBuffer(T * c_.q_size() * sizeof(bf16));
+  gate_up_ = DeviceBuffer(T * 2 * c_.intermediate_size * sizeof(bf16));
+  act_ = DeviceBuffer(T * c_.intermediate_size * sizeof(bf16));
+  xg_ = DeviceBuffer(S * H * sizeof(bf16));
+  rg_ = DeviceBuffer(S * H * sizeof(bf16));
+  logits_ = DeviceBuffer(S * c_.vocab_size * sizeof(float));
+  const size_t ws = kernels::attention_decode_workspace_bytes(seq_cap_, c_.num_heads, c_.head_dim, opt_.max_model_len);
+  decode_ws_ = DeviceBuffer(std::max<size_t>(ws, 16));
+
+  const size_t staging = make_step_layout(token_cap_, seq_cap_, width_cap_, seq_cap_).bytes;
+  staging_dev_ = DeviceBuffer(staging);
+  staging_host_ = PinnedBuffer(staging);
+
+  out_lp_ = S * sizeof(int32_t);
+  out_top_ids_ = out_lp_ + S * sizeof(float);
+  out_top_lp_ = out_top_ids_ + S * kMaxTopLogprobs * sizeof(int32_t);
+  const size_t out_bytes = out_top_lp_ + S * kMaxTopLogprobs * sizeof(float);
+  out_dev_ = DeviceBuffer(out_bytes);
+  out_host_ = PinnedBuffer(out_bytes);
+}
+
+int CudaRunner::padded_graph_size(int seqs) const {
+  auto it = graphs_.lower_bound(seqs);
+  return it == graphs_.end() ? 0 : it->first;
+}
+
+void CudaRunner::forward(const Step& st) {
+  cudaStream_t s = stream_.get();
+  const StepLayout& L = st.layout;
+  const int T = L.tokens, H = c_.hidden_size, I = c_.intermediate_size;
+  bf16* x = x_.as<bf16>();
+  bf16* res = residual_.as<bf16>();
+  bf16* qkv = qkv_.as<bf16>();
+  bf16* attn = attn_.as<bf16>();
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+  const int32_t* positions = dev<int32_t>(L.positions);
+  const int32_t* slots = dev<int32_t>(L.slots);
+  const kernels::AttentionBatch ab{dev<int32_t>(L.query_start), dev<int32_t>(L.context_lens),
+                                   dev<int32_t>(L.block_tables), L.width, L.seqs, st.max_query_len,
+                                   st.max_context_len};
+
+  kernels::embedding(dev<int32_t>(L.token_ids), embed_, x, T, H, s);
+  // The first add_rmsnorm then sets residual = embedding (0 + x is exact in bf16).
+  CUDA_CHECK(cudaMemsetAsync(res, 0, static_cast<size_t>(T) * H * sizeof(bf16), s));
+  for (int l = 0; l < c_.num_layers; ++l) {
+    const DeviceLayer& w = layers_[l];
+    kernels::add_rmsnorm(x, res, w.input_norm, T, H, eps, s);
+    gemm_.matmul(x, w.qkv, qkv, T, c_.qkv_size(), H, false, s);
+    if (w.qkv_bias) add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
+    kernels::qk_norm_rope_cache(qkv, positions, slots, w.q_norm, w.k_norm, eps, inv_freq_.as<float>(), k_cache_[l],
+                                v_cache_[l], T, c_.num_heads, c_.num_kv_heads, c_.head_dim, opt_.block_size, s);
+    if (st.decode) {
+      kernels::attention_decode(qkv, c_.qkv_size(), k_cache_[l], v_cache_[l], ab, attn, c_.num_heads,
+                                c_.num_kv_heads, c_.head_dim, opt_.block_size, scale, decode_ws_.get(),
+                                decode_ws_.bytes(), s);
+    } else {
+      kernels::attention_prefill(qkv, c_.qkv_size(), k_cache_[l], v_cache_[l], ab, attn, c_.num_heads,
+                                 c_.num_kv_heads, c_.head_dim, opt_.block_size, scale, s);
+    }
+    gemm_.matmul(attn, w.o_proj, x, T, H, c_.q_size(), false, s);
+    kernels::add_rmsnorm(x, res, w.post_norm, T, H, eps, s);
+    gemm_.matmul(x, w.gate_up, gate_up_.as<bf16>(), T, 2 * I, H, false, s);
+    kernels::silu_mul(gate_up_.as<bf16>(), act_.as<bf16>(), T, I, s);
+    gemm_.matmul(act_.as<bf16>(), w.down, x, T, H, I, false, s);
+  }
+  // Final norm and LM head only over the rows that sample.
+  bf16 *fx = x, *fr = res;
+  int rows = T;
+  if (st.gather) {
+    rows = L.sample_rows;
+    gather_rows(x, dev<int32_t>(L.sample_token), xg_.as<bf16>(), rows, H, s);
+    gather_rows(res, dev<int32_t>(L.sample_token), rg_.as<bf16>(), rows, H, s);
+    fx = xg_.as<bf16>();
+    fr = rg_.as<bf16>();
+  }
+  kernels::add_rmsnorm(fx, fr, final_norm_, rows, H, eps, s);
+  gemm_.matmul(fx, lm_head_, logits_.get(), rows, c_.vocab_size, H, true, s);
+}
+
+void CudaRunner::execute(const Batch& b, StepOutput& out) {
+  const int S = b.num_seqs(), T = b.num_tokens();
+  NVLLM_CHECK(S > 0 && T > 0, "internal: empty batch");
+  NVLLM_CHECK(S <= seq_cap_ && T <= token_cap_, "internal: batch of ", S, " sequences / ", T,
+              " tokens exceeds --max-num-seqs ", seq_cap_, " / --max-num-batched-tokens ", token_cap_);
+  NVLLM_CHECK(b.max_blocks_per_seq <= width_cap_, "internal: block table width ", b.max_blocks_per_seq,
+              " exceeds what --max-model-len allows (", width_cap_, ")");
+  for (int32_t id : b.token_ids)
+    NVLLM_CHECK(id >= 0 && id < c_.vocab_size, "token id ", id, " is outside the vocabulary (", c_.vocab_size,
+                " tokens) of the model");
+  for (int s = 0; s < S; ++s) {
+    if (!b.sample[s] || !b.params[s]->logprobs || *b.params[s]->logprobs <= kMaxTopLogprobs || warned_top_clamp_) continue;
+    log_warn("logprobs ", *b.params[s]->logprobs, " requested; the CUDA runner returns at most ", kMaxTopLogprobs);
+    warned_top_clamp_ = true;
+  }
+  cudaStream_t st = stream_.get();
+
+  const int graph_size = (b.decode_only && !graphs_.empty()) ? padded_graph_size(S) : 0;
+  const bool use_graph = graph_size > 0;
+  const int width = use_graph ? width_cap_ : b.max_blocks_per_seq;
+  PackedStep packed = pack_step(b, use_graph ? graph_size : S, width, use_graph, kMaxTopLogprobs,
+                                staging_host_.get(), staging_host_.bytes(), extras_);
+  const int R = static_cast<int>(packed.sampled_seqs.size());
+  CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
+
+  if (use_graph) {
+    CUDA_CHECK(cudaGraphLaunch(graphs_.at(graph_size).get(), st));
+  } else {
+    Step step{packed.layout, packed.max_query_len, packed.max_context_len, b.decode_only, true};
+    forward(step);
+  }
+
+  // Sampling.
+  int32_t* out_ids = out_dev_.as<int32_t>();
+  auto* out_bytes = out_dev_.as<std::byte>();
+  const bool fast = packed.all_greedy_plain;
+  if (R > 0 && fast) {
+    // Graph steps keep logits in sequence order; argmax every real row and pick below.
+    kernels::argmax_rows(logits_.as<float>(), use_graph ? S : R, c_.vocab_size, out_ids, st);
+  } else if (R > 0) {
+    const int32_t* counts = nullptr;
+    const int32_t* suppress = nullptr;
+    if (!extras_.empty()) {
+      const size_t n_ids = extras_.ids.size(), n_rb = extras_.row_begin.size(), n_pl = extras_.prompt_len.size(),
+                   n_sup = extras_.suppress.size();
+      const size_t bytes = sizeof(int32_t) * (n_ids + n_rb + n_pl + n_sup);
+      if (extras_host_.bytes() < bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(st));  // the old buffers may still be in use
+        extras_host_ = PinnedBuffer(bytes * 2);
+        extras_dev_ = DeviceBuffer(bytes * 2);
+      }
+      int32_t* h = extras_host_.as<int32_t>();
+      std::copy(extras_.ids.begin(), extras_.ids.end(), h);
+      std::copy(extras_.row_begin.begin(), extras_.row_begin.end(), h + n_ids);
+      std::copy(extras_.prompt_len.begin(), extras_.prompt_len.end(), h + n_ids + n_rb);
+      std::copy(extras_.suppress.begin(), extras_.suppress.end(), h + n_ids + n_rb + n_pl);
+      CUDA_CHECK(cudaMemcpyAsync(extras_dev_.get(), h, bytes, cudaMemcpyHostToDevice, st));
+      const int32_t* d = extras_dev_.as<int32_t>();
+      suppress = d + n_ids + n_rb + n_pl;
+      const int rows = extras_.counts_rows();
+      if (rows > 0) {
+        const size_t need = static_cast<size_t>(rows) * c_.vocab_size * sizeof(int32_t);
+        if (counts_.bytes() < need) {
+          CUDA_CHECK(cudaStreamSynchronize(st));
+          counts_ = DeviceBuffer(need);
+        }
+        kernels::build_token_counts(d, d + n_ids, d + n_ids + n_rb, rows, c_.vocab_size, counts_.as<int32_t>(), st);
+        counts = counts_.as<int32_t>();
+      }
+    }
+    kernels::sample_rows(logits_.as<float>(), c_.vocab_size, dev<kernels::SampleRow>(packed.layout.sample_params), R,
+                         counts, suppress, kMaxTopLogprobs, out_ids, reinterpret_cast<float*>(out_bytes + out_lp_),
+                         reinterpret_cast<int32_t*>(out_bytes + out_top_ids_),
+                         reinterpret_cast<float*>(out_bytes + out_top_lp_), st);
+  }
+  const size_t copy_bytes = packed.any_top_logprobs ? out_dev_.bytes() : out_top_ids_;
+  CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_dev_.get(), copy_bytes, cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+
+  last_logits_rows_.clear();
+  for (int r = 0; r < R; ++r) last_logits_rows_.push_back(use_graph ? packed.sampled_seqs[r] : r);
+
+  out.token_ids.assign(S, -1);
+  out.logprobs.assign(S, 0.0f);
+  out.top_logprobs.assign(S, {});
+  const int32_t* ids = out_host_.as<int32_t>();
+  const auto* hb = out_host_.as<std::byte>();
+  const float* lps = reinterpret_cast<const float*>(hb + out_lp_);
+  const int32_t* top_ids = reinterpret_cast<const int32_t*>(hb + out_top_ids_);
+  const float* top_lps = reinterpret_cast<const float*>(hb + out_top_lp_);
+  for (int r = 0; r < R; ++r) {
+    const int s = packed.sampled_seqs[r];
+    const int at = (fast && use_graph) ? s : r;
+    out.token_ids[s] = ids[at];
+    if (fast) continue;
+    const SamplingParams& sp = *b.params[s];
+    if (!sp.logprobs) continue;
+    out.logprobs[s] = lps[r];
+    const int n = std::clamp(*sp.logprobs, 0, kMaxTopLogprobs);
+    for (int t = 0; t < n; ++t)
+      out.top_logprobs[s].push_back({top_ids[r * kMaxTopLogprobs + t], top_lps[r * kMaxTopLogprobs + t]});
+  }
+}
+
+// Sizes the KV cache from what is free after the weights, every preallocated buffer, and one
+// forward + sampling pass at the largest step (which also makes cuBLASLt and the kernels
+// allocate whatever they allocate lazily).
+void CudaRunner::size_kv_cache() {
+  const int L = c_.num_layers;
+  const size_t block_elems = static_cast<size_t>(opt_.block_size) * c_.num_kv_heads * c_.head_dim;
+  const size_t bytes_per_block = 2 * L * block_elems * sizeof(bf16);
+
+  // Warm-up: the whole token budget spread over max_num_seqs sequences, every one sampling with
+  // the full sampler. Slots are -1 (nothing written) and every block-table entry points at one
+  // scratch block, so a single block per layer backs the reads.
+  DeviceBuffer scratch(2 * block_elems * sizeof(bf16));
+  CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
+  k_cache_.assign(L, scratch.as<bf16>());
+  v_cache_.assign(L, scratch.as<bf16>() + block_elems);
+  {
+    const int seqs = std::min(seq_cap_, opt_.max_num_batched_tokens);
+    const int per_seq = std::min(opt_.max_num_batched_tokens / seqs, opt_.max_model_len);
+    Batch b;
+    SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.top_k = 50;
+    sp.top_p = 0.9f;
+    b.max_blocks_per_seq = (per_seq + opt_.block_size - 1) / opt_.block_size;
+    b.query_start.push_back(0);
+    for (int s = 0; s < seqs; ++s) {
+      for (int i = 0; i < per_seq; ++i) {
+        b.token_ids.push_back(i % c_.vocab_size);
+        b.positions.push_back(i);
+        b.slot_mapping.push_back(-1);
+      }
+      b.query_start.push_back(b.query_start.back() + per_seq);
+      b.context_lens.push_back(per_seq);
+      b.block_tables.insert(b.block_tables.end(), b.max_blocks_per_seq, 0);
+      b.sample.push_back(1);
+      b.params.push_back(&sp);
+      b.prompt_tokens.emplace_back();
+      b.output_tokens.emplace_back();
+      b.seeds.push_back(s);
+      b.sample_step.push_back(0);
+      b.suppress_eos.push_back(0);
+    }
+    b.decode_only = per_seq == 1;
+    StepOutput out;
+    execute(b, out);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  scratch.reset();
+
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int per_seq_blocks = (opt_.max_model_len + opt_.block_size - 1) / opt_.block_size;
+  if (opt_.num_kv_blocks > 0) {
+    num_blocks_ = opt_.num_kv_blocks;
+  } else {
+    const double used = static_cast<double>(total_bytes - free_bytes);
+    const double budget = static_cast<double>(total_bytes) * opt_.gpu_memory_utilization - used;
+    num_blocks_ = budget <= 0 ? 0 : static_cast<int>(std::min(budget / bytes_per_block, 2e9));
+  }
+  NVLLM_CHECK(num_blocks_ >= per_seq_blocks, "KV cache: room for ", num_blocks_, " blocks of ", opt_.block_size,
+              " tokens, but one sequence of --max-model-len ", opt_.max_model_len, " needs ", per_seq_blocks,
+              " (", (total_bytes - free_bytes) >> 20, " MiB of ", total_bytes >> 20,
+              " MiB in use after weights and activations); lower --max-model-len or --max-num-batched-tokens, "
+              "or raise --gpu-memory-utilization (now ", opt_.gpu_memory_utilization, ")");
+  const size_t bytes = bytes_per_block * num_blocks_;
+  if (bytes > free_bytes)
+    fail("KV cache: ", num_blocks_, " blocks need ", bytes >> 20, " MiB but only ", free_bytes >> 20,
+         " MiB are free on the GPU; lower --num-kv-blocks or --gpu-memory-utilization");
+  kv_ = DeviceBuffer(bytes);
+  // Zeroed so that padded decode rows, which read block 0, never meet NaN bit patterns.
+  CUDA_CHECK(cudaMemset(kv_.get(), 0, bytes));
+  const size_t layer_elems = static_cast<size_t>(num_blocks_) * block_elems;
+  for (int l = 0; l < L; ++l) {
+    k_cache_[l] = kv_.as<bf16>() + (2 * l) * layer_elems;
+    v_cache_[l] = kv_.as<bf16>() + (2 * l + 1) * layer_elems;
+  }
+  log_info("KV cache: ", num_blocks_, " blocks x ", opt_.block_size, " tokens = ",
+           static_cast<int64_t>(num_blocks_) * opt_.block_size, " tokens (", bytes >> 20, " MiB; ",
+           free_bytes >> 20, " MiB were free of ", total_bytes >> 20, " MiB)");
+}
+
+// One graph per padded decode size. Each is first run eagerly (cuBLASLt picks its algorithm
+// outside capture), then captured reading its inputs at the addresses that make_step_layout
+// gives for (size, size, width_cap_): execute() packs later steps at the same addresses.
+void CudaRunner::capture_graphs() {
+  cudaStream_t st = stream_.get();
+  std::vector<int> sizes = graph_sizes(seq_cap_);
+  std::reverse(sizes.begin(), sizes.end());
+  for (int n : sizes) {
+    Batch b;  // no real sequences: every row is padding
+    b.query_start.push_back(0);
+    b.max_blocks_per_seq = width_cap_;
+    b.decode_only = true;
+    PackedStep packed = pack_step(b, n, width_cap_, true, kMaxTopLogprobs, staging_host_.get(), staging_host_.bytes(),
+                                  extras_);
+    CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
+    const Step step{packed.layout, 1, opt_.max_model_len, true, false};
+    forward(step);
+    CUDA_CHECK(cudaStreamSynchronize(st));
+
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    try {
+      forward(step);
+    } catch (...) {
+      cudaStreamEndCapture(st, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(err);
+    graphs_.emplace(n, CudaGraphExec(exec));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  log_info("captured CUDA graphs for ", graphs_.size(), " decode batch sizes (up to ", seq_cap_, ")");
+}
+
+std::vector<float> CudaRunner::last_logits() {
+  const size_t V = c_.vocab_size;
+  std::vector<float> out(last_logits_rows_.size() * V);
+  for (size_t r = 0; r < last_logits_rows_.size(); ++r) {
+    CUDA_CHECK(cudaMemcpy(out.data() + r * V, logits_.as<float>() + last_logits_rows_[r] * V, V * sizeof(float),
+                          cudaMemcpyDeviceToHost));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<float> cuda_runner_last_logits(Runner& runner) {
+  auto* cuda = dynamic_cast<CudaRunner*>(&runner);
+  NVLLM_CHECK(cuda, "cuda_runner_last_logits: runner '", runner.name(), "' is not the CUDA runner");
+  return cuda->last_logits();
+}
+
+std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
+                                         const CudaRunnerOptions& options) {
+  return std::make_unique<CudaRunner>(config, weights, options);
+}
+
+}  // namespace nvllm

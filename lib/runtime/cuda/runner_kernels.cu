@@ -1,0 +1,46 @@
+#include "runtime/cuda/runner_kernels.h"
+
+#include "kernels/cuda_check.h"
+
+namespace nvllm {
+namespace {
+
+__global__ void add_bias_kernel(__nv_bfloat16* x, const __nv_bfloat16* __restrict__ bias, int cols, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(i % cols);
+    x[i] = __float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(bias[c]));
+  }
+}
+
+// One block per output row; 16-byte copies when the row allows it.
+__global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ src, const int32_t* __restrict__ index,
+                                   __nv_bfloat16* __restrict__ dst, int cols) {
+  const size_t from = static_cast<size_t>(index[blockIdx.x]) * cols, to = static_cast<size_t>(blockIdx.x) * cols;
+  if (cols % 8 == 0) {
+    const uint4* s = reinterpret_cast<const uint4*>(src + from);
+    uint4* d = reinterpret_cast<uint4*>(dst + to);
+    for (int i = threadIdx.x; i < cols / 8; i += blockDim.x) d[i] = s[i];
+  } else {
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) dst[to + i] = src[from + i];
+  }
+}
+
+}  // namespace
+
+void add_bias(__nv_bfloat16* x, const __nv_bfloat16* bias, int rows, int cols, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  if (n == 0) return;
+  const int blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 4096));
+  add_bias_kernel<<<blocks, 256, 0, stream>>>(x, bias, cols, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gather_rows(const __nv_bfloat16* src, const int32_t* index, __nv_bfloat16* dst, int rows, int cols,
+                 cudaStream_t stream) {
+  if (rows <= 0) return;
+  gather_rows_kernel<<<rows, 128, 0, stream>>>(src, index, dst, cols);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace nvllm

@@ -1,0 +1,134 @@
+#include "runtime/cuda/step_inputs.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace nvllm {
+
+namespace {
+size_t align16(size_t x) { return (x + 15) & ~size_t{15}; }
+}  // namespace
+
+StepLayout make_step_layout(int tokens, int seqs, int width, int sample_rows) {
+  StepLayout l;
+  l.tokens = tokens;
+  l.seqs = seqs;
+  l.width = width;
+  l.sample_rows = sample_rows;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t here = at;
+    at = align16(at + bytes);
+    return here;
+  };
+  l.token_ids = take(sizeof(int32_t) * tokens);
+  l.positions = take(sizeof(int32_t) * tokens);
+  l.slots = take(sizeof(int32_t) * tokens);
+  l.query_start = take(sizeof(int32_t) * (seqs + 1));
+  l.context_lens = take(sizeof(int32_t) * seqs);
+  l.block_tables = take(sizeof(int32_t) * static_cast<size_t>(seqs) * width);
+  l.sample_token = take(sizeof(int32_t) * sample_rows);
+  l.sample_params = take(sizeof(kernels::SampleRow) * sample_rows);
+  l.bytes = at;
+  return l;
+}
+
+PackedStep pack_step(const Batch& b, int padded_seqs, int width, bool logits_row_is_seq, int max_top, void* host,
+                     size_t host_bytes, SamplerExtras& extras) {
+  PackedStep p;
+  const int seqs = b.num_seqs();
+  const int pad = padded_seqs - seqs;
+  const int tokens = b.num_tokens() + pad;
+  for (int s = 0; s < seqs; ++s)
+    if (b.sample[s]) p.sampled_seqs.push_back(s);
+  const int rows = static_cast<int>(p.sampled_seqs.size());
+  p.layout = make_step_layout(tokens, padded_seqs, width, rows);
+  NVLLM_CHECK(p.layout.bytes <= host_bytes, "internal: step inputs (", p.layout.bytes,
+              " bytes) exceed the staging buffer (", host_bytes, ")");
+  std::byte* base = static_cast<std::byte*>(host);
+  auto at = [&](size_t off) { return reinterpret_cast<int32_t*>(base + off); };
+
+  const int nt = b.num_tokens();
+  std::memcpy(at(p.layout.token_ids), b.token_ids.data(), sizeof(int32_t) * nt);
+  std::memcpy(at(p.layout.positions), b.positions.data(), sizeof(int32_t) * nt);
+  std::memcpy(at(p.layout.slots), b.slot_mapping.data(), sizeof(int32_t) * nt);
+  std::fill_n(at(p.layout.token_ids) + nt, pad, 0);
+  std::fill_n(at(p.layout.positions) + nt, pad, 0);
+  std::fill_n(at(p.layout.slots) + nt, pad, -1);
+
+  int32_t* qs = at(p.layout.query_start);
+  std::memcpy(qs, b.query_start.data(), sizeof(int32_t) * (seqs + 1));
+  for (int i = 1; i <= pad; ++i) qs[seqs + i] = qs[seqs] + i;
+  int32_t* ctx = at(p.layout.context_lens);
+  std::memcpy(ctx, b.context_lens.data(), sizeof(int32_t) * seqs);
+  std::fill_n(ctx + seqs, pad, 1);
+
+  int32_t* bt = at(p.layout.block_tables);
+  const int src_w = b.max_blocks_per_seq;
+  if (src_w == width) {
+    std::memcpy(bt, b.block_tables.data(), sizeof(int32_t) * static_cast<size_t>(seqs) * width);
+  } else {
+    for (int s = 0; s < seqs; ++s) {
+      // Only the first ceil(context / block_size) entries are ever read; copy what the batch has.
+      std::memcpy(bt + static_cast<size_t>(s) * width, b.block_tables.data() + static_cast<size_t>(s) * src_w,
+                  sizeof(int32_t) * std::min(src_w, width));
+    }
+  }
+  for (int s = seqs; s < padded_seqs; ++s) bt[static_cast<size_t>(s) * width] = 0;
+
+  for (int s = 0; s < seqs; ++s) {
+    p.max_query_len = std::max(p.max_query_len, b.query_len(s));
+    p.max_context_len = std::max(p.max_context_len, b.context_lens[s]);
+  }
+  if (pad > 0) {
+    p.max_query_len = std::max(p.max_query_len, 1);
+    p.max_context_len = std::max(p.max_context_len, 1);
+  }
+
+  extras.clear();
+  int32_t* sample_token = at(p.layout.sample_token);
+  auto* params = reinterpret_cast<kernels::SampleRow*>(base + p.layout.sample_params);
+  for (int r = 0; r < rows; ++r) {
+    const int s = p.sampled_seqs[r];
+    const SamplingParams& sp = *b.params[s];
+    sample_token[r] = b.query_start[s + 1] - 1;
+    kernels::SampleRow& row = params[r];
+    row = kernels::SampleRow{};
+    row.logits_row = logits_row_is_seq ? s : r;
+    row.temperature = sp.temperature;
+    row.top_k = sp.top_k;
+    row.top_p = sp.top_p;
+    row.min_p = sp.min_p;
+    row.repetition_penalty = sp.repetition_penalty;
+    row.frequency_penalty = sp.frequency_penalty;
+    row.presence_penalty = sp.presence_penalty;
+    row.counts_row = -1;
+    if (sp.has_penalties()) {
+      row.counts_row = extras.counts_rows();
+      const auto& prompt = b.prompt_tokens[s];
+      const auto& output = b.output_tokens[s];
+      extras.ids.insert(extras.ids.end(), prompt.begin(), prompt.end());
+      extras.ids.insert(extras.ids.end(), output.begin(), output.end());
+      extras.row_begin.push_back(static_cast<int32_t>(extras.ids.size()));
+      extras.prompt_len.push_back(static_cast<int32_t>(prompt.size()));
+    }
+    row.want_logprob = sp.logprobs.has_value() ? 1 : 0;
+    row.num_top = sp.logprobs.has_value() ? std::clamp(*sp.logprobs, 0, max_top) : 0;
+    row.suppress_begin = row.suppress_end = static_cast<int32_t>(extras.suppress.size());
+    if (b.suppress_eos[s]) {
+      extras.suppress.insert(extras.suppress.end(), b.eos_token_ids.begin(), b.eos_token_ids.end());
+      extras.suppress.insert(extras.suppress.end(), sp.stop_token_ids.begin(), sp.stop_token_ids.end());
+      row.suppress_end = static_cast<int32_t>(extras.suppress.size());
+    }
+    row.step = static_cast<uint32_t>(b.sample_step[s]);
+    row.seed = b.seeds[s];
+    if (!sp.greedy() || sp.has_penalties() || sp.logprobs.has_value() || row.suppress_end > row.suppress_begin)
+      p.all_greedy_plain = false;
+    if (row.num_top > 0) p.any_top_logprobs = true;
+  }
+  return p;
+}
+
+}  // namespace nvllm
