@@ -14,10 +14,11 @@ For each architecture it:
      relative error ||nvllm - hf|| / ||hf|| per position, max and mean.
 
 Random weights make logits flat: the top two tokens are close and bf16 rounding flips greedy
-choices. --embed-scale multiplies the (tied or input) embedding and the LM head so logits spread
-out, and --init-std sets transformers' initializer_range; the report states both, the mean gap
-between the top two log-probabilities, and how often the greedy token merely repeats the
-previous one (a model that only copies would be an unfair, too-easy test).
+choices. --logit-scale multiplies the final RMSNorm weight, which scales the logits and nothing
+else (scaling a tied embedding instead would make the model copy its input token); --init-std
+sets transformers' initializer_range. The report states both, the mean gap between the top two
+log-probabilities, and how often the greedy token merely repeats the previous one (a model that
+only copies would be an unfair, too-easy test).
 """
 import argparse
 import json
@@ -51,19 +52,17 @@ def make_config(arch, tokenizer_dir):
     raise SystemExit(f"unknown --arch {arch}")
 
 
-def build_checkpoint(arch, out_dir, tokenizer_dir, init_std, embed_scale, seed):
+def build_checkpoint(arch, out_dir, tokenizer_dir, init_std, logit_scale, seed):
     cfg, cls = make_config(arch, tokenizer_dir)
     cfg.initializer_range = init_std
     torch.manual_seed(seed)
     model = cls(cfg).to(torch.float32)
     with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(embed_scale)
-        if not cfg.tie_word_embeddings:
-            model.get_output_embeddings().weight.mul_(embed_scale)
         # Norm weights are ones at init; jitter them so a kernel that ignores them fails.
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.add_(torch.randn_like(p) * 0.1)
+        model.model.norm.weight.mul_(logit_scale)
     model = model.to(torch.bfloat16)
     model.save_pretrained(out_dir, safe_serialization=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
@@ -132,12 +131,12 @@ def compare(arch, args, log):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     tok_dir = os.path.join(args.testdata, "tokenizers", "qwen3" if arch == "qwen3" else "llama3")
-    model = build_checkpoint(arch, work, tok_dir, args.init_std, args.embed_scale, args.seed)
+    model = build_checkpoint(arch, work, tok_dir, args.init_std, args.logit_scale, args.seed)
     model = model.cuda().eval()
     vocab = model.config.vocab_size
     prompts = make_prompts(args.num_prompts, vocab, args.seed + 1)
 
-    result = {"arch": arch, "init_std": args.init_std, "embed_scale": args.embed_scale,
+    result = {"arch": arch, "init_std": args.init_std, "logit_scale": args.logit_scale,
               "num_prompts": len(prompts), "max_tokens": args.max_tokens}
     hf = hf_greedy(model, prompts, args.max_tokens)
     variants = {"graphs": [], "eager": ["--enforce-eager"], "no-prefix-cache": ["--prefix-caching", "off"],
@@ -160,9 +159,9 @@ def compare(arch, args, log):
     rel, gaps, repeats, total = [], [], 0, 0
     for p, row in zip(prompts, base_rows):
         ref = hf_logprobs(model, p, row["token_ids"])
-        for k, top in enumerate(row["logprobs"]["top"]):
-            ids = torch.tensor([t[0] for t in top]).cuda()
-            ours = torch.tensor([t[1] for t in top]).cuda()
+        for k, top in enumerate(row["logprobs"]["top_logprobs"]):
+            ids = torch.tensor([t["token_id"] for t in top]).cuda()
+            ours = torch.tensor([t["logprob"] for t in top]).cuda()
             theirs = ref[k][ids]
             rel.append(float(torch.linalg.norm(ours - theirs) / torch.linalg.norm(theirs)))
             top2 = torch.topk(ref[k], 2).values
@@ -187,7 +186,7 @@ def main():
     ap.add_argument("--num-prompts", type=int, default=100)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--init-std", type=float, default=0.02)
-    ap.add_argument("--embed-scale", type=float, default=1.0)
+    ap.add_argument("--logit-scale", type=float, default=8.0)
     ap.add_argument("--preempt-blocks", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")

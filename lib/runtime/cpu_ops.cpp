@@ -33,7 +33,7 @@ inline float hsum8(V8 a) { return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6
 // loaded once serves NT tokens. Every (t, r) pair runs exactly the same sequence of operations
 // as dot_f32, whatever the tile shape, so the tiling never changes a result.
 template <int NT, int NR>
-inline void dot_tile(const float* const* xs, const float* const* ws, int k, float* res) {
+[[gnu::always_inline]] inline void dot_tile(const float* const* xs, const float* const* ws, int k, float* res) {
   V8 acc[NT][NR] = {};
   int kk = 0;
   for (; kk + 8 <= k; kk += 8) {
@@ -56,7 +56,7 @@ inline void dot_tile(const float* const* xs, const float* const* ws, int k, floa
 // Runs tile <NT, NR> over weight rows [r0, r1) for tokens t0..t0+NT-1, then the leftover rows
 // one at a time.
 template <int NT, int NR>
-void tile_rows(const float* x, int t0, int k, const float* w, int r0, int r1, int rows,
+[[gnu::always_inline]] inline void tile_rows(const float* x, int t0, int k, const float* w, int r0, int r1, int rows,
                const float* bias, float* y) {
   const float* xs[NT];
   for (int t = 0; t < NT; ++t) xs[t] = x + static_cast<int64_t>(t0 + t) * k;
@@ -94,27 +94,36 @@ float dot_f32(const float* a, const float* b, int n) {
   return r;
 }
 
-void matmul_wt(ThreadPool& pool, const float* x, int num_tokens, int k, const float* w, int rows,
-               const float* bias, float* y) {
+namespace {
+
+// Weight rows [begin, end) for every token. Built twice: for AVX2 (twice the lanes per
+// instruction, no FMA, so the very same roundings) and for baseline x86-64; the loader picks one.
+__attribute__((target_clones("avx2", "default"))) void matmul_rows(const float* x, int num_tokens, int k,
+                                                                   const float* w, int rows, const float* bias,
+                                                                   float* y, int64_t begin, int64_t end) {
   // Rows per block: a block of the weight (~64 KiB) stays in L2 while every token tile passes
   // over it, so the weight streams from memory once per call.
   const int block = std::clamp(16384 / std::max(1, k), 4, 256);
+  for (int64_t rb = begin; rb < end; rb += block) {
+    const int r0 = static_cast<int>(rb);
+    const int r1 = static_cast<int>(std::min<int64_t>(end, rb + block));
+    int t = 0;
+    for (; t + 4 <= num_tokens; t += 4) tile_rows<4, 2>(x, t, k, w, r0, r1, rows, bias, y);
+    switch (num_tokens - t) {
+      case 3: tile_rows<3, 1>(x, t, k, w, r0, r1, rows, bias, y); break;
+      case 2: tile_rows<2, 2>(x, t, k, w, r0, r1, rows, bias, y); break;
+      case 1: tile_rows<1, 4>(x, t, k, w, r0, r1, rows, bias, y); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_wt(ThreadPool& pool, const float* x, int num_tokens, int k, const float* w, int rows,
+               const float* bias, float* y) {
   pool.parallel_for(
-      rows,
-      [&](int64_t begin, int64_t end) {
-        for (int64_t rb = begin; rb < end; rb += block) {
-          const int r0 = static_cast<int>(rb);
-          const int r1 = static_cast<int>(std::min<int64_t>(end, rb + block));
-          int t = 0;
-          for (; t + 4 <= num_tokens; t += 4) tile_rows<4, 1>(x, t, k, w, r0, r1, rows, bias, y);
-          switch (num_tokens - t) {
-            case 3: tile_rows<3, 1>(x, t, k, w, r0, r1, rows, bias, y); break;
-            case 2: tile_rows<2, 2>(x, t, k, w, r0, r1, rows, bias, y); break;
-            case 1: tile_rows<1, 4>(x, t, k, w, r0, r1, rows, bias, y); break;
-            default: break;
-          }
-        }
-      },
+      rows, [&](int64_t begin, int64_t end) { matmul_rows(x, num_tokens, k, w, rows, bias, y, begin, end); },
       /*min_chunk=*/16);
 }
 

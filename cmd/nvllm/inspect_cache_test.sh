@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# nvllm inspect-cache against arithmetic and against real runs of nvllm generate (CPU runner,
+# tiny Qwen3 of testdata, dummy weights): the replay must predict what the engine does.
+# Usage: inspect_cache_test.sh NVLLM TESTDATA
+set -euo pipefail
+nvllm=$1
+testdata=$2
+model=$testdata/tiny-qwen3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cache=(--block-size 16 --max-num-seqs 64 --max-num-batched-tokens 4096 --max-model-len 1200)
+gen=(generate --model "$model" --device cpu --load-format dummy --threads 2 -q)
+
+python3 - "$tmp" <<'PY'
+import json, random, sys
+d = sys.argv[1]
+rng = random.Random(7)
+# 200 requests behind one 1,000-token system prompt, 10 tokens of their own each.
+system = [rng.randrange(100, 30000) for _ in range(1000)]
+with open(f"{d}/shared.jsonl", "w") as f:
+    for i in range(200):
+        own = [rng.randrange(100, 30000) for _ in range(10)]
+        f.write(json.dumps({"id": i, "prompt_token_ids": system + own, "max_tokens": 2, "ignore_eos": True}) + "\n")
+# 10 prefixes of 200 tokens, 20 requests each, shuffled.
+prefixes = [[rng.randrange(100, 30000) for _ in range(200)] for _ in range(10)]
+rows = []
+for p in range(10):
+    for k in range(20):
+        rows.append({"id": f"p{p}-{k}", "prompt_token_ids": prefixes[p] + [rng.randrange(100, 30000) for _ in range(20)],
+                     "max_tokens": 2, "ignore_eos": True})
+rng.shuffle(rows)
+with open(f"{d}/shuffled.jsonl", "w") as f:
+    for r in rows: f.write(json.dumps(r) + "\n")
+# Enough work for a small cache to preempt.
+with open(f"{d}/pressure.jsonl", "w") as f:
+    for i in range(12):
+        f.write(json.dumps({"id": i, "prompt_token_ids": [rng.randrange(100, 30000) for _ in range(40 + 7 * i)],
+                            "max_tokens": 24, "ignore_eos": True}) + "\n")
+PY
+
+# 1. One shared system prompt: the replay's hits equal the arithmetic and the real run's.
+"$nvllm" inspect-cache --model "$model" --input "$tmp/shared.jsonl" "${cache[@]}" --num-kv-blocks 4000 --json \
+  >"$tmp/shared_replay.json"
+"$nvllm" "${gen[@]}" "${cache[@]}" --num-kv-blocks 4000 --input "$tmp/shared.jsonl" --output "$tmp/shared_out.jsonl" \
+  --stats-json "$tmp/shared_stats.json"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+replay = json.load(open(f"{d}/shared_replay.json"))
+stats = json.load(open(f"{d}/shared_stats.json"))
+out = [json.loads(l) for l in open(f"{d}/shared_out.jsonl")]
+# 1,000 shared tokens fill 62 blocks of 16 (992 tokens); the 63rd block mixes in each request's
+# own tokens, so it is not shared. Every request but the first reuses 62 blocks.
+expected_cached = 199 * 992
+expected_prompt = 200 * 1010
+for key in ("kv_bytes_per_token", "blocks_fit", "prompt_tokens", "cached_tokens", "hit_rate", "peak_blocks", "preemptions"):
+    assert key in replay, key
+assert replay["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 2, replay["kv_bytes_per_token"]  # K+V, 2 layers, 2 heads x 16, bf16
+assert replay["prompt_tokens"] == expected_prompt, replay["prompt_tokens"]
+assert replay["cached_tokens"] == expected_cached, replay["cached_tokens"]
+assert abs(replay["hit_rate"] - expected_cached / expected_prompt) < 1e-12
+assert stats["prompt_tokens"] == expected_prompt, stats
+assert stats["cached_tokens"] == expected_cached, stats
+assert sum(r["usage"]["cached_tokens"] for r in out) == expected_cached
+assert len(replay["per_request"]) == 200 and replay["per_request"][1]["cached_tokens"] == 992
+tree = replay["prefix_tree"]
+assert json.dumps(tree).count("200") > 0, tree  # the shared node is shared by all 200
+PY
+
+# 2. Ten prefixes, shuffled, in a cache too small to keep them all: prefix-aware order hits
+# more, and generate --schedule prefix-aware gets exactly the replay's hits in both orders.
+small=(--num-kv-blocks 64 --max-num-seqs 4)
+"$nvllm" inspect-cache --model "$model" --input "$tmp/shuffled.jsonl" "${cache[@]}" "${small[@]}" --json >"$tmp/shuf.json"
+"$nvllm" "${gen[@]}" "${cache[@]}" "${small[@]}" --input "$tmp/shuffled.jsonl" --output "$tmp/fcfs.jsonl" \
+  --stats-json "$tmp/fcfs_stats.json"
+"$nvllm" "${gen[@]}" "${cache[@]}" "${small[@]}" --input "$tmp/shuffled.jsonl" --output "$tmp/aware.jsonl" \
+  --stats-json "$tmp/aware_stats.json" --schedule prefix-aware --ordered
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+r = json.load(open(f"{d}/shuf.json"))
+fcfs = json.load(open(f"{d}/fcfs_stats.json"))
+aware = json.load(open(f"{d}/aware_stats.json"))
+i, a = r["input_order"], r["prefix_aware_order"]
+assert a["hit_rate"] > i["hit_rate"], (i, a)
+assert fcfs["cached_tokens"] == i["cached_tokens"], (fcfs["cached_tokens"], i)
+assert aware["cached_tokens"] == a["cached_tokens"], (aware["cached_tokens"], a)
+# prefix-aware still writes every id, and --ordered keeps input order.
+inp = [json.loads(l)["id"] for l in open(f"{d}/shuffled.jsonl")]
+out = [json.loads(l)["id"] for l in open(f"{d}/aware.jsonl")]
+assert out == inp
+PY
+
+# 3. Under preemption, the replay's peak block use and preemption count equal the real trace's.
+pressure=(--num-kv-blocks 24 --max-num-seqs 8)
+"$nvllm" "${gen[@]}" "${cache[@]}" "${pressure[@]}" --input "$tmp/pressure.jsonl" --output "$tmp/p.jsonl" \
+  --cache-trace "$tmp/trace.jsonl"
+"$nvllm" inspect-cache --trace "$tmp/trace.jsonl" --json >"$tmp/trace_summary.json"
+"$nvllm" inspect-cache --trace "$tmp/trace.jsonl" --plot "$tmp/blocks.svg" >"$tmp/trace_text.txt"
+"$nvllm" inspect-cache --model "$model" --input "$tmp/pressure.jsonl" "${cache[@]}" "${pressure[@]}" --json \
+  >"$tmp/p_replay.json"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+t = json.load(open(f"{d}/trace_summary.json"))
+r = json.load(open(f"{d}/p_replay.json"))
+assert t["preemptions"] > 0, t
+assert t["peak_blocks"] == r["peak_blocks"], (t, r)
+assert t["preemptions"] == r["preemptions"], (t, r)
+assert t["peak_blocks"] <= 24
+svg = open(f"{d}/blocks.svg").read()
+assert svg.startswith("<svg") and "polyline" in svg
+text = open(f"{d}/trace_text.txt").read()
+assert "#" in text and "preemptions" in text
+PY
+
+# Human-readable report: tables, not JSON.
+"$nvllm" inspect-cache --model "$model" --input "$tmp/shuffled.jsonl" "${cache[@]}" "${small[@]}" >"$tmp/report.txt"
+grep -q "prefix-aware" "$tmp/report.txt" || fail "report lacks the order comparison"
+grep -q "shared prefixes" "$tmp/report.txt" || fail "report lacks the prefix tree"
+echo "inspect_cache_test: ok"

@@ -1,0 +1,460 @@
+// Engine + Scheduler + BlockManager with the FakeRunner. The reference is a plain loop that
+// generates each sequence alone, token by token, from the same hash "model" and applies the
+// stop rules as written in the issue: whatever the engine's batching, chunking, paging,
+// prefix caching or preemption, every completion must equal it.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/fake_runner.h"
+#include "runtime/sampling_rng.h"
+
+namespace nvllm {
+namespace {
+
+constexpr int kVocab = 5000;
+const std::vector<int32_t> kEos = {4999};
+
+// Token i decodes to one or two letters: a concatenative tokenizer, so stop strings can be
+// placed by hand and the text of ids is the text of their pieces.
+class LetterTokenizer : public Tokenizer {
+ public:
+  static std::string piece(int32_t id) {
+    std::string s(1, static_cast<char>('a' + id % 7));
+    if (id % 5 == 0) s += ' ';
+    return s;
+  }
+  std::vector<int32_t> encode(std::string_view, bool) const override { return {}; }
+  std::string decode(std::span<const int32_t> ids, bool) const override {
+    std::string s;
+    for (int32_t id : ids) s += piece(id);
+    return s;
+  }
+  int32_t vocab_size() const override { return kVocab; }
+  bool is_special(int32_t) const override { return false; }
+  std::optional<int32_t> token_to_id(std::string_view) const override { return std::nullopt; }
+};
+
+struct Expected {
+  std::vector<int32_t> tokens;
+  std::string reason;
+  std::string text;
+};
+
+// The reference: one sequence alone, the stop rules in their stated order.
+Expected simulate(const std::vector<int32_t>& prompt, const SamplingParams& p, int index, int max_model_len,
+                  int eos_every, bool with_text) {
+  Expected e;
+  const int max_tokens = std::min<int>(p.max_tokens, max_model_len - static_cast<int>(prompt.size()));
+  const uint64_t seed = sequence_seed(p.seed, static_cast<uint32_t>(index));
+  std::vector<int32_t> hist = prompt;
+  std::string text;
+  for (;;) {
+    const int step = static_cast<int>(e.tokens.size());
+    const int32_t t = FakeRunner::next_token(hist, p, seed, step, step < p.min_tokens, kEos, eos_every, kVocab);
+    hist.push_back(t);
+    e.tokens.push_back(t);
+    const int n = static_cast<int>(e.tokens.size());
+    const bool may_stop = n >= p.min_tokens;
+    const bool stop_id = may_stop && ((!p.ignore_eos && t == kEos[0]) ||
+                                      std::count(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) > 0);
+    if (with_text && (!stop_id || p.include_stop_str_in_output)) text += LetterTokenizer::piece(t);
+    if (stop_id) {
+      e.reason = "stop";
+      break;
+    }
+    if (with_text && may_stop) {
+      size_t cut = std::string::npos, len = 0;
+      for (const std::string& s : p.stop) {
+        const size_t pos = text.find(s);
+        if (pos < cut) cut = pos, len = s.size();
+      }
+      if (cut != std::string::npos) {
+        text.resize(cut + (p.include_stop_str_in_output ? len : 0));
+        e.reason = "stop";
+        break;
+      }
+    }
+    if (n >= max_tokens || static_cast<int>(hist.size()) >= max_model_len) {
+      e.reason = "length";
+      break;
+    }
+  }
+  e.text = with_text ? text : "";
+  return e;
+}
+
+std::vector<EngineRequest> workload(uint32_t seed, int count) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> prefixes(3);
+  for (auto& p : prefixes)
+    for (int i = 0; i < 40; ++i) p.push_back(static_cast<int32_t>(rng() % 4000));
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < count; ++i) {
+    EngineRequest r;
+    r.id = "r";
+    r.id += std::to_string(i);
+    const auto& pre = prefixes[rng() % 3];
+    r.prompt_ids.assign(pre.begin(), pre.begin() + rng() % (pre.size() + 1));
+    const int tail = 1 + static_cast<int>(rng() % 30);
+    for (int k = 0; k < tail; ++k) r.prompt_ids.push_back(static_cast<int32_t>(rng() % 4000));
+    r.params.max_tokens = 1 + static_cast<int>(rng() % 30);
+    r.params.temperature = rng() % 2 ? 0.0f : 0.8f;
+    r.params.seed = 1000 + i;
+    r.params.n = i % 5 == 4 ? 3 : 1;
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+struct RunResult {
+  std::map<std::string, FinishedRequest> done;
+  RunStats stats;
+  int64_t preemptions = 0;
+  BlockManagerCounters counters;
+};
+
+// Runs `reqs` (half queued up front, the rest after two steps), checking the block manager
+// after every step and that the cache is empty at the end.
+RunResult run(const EngineConfig& config, FakeRunner& runner, const std::vector<EngineRequest>& reqs,
+              const Tokenizer* tokenizer = nullptr) {
+  Engine engine(config, runner, tokenizer);
+  RunResult r;
+  size_t next = 0;
+  for (; next < reqs.size() / 2; ++next) engine.add_request(reqs[next]);
+  for (int step = 0; engine.has_unfinished() || next < reqs.size(); ++step) {
+    if (step == 2)
+      for (; next < reqs.size(); ++next) engine.add_request(reqs[next]);
+    for (FinishedRequest& f : engine.step()) {
+      REQUIRE(!r.done.count(f.id));
+      r.done.emplace(f.id, std::move(f));
+    }
+    engine.block_manager().check_invariants();
+    REQUIRE(step < 100000);
+  }
+  CHECK(engine.block_manager().num_free_blocks() == engine.block_manager().num_blocks());
+  CHECK(engine.block_manager().counters().blocks_in_use == 0);
+  CHECK(engine.scheduler().num_running() == 0);
+  CHECK(engine.scheduler().num_waiting() == 0);
+  CHECK(runner.max_batch_tokens <= config.max_num_batched_tokens);
+  CHECK(runner.max_batch_seqs <= config.max_num_seqs);
+  CHECK(engine.stats().steps == runner.steps);
+  r.stats = engine.stats();
+  r.preemptions = engine.scheduler().num_preemptions();
+  r.counters = engine.block_manager().counters();
+  return r;
+}
+
+void check_against_reference(const RunResult& r, const std::vector<EngineRequest>& reqs, const EngineConfig& config,
+                             int eos_every = 0, bool with_text = false) {
+  REQUIRE(r.done.size() == reqs.size());
+  int64_t output_tokens = 0;
+  for (const EngineRequest& req : reqs) {
+    CAPTURE(req.id);
+    const FinishedRequest& f = r.done.at(req.id);
+    CHECK(f.prompt_tokens == static_cast<int>(req.prompt_ids.size()));
+    REQUIRE(f.outputs.size() == static_cast<size_t>(req.params.n));
+    CHECK(f.arrival_s <= f.first_token_s);
+    CHECK(f.first_token_s <= f.finish_s);
+    for (int i = 0; i < req.params.n; ++i) {
+      const Expected e = simulate(req.prompt_ids, req.params, i, config.max_model_len, eos_every, with_text);
+      CHECK(f.outputs[i].token_ids == e.tokens);
+      CHECK(f.outputs[i].finish_reason == e.reason);
+      CHECK(f.outputs[i].text == e.text);
+      output_tokens += static_cast<int64_t>(e.tokens.size());
+    }
+  }
+  // Preemption recomputes but never resamples, so the sampled-token count is exact.
+  CHECK(r.stats.output_tokens == output_tokens);
+  CHECK(r.stats.requests == static_cast<int64_t>(reqs.size()));
+}
+
+EngineConfig base_config() {
+  EngineConfig c;
+  c.block_size = 16;
+  c.max_model_len = 512;
+  c.eos_token_ids = kEos;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("engine: outputs equal the one-at-a-time reference under every scheduling configuration") {
+  const std::vector<EngineRequest> reqs = workload(7, 30);
+  struct Variant {
+    const char* name;
+    EngineConfig config;
+    int num_blocks;
+  };
+  std::vector<Variant> variants;
+  const auto add = [&](const char* name, int blocks, auto edit) {
+    EngineConfig c = base_config();
+    edit(c);
+    variants.push_back({name, c, blocks});
+  };
+  add("default", 256, [](EngineConfig&) {});
+  add("prefix caching off", 256, [](EngineConfig& c) { c.prefix_caching = false; });
+  add("chunked prefill off", 256, [](EngineConfig& c) { c.chunked_prefill = false; });
+  add("block size 1", 4096, [](EngineConfig& c) { c.block_size = 1; });
+  add("block size 256", 16, [](EngineConfig& c) { c.block_size = 256; });
+  add("small budget, chunks", 256, [](EngineConfig& c) { c.max_num_batched_tokens = 13; });
+  add("max 3 seqs", 256, [](EngineConfig& c) { c.max_num_seqs = 3; });
+  add("tiny cache", 8, [](EngineConfig&) {});
+  add("tiny cache, caching off, no chunks", 8, [](EngineConfig& c) {
+    c.prefix_caching = false;
+    c.chunked_prefill = false;
+  });
+  add("tiny cache, block size 1", 100, [](EngineConfig& c) { c.block_size = 1; });
+  for (const Variant& v : variants) {
+    const std::string name = v.name;
+    CAPTURE(name);
+    FakeRunner runner(v.num_blocks, v.config.block_size, kVocab, kEos);
+    const RunResult r = run(v.config, runner, reqs);
+    check_against_reference(r, reqs, v.config);
+    CHECK(r.stats.preemptions == r.preemptions);
+    if (name.find("tiny cache") == 0) CHECK(r.preemptions > 0);
+    if (!v.config.prefix_caching) CHECK(r.counters.query_tokens == 0);
+    // Prompts are at most 70 tokens: with 256-token blocks there is no full block to share.
+    if (v.config.prefix_caching && v.config.block_size <= 16) CHECK(r.counters.hit_tokens > 0);
+    CHECK(r.stats.peak_blocks_in_use <= v.num_blocks);
+  }
+}
+
+TEST_CASE("engine: n > 1 samples differ, follow their seeds, and share the prompt's full blocks") {
+  EngineRequest req;
+  req.id = "fork";
+  for (int i = 0; i < 65; ++i) req.prompt_ids.push_back(100 + i);  // 4 full blocks + 1 token
+  req.params.n = 4;
+  req.params.temperature = 1.0f;
+  req.params.seed = 99;
+  req.params.max_tokens = 10;
+  req.params.ignore_eos = true;
+  for (bool caching : {true, false}) {
+    CAPTURE(caching);
+    EngineConfig c = base_config();
+    c.prefix_caching = caching;
+    FakeRunner runner(64, 16, kVocab, kEos);
+    const RunResult r = run(c, runner, {req});
+    check_against_reference(r, {req}, c);
+    const FinishedRequest& f = r.done.at("fork");
+    CHECK(f.outputs[0].token_ids != f.outputs[1].token_ids);
+    // 4 shared prompt blocks + one private block each for positions 64..74.
+    CHECK(r.stats.peak_blocks_in_use == 4 + 4);
+    CHECK(f.cached_tokens == 0);
+  }
+}
+
+TEST_CASE("engine: requests sharing a prefix hit the cache, in the same step and later") {
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    EngineRequest r;
+    r.id = std::to_string(i);
+    for (int k = 0; k < 64; ++k) r.prompt_ids.push_back(7 + k);   // 4 shared blocks of 16
+    for (int k = 0; k < 5; ++k) r.prompt_ids.push_back(1000 + 10 * i + k);
+    r.params.max_tokens = 3;
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  EngineConfig c = base_config();
+  FakeRunner runner(256, 16, kVocab, kEos);
+  Engine engine(c, runner, nullptr);
+  for (const auto& r : reqs) engine.add_request(r);
+  std::vector<FinishedRequest> done;
+  while (engine.has_unfinished())
+    for (auto& f : engine.step()) done.push_back(std::move(f));
+  // All 8 are admitted in the first step; the first computes the prefix, 7 hit it.
+  CHECK(engine.block_manager().counters().query_tokens == 8 * 69);
+  CHECK(engine.block_manager().counters().hit_tokens == 7 * 64);
+  CHECK(engine.stats().cached_tokens == 7 * 64);
+  CHECK(engine.stats().prompt_tokens == 8 * 69);
+  CHECK(engine.stats().prefix_cache_hit_rate() == doctest::Approx(7.0 * 64 / (8 * 69)));
+  // A second wave finds the (freed but still cached) prefix, and the whole earlier prompt
+  // of request 0 except the last token, rounded down to a block: 64 of 69.
+  for (auto& r : reqs) r.id += "b";
+  for (const auto& r : reqs) engine.add_request(r);
+  while (engine.has_unfinished())
+    for (auto& f : engine.step()) done.push_back(std::move(f));
+  CHECK(engine.block_manager().counters().hit_tokens == 7 * 64 + 8 * 64);
+  CHECK(engine.block_manager().counters().evictions == 0);
+  // A full-prompt hit still computes the last token: 64-token prompt, hit capped at 48.
+  EngineRequest whole = reqs[0];
+  whole.id = "whole";
+  whole.prompt_ids.resize(64);
+  engine.add_request(whole);
+  while (engine.has_unfinished())
+    for (auto& f : engine.step()) done.push_back(std::move(f));
+  CHECK(done.back().id == "whole");
+  CHECK(done.back().cached_tokens == 48);
+  CHECK(done.back().outputs[0].token_ids ==
+        simulate(whole.prompt_ids, whole.params, 0, c.max_model_len, 0, false).tokens);
+}
+
+TEST_CASE("engine: stop token ids, max_tokens, min_tokens against eos, max_model_len") {
+  EngineConfig c = base_config();
+  c.max_model_len = 60;
+  const int eos_every = 4;  // the fake model proposes eos often
+  std::vector<EngineRequest> reqs;
+  const auto make = [&](std::string id, int prompt_len, auto edit) {
+    EngineRequest r;
+    r.id = std::move(id);
+    for (int k = 0; k < prompt_len; ++k) r.prompt_ids.push_back(31 * k % 4000 + static_cast<int>(r.id.size()));
+    r.params.temperature = 0;
+    r.params.max_tokens = 20;
+    edit(r);
+    reqs.push_back(r);
+  };
+  make("plain", 10, [](EngineRequest&) {});
+  make("min_tokens", 10, [](EngineRequest& r) { r.params.min_tokens = 12; });
+  make("ignore_eos", 10, [](EngineRequest& r) { r.params.ignore_eos = true; });
+  make("max_tokens", 10, [](EngineRequest& r) { r.params.ignore_eos = true, r.params.max_tokens = 7; });
+  make("context", 50, [](EngineRequest& r) { r.params.ignore_eos = true, r.params.max_tokens = 100; });
+  // A stop id: the third token the model would produce.
+  EngineRequest probe = reqs[2];
+  const Expected free_run = simulate(probe.prompt_ids, probe.params, 0, c.max_model_len, eos_every, false);
+  REQUIRE(free_run.tokens.size() >= 5);
+  make("stop_id", 10, [&](EngineRequest& r) {
+    r.prompt_ids = probe.prompt_ids;
+    r.params.ignore_eos = true;
+    r.params.stop_token_ids = {free_run.tokens[2]};
+  });
+  FakeRunner runner(64, 16, kVocab, kEos, eos_every);
+  const RunResult r = run(c, runner, reqs);
+  check_against_reference(r, reqs, c, eos_every);
+  // The reference agrees; these say the cases exercise what they are named for.
+  const auto& d = r.done;
+  CHECK(d.at("plain").outputs[0].finish_reason == "stop");
+  CHECK(d.at("plain").outputs[0].token_ids.back() == kEos[0]);
+  CHECK(d.at("plain").outputs[0].token_ids.size() < 12);
+  CHECK(d.at("min_tokens").outputs[0].token_ids.size() >= 12);
+  CHECK(d.at("ignore_eos").outputs[0].finish_reason == "length");
+  CHECK(d.at("ignore_eos").outputs[0].token_ids.size() == 20);
+  CHECK(d.at("max_tokens").outputs[0].token_ids.size() == 7);
+  CHECK(d.at("context").outputs[0].token_ids.size() == 10);  // 50 + 10 = max_model_len
+  CHECK(d.at("context").outputs[0].finish_reason == "length");
+  CHECK(d.at("stop_id").outputs[0].token_ids.size() <= 3);
+  CHECK(d.at("stop_id").outputs[0].token_ids.back() == free_run.tokens[2]);
+  CHECK(d.at("stop_id").outputs[0].finish_reason == "stop");
+}
+
+TEST_CASE("engine: stop strings cut the text; logprobs are kept per token") {
+  LetterTokenizer tok;
+  EngineConfig c = base_config();
+  EngineRequest base;
+  for (int k = 0; k < 20; ++k) base.prompt_ids.push_back(3 * k + 1);
+  base.params.temperature = 0;
+  base.params.ignore_eos = true;
+  base.params.max_tokens = 30;
+  const Expected free_run = simulate(base.prompt_ids, base.params, 0, c.max_model_len, 0, true);
+  REQUIRE(free_run.text.size() > 12);
+  // A stop string spanning the pieces around position 6 of the text.
+  const std::string stop = free_run.text.substr(6, 3);
+  std::vector<EngineRequest> reqs;
+  for (bool include : {false, true}) {
+    EngineRequest r = base;
+    r.id = include ? "include" : "cut";
+    r.params.stop = {stop, "nevermatches"};
+    r.params.include_stop_str_in_output = include;
+    r.params.logprobs = 2;
+    reqs.push_back(r);
+  }
+  reqs.push_back(base);
+  reqs.back().id = "plain";
+  FakeRunner runner(64, 16, kVocab, kEos);
+  const RunResult r = run(c, runner, reqs, &tok);
+  check_against_reference(r, reqs, c, 0, true);
+  const FinishedSequence& cut = r.done.at("cut").outputs[0];
+  CHECK(cut.finish_reason == "stop");
+  CHECK(cut.text.find(stop) == std::string::npos);
+  CHECK(r.done.at("include").outputs[0].text.size() == cut.text.size() + stop.size());
+  CHECK(cut.logprobs.size() == cut.token_ids.size());
+  REQUIRE(cut.top_logprobs.size() == cut.token_ids.size());
+  CHECK(cut.top_logprobs[0].size() == 2);
+  CHECK(cut.logprobs[0] == -static_cast<float>(cut.token_ids[0] % 97) / 10.0f);
+  CHECK(r.done.at("plain").outputs[0].logprobs.empty());
+  CHECK(r.done.at("plain").outputs[0].text == free_run.text);
+}
+
+TEST_CASE("engine: add_request rejects what can never run, naming the limit") {
+  EngineConfig c = base_config();
+  c.max_model_len = 40;
+  c.max_num_batched_tokens = 32;
+  c.chunked_prefill = false;
+  FakeRunner runner(2, 16, kVocab, kEos);
+  Engine engine(c, runner, nullptr);
+  const auto req = [](int len) {
+    EngineRequest r;
+    r.id = "x";
+    r.prompt_ids.assign(len, 5);
+    return r;
+  };
+  const auto message = [&](EngineRequest r) -> std::string {
+    try {
+      engine.add_request(std::move(r));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(message(req(0)).find("empty") != std::string::npos);
+  CHECK(message(req(40)).find("prompt of 40 tokens does not fit --max-model-len 40") != std::string::npos);
+  CHECK(message(req(33)).find("needs 3 KV blocks of 16 tokens but the whole cache has 2") != std::string::npos);
+  CHECK(message(req(32)) == "");
+  // With the cache grown, the budget is the limit when prompts cannot be chunked.
+  FakeRunner big(8, 16, kVocab, kEos);
+  Engine engine2(c, big, nullptr);
+  try {
+    engine2.add_request(req(33));
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("exceeds --max-num-batched-tokens 32 with --chunked-prefill off") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("engine: a sequence that outgrows the whole cache finishes with length") {
+  EngineConfig c = base_config();
+  EngineRequest r;
+  r.id = "big";
+  r.prompt_ids.assign(30, 9);
+  r.params.ignore_eos = true;
+  r.params.max_tokens = 100;
+  FakeRunner runner(2, 16, kVocab, kEos);  // 32 tokens of cache
+  const RunResult res = run(c, runner, {r});
+  const FinishedSequence& s = res.done.at("big").outputs[0];
+  CHECK(s.finish_reason == "length");
+  CHECK(s.token_ids.size() == 3);  // tokens 30, 31 fit; the 33rd position does not
+}
+
+TEST_CASE("run stats: percentiles interpolate linearly; summary and JSON carry every field") {
+  CHECK(percentile({}, 50) == 0);
+  CHECK(percentile({3, 1, 2}, 50) == 2);
+  CHECK(percentile({1, 2, 3, 4}, 50) == doctest::Approx(2.5));
+  CHECK(percentile({0, 10}, 90) == doctest::Approx(9));
+  CHECK(percentile({5}, 99) == 5);
+  RunStats s;
+  s.requests = 2;
+  s.prompt_tokens = 100;
+  s.cached_tokens = 25;
+  s.output_tokens = 40;
+  s.steps = 21;
+  s.elapsed_s = 2;
+  s.ttft_s = {0.1, 0.3};
+  s.tpot_s = {0.01};
+  s.e2e_s = {1, 2};
+  const nlohmann::json j = s.to_json();
+  CHECK(j["prefix_cache_hit_rate"] == doctest::Approx(0.25));
+  CHECK(j["output_tokens_per_s"] == doctest::Approx(20));
+  CHECK(j["ttft_s"]["p50"] == doctest::Approx(0.2));
+  CHECK(j["e2e_s"]["p99"] == doctest::Approx(1.99));
+  for (const char* k : {"requests", "prompt_tokens", "cached_tokens", "output_tokens", "steps", "preemptions",
+                        "peak_blocks_in_use", "num_kv_blocks", "elapsed_s", "tpot_s"})
+    CHECK(j.contains(k));
+  CHECK(s.summary().find("25.0% hit") != std::string::npos);
+}
+
+}  // namespace nvllm

@@ -1,0 +1,140 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace nvllm {
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : config_(config), blocks_(blocks) {}
+
+void Scheduler::add(Sequence* seq) {
+  seq->status = SequenceStatus::kWaiting;
+  waiting_.push_back(seq);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  for (Sequence* s : running_) s->num_new = 0;
+  int budget = config_.max_num_batched_tokens;
+  out.preempted = schedule_running(out, budget);
+  if (!out.preempted) admit_waiting(out, budget);
+  for (const ScheduledSeq& s : out.scheduled) out.num_tokens += s.num_new;
+  return out;
+}
+
+bool Scheduler::schedule_running(SchedulerOutput& out, int& budget) {
+  const int capacity = blocks_.num_blocks() * blocks_.block_size();
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    if (seq->num_tokens() > capacity) {  // cannot hold its own K/V even alone
+      finish_out_of_cache(seq, out);
+      continue;
+    }
+    const int num_new = std::min(seq->num_tokens() - seq->num_computed, budget);
+    const int target = seq->num_computed + num_new;
+    bool self_preempted = false;
+    while (!blocks_.can_append(seq->table, target)) {
+      Sequence* victim = running_.back();
+      preempt(victim);
+      preempted = true;
+      if (victim == seq) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;  // it was the newest: nothing after it is running
+    blocks_.append(seq->table, seq->token_ids, target);
+    seq->num_new = num_new;
+    out.scheduled.push_back({seq, num_new, target == seq->num_tokens()});
+    budget -= num_new;
+    ++i;
+  }
+  return preempted;
+}
+
+PrefixHit Scheduler::shared_prefix(const Sequence& seq) const {
+  const int bs = blocks_.block_size();
+  // At least the last token is computed, so that there are logits to sample from.
+  const int cap = (seq.num_tokens() - 1) / bs * bs;
+  PrefixHit hit = blocks_.find_prefix(seq.token_ids, cap);
+  const Sequence* parent = seq.parent;
+  if (!blocks_.prefix_caching() && parent && seq.num_cached < 0 && parent->status == SequenceStatus::kRunning) {
+    const int shared = std::min(cap, (seq.prompt_len - 1) / bs * bs) / bs;
+    if (static_cast<int>(parent->table.blocks.size()) >= shared) {
+      hit.blocks.assign(parent->table.blocks.begin(), parent->table.blocks.begin() + shared);
+      hit.hashed = false;
+    }
+  }
+  return hit;
+}
+
+void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
+  const int bs = blocks_.block_size();
+  const int capacity = blocks_.num_blocks() * bs;
+  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    if (seq->num_tokens() > capacity) {
+      finish_out_of_cache(seq, out);
+      continue;
+    }
+    // A fork waits until its parent has (or, this step, will have) computed the shared blocks.
+    const Sequence* parent = seq->parent;
+    if (parent && seq->num_cached < 0 && parent->status == SequenceStatus::kRunning &&
+        parent->num_computed + parent->num_new < (seq->prompt_len - 1) / bs * bs) {
+      break;
+    }
+    const PrefixHit hit = shared_prefix(*seq);
+    const int hit_tokens = hit.num_tokens(bs);
+    int num_new = seq->num_tokens() - hit_tokens;
+    if (num_new > budget) {
+      // Chunking off: whole prompts only, unless it can never fit a step (see the header).
+      if (!config_.chunked_prefill && num_new <= config_.max_num_batched_tokens) break;
+      num_new = budget;
+    }
+    const int target = hit_tokens + num_new;
+    if (blocks_.admission_cost(hit, target) > blocks_.num_free_blocks()) break;
+    blocks_.admit(seq->table, hit, seq->token_ids, target, seq->num_tokens());
+    waiting_.pop_front();
+    seq->status = SequenceStatus::kRunning;
+    seq->num_computed = hit_tokens;
+    if (seq->num_cached < 0) seq->num_cached = hit.hashed ? hit_tokens : 0;
+    seq->num_new = num_new;
+    running_.push_back(seq);
+    out.scheduled.push_back({seq, num_new, target == seq->num_tokens()});
+    budget -= num_new;
+  }
+}
+
+void Scheduler::preempt(Sequence* victim) {
+  if (running_.empty() || running_.back() != victim) throw std::logic_error("Scheduler::preempt: not the newest");
+  running_.pop_back();
+  blocks_.free(victim->table);
+  victim->num_computed = 0;
+  victim->num_new = 0;
+  victim->status = SequenceStatus::kWaiting;
+  waiting_.push_front(victim);
+  ++num_preemptions_;
+}
+
+void Scheduler::finish_out_of_cache(Sequence* seq, SchedulerOutput& out) {
+  if (seq->status == SequenceStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
+  }
+  blocks_.free(seq->table);
+  seq->status = SequenceStatus::kFinished;
+  seq->finish_reason = "length";
+  out.out_of_cache.push_back(seq);
+}
+
+void Scheduler::remove_finished() {
+  std::erase_if(running_, [&](Sequence* s) {
+    if (!s->finished()) return false;
+    blocks_.free(s->table);
+    return true;
+  });
+}
+
+}  // namespace nvllm

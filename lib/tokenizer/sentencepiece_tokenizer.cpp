@@ -1,0 +1,96 @@
+// SpTokenizer: a checkpoint's tokenizer.model run through libsentencepiece, for folders that
+// ship no tokenizer.json. BOS/EOS on add_special_tokens follow tokenizer_config.json's
+// add_bos_token / add_eos_token (defaults true / false, as for Llama's slow tokenizer).
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+
+namespace nvllm {
+namespace {
+
+class SpTokenizer : public Tokenizer {
+ public:
+  SpTokenizer(const std::filesystem::path& file, bool add_bos, bool add_eos)
+      : source_(file.string()), add_bos_(add_bos), add_eos_(add_eos) {
+    const auto status = sp_.Load(source_);
+    NVLLM_CHECK(status.ok(), source_, ": SentencePiece cannot load it: ", status.ToString());
+  }
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override {
+    if (const auto bad = unicode::first_invalid_utf8(text)) {
+      fail("the text is not valid UTF-8 (byte offset ", *bad, "); tokenizers need UTF-8 input");
+    }
+    std::vector<int> pieces;
+    const auto status = sp_.Encode(std::string_view(text), &pieces);
+    NVLLM_CHECK(status.ok(), source_, ": SentencePiece encode failed: ", status.ToString());
+    std::vector<int32_t> ids;
+    ids.reserve(pieces.size() + 2);
+    if (add_special_tokens && add_bos_ && sp_.bos_id() >= 0) ids.push_back(sp_.bos_id());
+    ids.insert(ids.end(), pieces.begin(), pieces.end());
+    if (add_special_tokens && add_eos_ && sp_.eos_id() >= 0) ids.push_back(sp_.eos_id());
+    return ids;
+  }
+
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const override {
+    // SentencePiece decodes control tokens to nothing; like the Hugging Face slow tokenizer we
+    // write them as their piece unless asked to skip them.
+    std::string out, part;
+    std::vector<int> run;
+    const auto flush = [&] {
+      if (run.empty()) return;
+      const auto status = sp_.Decode(run, &part);
+      NVLLM_CHECK(status.ok(), source_, ": SentencePiece decode failed: ", status.ToString());
+      out += part;
+      run.clear();
+    };
+    for (int32_t id : ids) {
+      if (id < 0 || id >= sp_.GetPieceSize()) continue;
+      if (is_special(id)) {
+        if (skip_special_tokens) continue;
+        flush();
+        out += sp_.IdToPiece(id);
+      } else {
+        run.push_back(id);
+      }
+    }
+    flush();
+    return out;
+  }
+
+  int32_t vocab_size() const override { return sp_.GetPieceSize(); }
+  bool is_special(int32_t id) const override {
+    return id >= 0 && id < sp_.GetPieceSize() && (sp_.IsControl(id) || sp_.IsUnknown(id));
+  }
+  std::optional<int32_t> token_to_id(std::string_view token) const override {
+    const int id = sp_.PieceToId(std::string_view(token));
+    if (sp_.IsUnknown(id) && sp_.IdToPiece(id) != token) return std::nullopt;
+    return id;
+  }
+
+ private:
+  std::string source_;
+  sentencepiece::SentencePieceProcessor sp_;
+  bool add_bos_, add_eos_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::path& file) {
+  bool add_bos = true, add_eos = false;
+  const std::filesystem::path config = file.parent_path() / "tokenizer_config.json";
+  if (std::filesystem::exists(config)) {
+    std::ifstream in(config);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    NVLLM_CHECK(!j.is_discarded(), config.string(), ": not valid JSON");
+    if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) add_bos = j["add_bos_token"].get<bool>();
+    if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) add_eos = j["add_eos_token"].get<bool>();
+  }
+  return std::make_unique<SpTokenizer>(file, add_bos, add_eos);
+}
+
+}  // namespace nvllm

@@ -1,0 +1,154 @@
+// UTF-8 validation and lossy conversion follow the Unicode "maximal subpart" practice
+// (Unicode 15, section 3.9), so our U+FFFD count matches the reference library's.
+#include "tokenizer/unicode.h"
+
+#include <cstdlib>
+#include <utf8proc.h>
+
+#include "core/error.h"
+
+namespace nvllm::unicode {
+namespace {
+
+// Length of the valid UTF-8 character at s[i], or 0 when invalid; `consumed` gets the length
+// of the maximal subpart to replace in that case (at least 1).
+size_t valid_char_at(std::string_view s, size_t i, size_t& consumed) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  consumed = 1;
+  if (b0 < 0x80) return 1;
+  size_t need;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    need = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;  // no surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  for (size_t k = 1; k < need; ++k) {
+    if (i + k >= s.size()) return 0;
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    const bool ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+    if (!ok) return 0;
+    consumed = k + 1;
+  }
+  return need;
+}
+
+}  // namespace
+
+std::optional<size_t> first_invalid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t consumed;
+    const size_t n = valid_char_at(s, i, consumed);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::nullopt;
+}
+
+std::string utf8_lossy(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  size_t i = 0;
+  while (i < bytes.size()) {
+    size_t consumed;
+    const size_t n = valid_char_at(bytes, i, consumed);
+    if (n > 0) {
+      out.append(bytes.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += consumed;
+    }
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+bool is_ascii(std::string_view s) {
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  }
+  return true;
+}
+
+std::string nfc(std::string_view s) {
+  if (is_ascii(s)) return std::string(s);
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) fail("NFC normalisation failed: ", utf8proc_errmsg(n));
+  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return result;
+}
+
+ByteLevelTable::ByteLevelTable() {
+  codepoint_to_byte_.fill(-1);
+  uint32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const uint32_t cp = printable ? static_cast<uint32_t>(b) : next++;
+    append_utf8(byte_to_utf8_[b], cp);
+    codepoint_to_byte_[cp] = static_cast<int16_t>(b);
+  }
+}
+
+std::optional<std::string> ByteLevelTable::decode(std::string_view s) const {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    uint32_t cp;
+    if (b0 < 0x80) {
+      cp = b0;
+      i += 1;
+    } else if ((b0 >> 5) == 0x6 && i + 1 < s.size()) {
+      cp = ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
+      i += 2;
+    } else {
+      return std::nullopt;  // three- and four-byte characters are never in the table
+    }
+    if (cp >= codepoint_to_byte_.size() || codepoint_to_byte_[cp] < 0) return std::nullopt;
+    out += static_cast<char>(codepoint_to_byte_[cp]);
+  }
+  return out;
+}
+
+const ByteLevelTable& byte_level_table() {
+  static const ByteLevelTable table;
+  return table;
+}
+
+}  // namespace nvllm::unicode
