@@ -34,6 +34,17 @@ struct DeviceLayer {
              *o_proj = nullptr, *post_norm = nullptr, *gate_up = nullptr, *down = nullptr;
 };
 
+// Context-length bounds that get their own graphs: 1024, then x4, up to max_model_len (always
+// included). The bound is baked into a graph twice, as the block-table width (bytes copied per
+// step) and as attention_decode's max_context_len (how it splits the context), so a short-context
+// decode must not replay a graph made for the longest context.
+std::vector<int> context_buckets(int max_model_len) {
+  std::vector<int> buckets;
+  for (int b = 1024; b < max_model_len; b *= 4) buckets.push_back(b);
+  buckets.push_back(max_model_len);
+  return buckets;
+}
+
 // Decode sizes that get a graph: 1, 2, 4, 8, 16, 24, 32, then every 16 up to max_num_seqs
 // (which is always included).
 std::vector<int> graph_sizes(int max_num_seqs) {
@@ -93,7 +104,9 @@ class CudaRunner final : public Runner {
   void size_kv_cache();
   void capture_graphs();
   void forward(const Step& step);
-  int padded_graph_size(int seqs) const;
+  // The graph for a decode step of `seqs` sequences whose longest context is `max_context`,
+  // or null; sets the padded size and context bound it was captured for.
+  cudaGraphExec_t find_graph(int seqs, int max_context, int* size, int* bound) const;
   template <typename T>
   const T* dev(size_t offset) const {
     return reinterpret_cast<const T*>(staging_dev_.as<std::byte>() + offset);
@@ -124,7 +137,7 @@ class CudaRunner final : public Runner {
   std::vector<bf16*> k_cache_, v_cache_;
   int num_blocks_ = 0;
 
-  std::map<int, CudaGraphExec> graphs_;  // padded decode size -> graph
+  std::map<std::pair<int, int>, CudaGraphExec> graphs_;  // (context bound, padded size) -> graph
   SamplerExtras extras_;
   std::vector<int> last_logits_rows_;  // logits row of each sampled sequence in the last step
   bool warned_top_clamp_ = false;
@@ -133,7 +146,8 @@ class CudaRunner final : public Runner {
 CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const CudaRunnerOptions& options)
     : c_(config), opt_(options), stream_(), gemm_() {
   CUDA_CHECK(cudaSetDevice(opt_.device));
-  NVLLM_CHECK(c_.head_dim % 2 == 0, "config.json: head_dim ", c_.head_dim, " must be even for rotary embedding");
+  NVLLM_CHECK(c_.head_dim == 64 || c_.head_dim == 128, "config.json: head_dim ", c_.head_dim,
+              ": the CUDA attention kernels support head_dim 64 and 128; run this model with --device cpu");
   NVLLM_CHECK(static_cast<int>(w.layers.size()) == c_.num_layers, "internal: weights have ", w.layers.size(),
               " layers, config.json says ", c_.num_layers);
   NVLLM_CHECK(opt_.max_num_seqs > 0 && opt_.max_num_batched_tokens > 0 && opt_.max_model_len > 0 &&
@@ -205,9 +219,14 @@ void CudaRunner::allocate_buffers() {
   out_host_ = PinnedBuffer(out_bytes);
 }
 
-int CudaRunner::padded_graph_size(int seqs) const {
-  auto it = graphs_.lower_bound(seqs);
-  return it == graphs_.end() ? 0 : it->first;
+cudaGraphExec_t CudaRunner::find_graph(int seqs, int max_context, int* size, int* bound) const {
+  auto it = graphs_.lower_bound({max_context, seqs});
+  // Keys sort by bound, then size: skip the rest of a bound whose sizes are all too small.
+  while (it != graphs_.end() && it->first.second < seqs) ++it;
+  if (it == graphs_.end()) return nullptr;
+  *bound = it->first.first;
+  *size = it->first.second;
+  return it->second.get();
 }
 
 void CudaRunner::forward(const Step& st) {
@@ -281,16 +300,21 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   }
   cudaStream_t st = stream_.get();
 
-  const int graph_size = (b.decode_only && !graphs_.empty()) ? padded_graph_size(S) : 0;
-  const bool use_graph = graph_size > 0;
-  const int width = use_graph ? width_cap_ : b.max_blocks_per_seq;
+  int graph_size = 0, graph_bound = 0;
+  cudaGraphExec_t graph = nullptr;
+  if (b.decode_only && !graphs_.empty()) {
+    const int max_context = *std::max_element(b.context_lens.begin(), b.context_lens.end());
+    graph = find_graph(S, max_context, &graph_size, &graph_bound);
+  }
+  const bool use_graph = graph != nullptr;
+  const int width = use_graph ? (graph_bound + opt_.block_size - 1) / opt_.block_size : b.max_blocks_per_seq;
   PackedStep packed = pack_step(b, use_graph ? graph_size : S, width, use_graph, kMaxTopLogprobs,
                                 staging_host_.get(), staging_host_.bytes(), extras_);
   const int R = static_cast<int>(packed.sampled_seqs.size());
   CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
 
   if (use_graph) {
-    CUDA_CHECK(cudaGraphLaunch(graphs_.at(graph_size).get(), st));
+    CUDA_CHECK(cudaGraphLaunch(graph, st));
   } else {
     Step step{packed.layout, packed.max_query_len, packed.max_context_len, b.decode_only, true};
     forward(step);
@@ -449,43 +473,50 @@ void CudaRunner::size_kv_cache() {
            free_bytes >> 20, " MiB were free of ", total_bytes >> 20, " MiB)");
 }
 
-// One graph per padded decode size. Each is first run eagerly (cuBLASLt picks its algorithm
-// outside capture), then captured reading its inputs at the addresses that make_step_layout
-// gives for (size, size, width_cap_): execute() packs later steps at the same addresses.
+// One graph per (context bound, padded decode size). Each size is first run eagerly (cuBLASLt
+// picks its algorithm outside capture), then captured reading its inputs at the addresses that
+// make_step_layout gives for (size, size, bound / block_size): execute() packs later steps there.
 void CudaRunner::capture_graphs() {
   cudaStream_t st = stream_.get();
   std::vector<int> sizes = graph_sizes(seq_cap_);
   std::reverse(sizes.begin(), sizes.end());
-  for (int n : sizes) {
-    Batch b;  // no real sequences: every row is padding
-    b.query_start.push_back(0);
-    b.max_blocks_per_seq = width_cap_;
-    b.decode_only = true;
-    PackedStep packed = pack_step(b, n, width_cap_, true, kMaxTopLogprobs, staging_host_.get(), staging_host_.bytes(),
-                                  extras_);
-    CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
-    const Step step{packed.layout, 1, opt_.max_model_len, true, false};
-    forward(step);
-    CUDA_CHECK(cudaStreamSynchronize(st));
-
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    try {
-      forward(step);
-    } catch (...) {
-      cudaStreamEndCapture(st, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
+  const std::vector<int> bounds = context_buckets(opt_.max_model_len);
+  for (int bound : bounds) {
+    const int width = (bound + opt_.block_size - 1) / opt_.block_size;
+    for (int n : sizes) {
+      Batch b;  // no real sequences: every row is padding
+      b.query_start.push_back(0);
+      b.max_blocks_per_seq = width;
+      b.decode_only = true;
+      PackedStep packed = pack_step(b, n, width, true, kMaxTopLogprobs, staging_host_.get(), staging_host_.bytes(),
+                                    extras_);
+      CUDA_CHECK(
+          cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
+      const Step step{packed.layout, 1, bound, true, false};
+      if (bound == bounds.front()) {
+        forward(step);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+      }
+      cudaGraph_t g = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      try {
+        forward(step);
+      } catch (...) {
+        cudaStreamEndCapture(st, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      CUDA_CHECK(cudaStreamEndCapture(st, &g));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      CUDA_CHECK(err);
+      graphs_.emplace(std::make_pair(bound, n), CudaGraphExec(exec));
     }
-    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(err);
-    graphs_.emplace(n, CudaGraphExec(exec));
   }
   CUDA_CHECK(cudaStreamSynchronize(st));
-  log_info("captured CUDA graphs for ", graphs_.size(), " decode batch sizes (up to ", seq_cap_, ")");
+  log_info("captured ", graphs_.size(), " CUDA graphs: decode batch sizes up to ", seq_cap_, " x context bounds up to ",
+           bounds.back());
 }
 
 std::vector<float> CudaRunner::last_logits() {

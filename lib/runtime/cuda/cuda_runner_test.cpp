@@ -107,7 +107,7 @@ RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
-  const int block_size = 16, blocks_per_seq = 8;
+  const int block_size = 16, blocks_per_seq = 72;  // max_model_len 1152: graphs for context bounds 1024 and 1152
   CpuRunner cpu(c, std::move(wf), block_size, 3 * blocks_per_seq, 2);
   CudaRunnerOptions opt;
   opt.block_size = block_size;
