@@ -112,8 +112,14 @@ class CudaRunner final : public Runner {
     return reinterpret_cast<const T*>(staging_dev_.as<std::byte>() + offset);
   }
 
+  // Selects the device before any member allocates on it (members initialise in this order).
+  struct SelectDevice {
+    explicit SelectDevice(int device) { CUDA_CHECK(cudaSetDevice(device)); }
+  };
+
   ModelConfig c_;
   CudaRunnerOptions opt_;
+  SelectDevice select_device_;
   CudaStream stream_;
   Gemm gemm_;
   std::vector<DeviceBuffer> weight_buffers_;
@@ -144,8 +150,7 @@ class CudaRunner final : public Runner {
 };
 
 CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const CudaRunnerOptions& options)
-    : c_(config), opt_(options), stream_(), gemm_() {
-  CUDA_CHECK(cudaSetDevice(opt_.device));
+    : c_(config), opt_(options), select_device_(options.device), stream_(), gemm_() {
   NVLLM_CHECK(c_.head_dim == 64 || c_.head_dim == 128, "config.json: head_dim ", c_.head_dim,
               ": the CUDA attention kernels support head_dim 64 and 128; run this model with --device cpu");
   NVLLM_CHECK(static_cast<int>(w.layers.size()) == c_.num_layers, "internal: weights have ", w.layers.size(),
@@ -274,6 +279,7 @@ void CudaRunner::forward(const Step& st) {
   int rows = T;
   if (st.gather) {
     rows = L.sample_rows;
+    if (rows == 0) return;  // a step of prompt chunks that end no prompt
     gather_rows(x, dev<int32_t>(L.sample_token), xg_.as<bf16>(), rows, H, s);
     gather_rows(res, dev<int32_t>(L.sample_token), rg_.as<bf16>(), rows, H, s);
     fx = xg_.as<bf16>();
@@ -284,6 +290,7 @@ void CudaRunner::forward(const Step& st) {
 }
 
 void CudaRunner::execute(const Batch& b, StepOutput& out) {
+  CUDA_CHECK(cudaSetDevice(opt_.device));  // the engine may call from another thread than the constructor
   const int S = b.num_seqs(), T = b.num_tokens();
   NVLLM_CHECK(S > 0 && T > 0, "internal: empty batch");
   NVLLM_CHECK(S <= seq_cap_ && T <= token_cap_, "internal: batch of ", S, " sequences / ", T,

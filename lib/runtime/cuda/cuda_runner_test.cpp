@@ -98,8 +98,9 @@ struct RunResult {
   std::vector<std::vector<float>> logits;    // per step: sampled rows
 };
 
-// Three sequences: prompts of 5, 17 and 33 tokens; step 1 prefills the first two and a chunk of
-// 20 of the third; step 2 mixes two decodes with the rest of the third prompt; then decode-only
+// Three sequences: prompts of 5, 17 and 33 tokens; a first step holds only the third's first 10
+// tokens (nothing samples); step 1 prefills the first two and the third's tokens 10..19 (over its
+// cached first chunk); step 2 mixes two decodes with the rest of the third prompt; then decode-only
 // steps (padded to a graph size of 4 when graphs are on). The CUDA runner's greedy tokens are
 // fed back to both runners, so both see the same inputs.
 RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool mixed, double* worst_rel,
@@ -140,12 +141,21 @@ RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool
 
   RunResult result;
   *worst_rel = 0.0;
+  {  // A step whose only work is a prompt chunk that ends no prompt: nothing samples.
+    Batch b = test::make_batch({{std::vector<int32_t>(hist[2].begin(), hist[2].begin() + 10), 0, blocks(2)}},
+                               block_size);
+    add_sampling(b, {0}, {params[2]}, {hist[2]}, 0);
+    cpu.forward_logits(b);
+    StepOutput out;
+    gpu->execute(b, out);
+    CHECK(out.token_ids == std::vector<int32_t>{-1});
+  }
   for (int step = 0; step < 7; ++step) {
     std::vector<test::SeqChunk> chunks;
     std::vector<uint8_t> sample;
     if (step == 0) {
       chunks = {{hist[0], 0, blocks(0)}, {hist[1], 0, blocks(1)},
-                {std::vector<int32_t>(hist[2].begin(), hist[2].begin() + 20), 0, blocks(2)}};
+                {std::vector<int32_t>(hist[2].begin() + 10, hist[2].begin() + 20), 10, blocks(2)}};
       sample = {1, 1, 0};
     } else if (step == 1) {
       chunks = {{{hist[0].back()}, static_cast<int>(hist[0].size()) - 1, blocks(0)},
