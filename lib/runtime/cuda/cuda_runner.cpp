@@ -458,6 +458,10 @@ void CudaRunner::size_kv_cache() {
     const double budget = static_cast<double>(total_bytes) * opt_.gpu_memory_utilization - used;
     num_blocks_ = budget <= 0 ? 0 : static_cast<int>(std::min(budget / bytes_per_block, 2e9));
   }
+  if (num_blocks_ < per_seq_blocks && opt_.num_kv_blocks > 0) {
+    fail("--num-kv-blocks ", opt_.num_kv_blocks, ": one sequence of --max-model-len ", opt_.max_model_len, " needs ",
+         per_seq_blocks, " blocks of ", opt_.block_size, " tokens; raise --num-kv-blocks or lower --max-model-len");
+  }
   NVLLM_CHECK(num_blocks_ >= per_seq_blocks, "KV cache: room for ", num_blocks_, " blocks of ", opt_.block_size,
               " tokens, but one sequence of --max-model-len ", opt_.max_model_len, " needs ", per_seq_blocks,
               " (", (total_bytes - free_bytes) >> 20, " MiB of ", total_bytes >> 20,
