@@ -3,14 +3,11 @@
 // Per step: one H2D copy of the packed inputs (a second only for penalties / min_tokens),
 // the forward (replayed from a graph when it is a captured decode size), the sampler, one D2H
 // copy of the results and one stream synchronisation.
-#include "runtime/cuda/cuda_runner.h"
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <numbers>
 
 #include "core/error.h"
@@ -18,43 +15,12 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/sampling.h"
-#include "runtime/cuda/device_buffer.h"
-#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/cuda_runner_impl.h"
 #include "runtime/cuda/runner_kernels.h"
-#include "runtime/cuda/step_inputs.h"
 
 namespace nvllm {
+namespace cuda_detail {
 namespace {
-
-using bf16 = __nv_bfloat16;
-constexpr int kMaxTopLogprobs = 20;  // what vLLM allows; larger requests are clamped
-
-struct DeviceLayer {
-  const bf16 *input_norm = nullptr, *qkv = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr,
-             *o_proj = nullptr, *post_norm = nullptr, *gate_up = nullptr, *down = nullptr;
-};
-
-// Context-length bounds that get their own graphs: 1024, then x4, up to max_model_len (always
-// included). The bound is baked into a graph twice, as the block-table width (bytes copied per
-// step) and as attention_decode's max_context_len (how it splits the context), so a short-context
-// decode must not replay a graph made for the longest context.
-std::vector<int> context_buckets(int max_model_len) {
-  std::vector<int> buckets;
-  for (int b = 1024; b < max_model_len; b *= 4) buckets.push_back(b);
-  buckets.push_back(max_model_len);
-  return buckets;
-}
-
-// Decode sizes that get a graph: 1, 2, 4, 8, 16, 24, 32, then every 16 up to max_num_seqs
-// (which is always included).
-std::vector<int> graph_sizes(int max_num_seqs) {
-  std::vector<int> sizes;
-  for (int s : {1, 2, 4, 8, 16, 24, 32})
-    if (s < max_num_seqs) sizes.push_back(s);
-  for (int s = 48; s < max_num_seqs; s += 16) sizes.push_back(s);
-  sizes.push_back(max_num_seqs);
-  return sizes;
-}
 
 // RoPE frequencies as Hugging Face computes them, with the llama3 rescaling of long wavelengths.
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
@@ -82,72 +48,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   return inv;
 }
 
-class CudaRunner final : public Runner {
- public:
-  CudaRunner(const ModelConfig& config, const ModelWeights& weights, const CudaRunnerOptions& options);
-  void execute(const Batch& batch, StepOutput& out) override;
-  int num_kv_blocks() const override { return num_blocks_; }
-  const char* name() const override { return "cuda"; }
-  std::vector<float> last_logits();
 
- private:
-  // Device addresses of one step's inputs (inside staging_dev_) and its shape.
-  struct Step {
-    StepLayout layout;
-    int max_query_len = 0, max_context_len = 0;
-    bool decode = false;
-    bool gather = true;  // sample rows are gathered before the final norm (eager steps)
-  };
-
-  const bf16* upload(const HostTensor& t, const char* what);
-  void allocate_buffers();
-  void size_kv_cache();
-  void capture_graphs();
-  void forward(const Step& step);
-  // The graph for a decode step of `seqs` sequences whose longest context is `max_context`,
-  // or null; sets the padded size and context bound it was captured for.
-  cudaGraphExec_t find_graph(int seqs, int max_context, int* size, int* bound) const;
-  template <typename T>
-  const T* dev(size_t offset) const {
-    return reinterpret_cast<const T*>(staging_dev_.as<std::byte>() + offset);
-  }
-
-  // Selects the device before any member allocates on it (members initialise in this order).
-  struct SelectDevice {
-    explicit SelectDevice(int device) { CUDA_CHECK(cudaSetDevice(device)); }
-  };
-
-  ModelConfig c_;
-  CudaRunnerOptions opt_;
-  SelectDevice select_device_;
-  CudaStream stream_;
-  Gemm gemm_;
-  std::vector<DeviceBuffer> weight_buffers_;
-  const bf16* embed_ = nullptr;
-  const bf16* lm_head_ = nullptr;
-  const bf16* final_norm_ = nullptr;
-  std::vector<DeviceLayer> layers_;
-  DeviceBuffer inv_freq_;
-
-  int token_cap_ = 0, seq_cap_ = 0, width_cap_ = 0;
-  DeviceBuffer x_, residual_, qkv_, attn_, gate_up_, act_, xg_, rg_, logits_, decode_ws_;
-  DeviceBuffer staging_dev_;
-  PinnedBuffer staging_host_;
-  DeviceBuffer extras_dev_, counts_;
-  PinnedBuffer extras_host_;
-  DeviceBuffer out_dev_;
-  PinnedBuffer out_host_;
-  size_t out_lp_ = 0, out_top_ids_ = 0, out_top_lp_ = 0;  // offsets inside out buffers
-
-  DeviceBuffer kv_;  // [layers][k, v][blocks, block_size, kv_heads, head_dim]
-  std::vector<bf16*> k_cache_, v_cache_;
-  int num_blocks_ = 0;
-
-  std::map<std::pair<int, int>, CudaGraphExec> graphs_;  // (context bound, padded size) -> graph
-  SamplerExtras extras_;
-  std::vector<int> last_logits_rows_;  // logits row of each sampled sequence in the last step
-  bool warned_top_clamp_ = false;
-};
+}  // namespace
 
 CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const CudaRunnerOptions& options)
     : c_(config), opt_(options), select_device_(options.device), stream_(), gemm_() {
@@ -399,137 +301,6 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   }
 }
 
-// Sizes the KV cache from what is free after the weights, every preallocated buffer, and one
-// forward + sampling pass at the largest step (which also makes cuBLASLt and the kernels
-// allocate whatever they allocate lazily).
-void CudaRunner::size_kv_cache() {
-  const int L = c_.num_layers;
-  const size_t block_elems = static_cast<size_t>(opt_.block_size) * c_.num_kv_heads * c_.head_dim;
-  const size_t bytes_per_block = 2 * L * block_elems * sizeof(bf16);
-
-  // Warm-up: the whole token budget spread over max_num_seqs sequences, every one sampling with
-  // the full sampler. Slots are -1 (nothing written) and every block-table entry points at one
-  // scratch block, so a single block per layer backs the reads.
-  DeviceBuffer scratch(2 * block_elems * sizeof(bf16));
-  CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
-  k_cache_.assign(L, scratch.as<bf16>());
-  v_cache_.assign(L, scratch.as<bf16>() + block_elems);
-  {
-    const int seqs = std::min(seq_cap_, opt_.max_num_batched_tokens);
-    const int per_seq = std::min(opt_.max_num_batched_tokens / seqs, opt_.max_model_len);
-    Batch b;
-    SamplingParams sp;
-    sp.temperature = 1.0f;
-    sp.top_k = 50;
-    sp.top_p = 0.9f;
-    b.max_blocks_per_seq = (per_seq + opt_.block_size - 1) / opt_.block_size;
-    b.query_start.push_back(0);
-    for (int s = 0; s < seqs; ++s) {
-      for (int i = 0; i < per_seq; ++i) {
-        b.token_ids.push_back(i % c_.vocab_size);
-        b.positions.push_back(i);
-        b.slot_mapping.push_back(-1);
-      }
-      b.query_start.push_back(b.query_start.back() + per_seq);
-      b.context_lens.push_back(per_seq);
-      b.block_tables.insert(b.block_tables.end(), b.max_blocks_per_seq, 0);
-      b.sample.push_back(1);
-      b.params.push_back(&sp);
-      b.prompt_tokens.emplace_back();
-      b.output_tokens.emplace_back();
-      b.seeds.push_back(s);
-      b.sample_step.push_back(0);
-      b.suppress_eos.push_back(0);
-    }
-    b.decode_only = per_seq == 1;
-    StepOutput out;
-    execute(b, out);
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  scratch.reset();
-
-  size_t free_bytes = 0, total_bytes = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int per_seq_blocks = (opt_.max_model_len + opt_.block_size - 1) / opt_.block_size;
-  if (opt_.num_kv_blocks > 0) {
-    num_blocks_ = opt_.num_kv_blocks;
-  } else {
-    const double used = static_cast<double>(total_bytes - free_bytes);
-    const double budget = static_cast<double>(total_bytes) * opt_.gpu_memory_utilization - used;
-    num_blocks_ = budget <= 0 ? 0 : static_cast<int>(std::min(budget / bytes_per_block, 2e9));
-  }
-  if (num_blocks_ < per_seq_blocks && opt_.num_kv_blocks > 0) {
-    fail("--num-kv-blocks ", opt_.num_kv_blocks, ": one sequence of --max-model-len ", opt_.max_model_len, " needs ",
-         per_seq_blocks, " blocks of ", opt_.block_size, " tokens; raise --num-kv-blocks or lower --max-model-len");
-  }
-  NVLLM_CHECK(num_blocks_ >= per_seq_blocks, "KV cache: room for ", num_blocks_, " blocks of ", opt_.block_size,
-              " tokens, but one sequence of --max-model-len ", opt_.max_model_len, " needs ", per_seq_blocks,
-              " (", (total_bytes - free_bytes) >> 20, " MiB of ", total_bytes >> 20,
-              " MiB in use after weights and activations); lower --max-model-len or --max-num-batched-tokens, "
-              "or raise --gpu-memory-utilization (now ", opt_.gpu_memory_utilization, ")");
-  const size_t bytes = bytes_per_block * num_blocks_;
-  if (bytes > free_bytes)
-    fail("KV cache: ", num_blocks_, " blocks need ", bytes >> 20, " MiB but only ", free_bytes >> 20,
-         " MiB are free on the GPU; lower --num-kv-blocks or --gpu-memory-utilization");
-  kv_ = DeviceBuffer(bytes);
-  // Zeroed so that padded decode rows, which read block 0, never meet NaN bit patterns.
-  CUDA_CHECK(cudaMemset(kv_.get(), 0, bytes));
-  const size_t layer_elems = static_cast<size_t>(num_blocks_) * block_elems;
-  for (int l = 0; l < L; ++l) {
-    k_cache_[l] = kv_.as<bf16>() + (2 * l) * layer_elems;
-    v_cache_[l] = kv_.as<bf16>() + (2 * l + 1) * layer_elems;
-  }
-  log_info("KV cache: ", num_blocks_, " blocks x ", opt_.block_size, " tokens = ",
-           static_cast<int64_t>(num_blocks_) * opt_.block_size, " tokens (", bytes >> 20, " MiB; ",
-           free_bytes >> 20, " MiB were free of ", total_bytes >> 20, " MiB)");
-}
-
-// One graph per (context bound, padded decode size). Each size is first run eagerly (cuBLASLt
-// picks its algorithm outside capture), then captured reading its inputs at the addresses that
-// make_step_layout gives for (size, size, bound / block_size): execute() packs later steps there.
-void CudaRunner::capture_graphs() {
-  cudaStream_t st = stream_.get();
-  std::vector<int> sizes = graph_sizes(seq_cap_);
-  std::reverse(sizes.begin(), sizes.end());
-  const std::vector<int> bounds = context_buckets(opt_.max_model_len);
-  for (int bound : bounds) {
-    const int width = (bound + opt_.block_size - 1) / opt_.block_size;
-    for (int n : sizes) {
-      Batch b;  // no real sequences: every row is padding
-      b.query_start.push_back(0);
-      b.max_blocks_per_seq = width;
-      b.decode_only = true;
-      PackedStep packed = pack_step(b, n, width, true, kMaxTopLogprobs, staging_host_.get(), staging_host_.bytes(),
-                                    extras_);
-      CUDA_CHECK(
-          cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
-      const Step step{packed.layout, 1, bound, true, false};
-      if (bound == bounds.front()) {
-        forward(step);
-        CUDA_CHECK(cudaStreamSynchronize(st));
-      }
-      cudaGraph_t g = nullptr;
-      CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      try {
-        forward(step);
-      } catch (...) {
-        cudaStreamEndCapture(st, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-      }
-      CUDA_CHECK(cudaStreamEndCapture(st, &g));
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
-      cudaGraphDestroy(g);
-      CUDA_CHECK(err);
-      graphs_.emplace(std::make_pair(bound, n), CudaGraphExec(exec));
-    }
-  }
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  log_info("captured ", graphs_.size(), " CUDA graphs: decode batch sizes up to ", seq_cap_, " x context bounds up to ",
-           bounds.back());
-}
-
 std::vector<float> CudaRunner::last_logits() {
   const size_t V = c_.vocab_size;
   std::vector<float> out(last_logits_rows_.size() * V);
@@ -540,17 +311,17 @@ std::vector<float> CudaRunner::last_logits() {
   return out;
 }
 
-}  // namespace
+}  // namespace cuda_detail
 
 std::vector<float> cuda_runner_last_logits(Runner& runner) {
-  auto* cuda = dynamic_cast<CudaRunner*>(&runner);
+  auto* cuda = dynamic_cast<cuda_detail::CudaRunner*>(&runner);
   NVLLM_CHECK(cuda, "cuda_runner_last_logits: runner '", runner.name(), "' is not the CUDA runner");
   return cuda->last_logits();
 }
 
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
                                          const CudaRunnerOptions& options) {
-  return std::make_unique<CudaRunner>(config, weights, options);
+  return std::make_unique<cuda_detail::CudaRunner>(config, weights, options);
 }
 
 }  // namespace nvllm
