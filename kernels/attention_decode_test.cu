@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "kernels/attention_test_util.h"
 #include "kernels/kernels.h"
@@ -66,50 +67,51 @@ __global__ void fill_random(bf16* p, size_t n, uint32_t seed) {
 }
 }  // namespace
 
-// Timing at the issue's shape: batch 256 x context 1024, Qwen3-0.6B heads, block size 16.
+// Timing at the issue's shape (batch 256 x context 1024, Qwen3-0.6B heads, block size 16), and
+// the same number of cached tokens as fewer, longer sequences (where the split-K matters).
 TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) {
-  const int num_seqs = 256, ctx = 1024, heads = 16, kv_heads = 8, d = 128, bs = 16;
-  const int blocks_per_seq = ctx / bs, num_blocks = num_seqs * blocks_per_seq;
-  const size_t cache_elems = size_t(num_blocks) * bs * kv_heads * d;
-  DeviceBuffer<bf16> k(cache_elems), v(cache_elems), q(size_t(num_seqs) * heads * d),
-      out(size_t(num_seqs) * heads * d);
+  const int heads = 16, kv_heads = 8, d = 128, bs = 16, total_tokens = 256 * 1024;
+  const size_t cache_elems = size_t(total_tokens) * kv_heads * d;
+  DeviceBuffer<bf16> k(cache_elems), v(cache_elems), q(size_t(256) * heads * d), out(size_t(256) * heads * d);
   fill_random<<<1024, 256>>>(k.get(), cache_elems, 1);
   fill_random<<<1024, 256>>>(v.get(), cache_elems, 2);
   fill_random<<<1024, 256>>>(q.get(), q.size(), 3);
-  std::mt19937 rng(1);
-  std::vector<int32_t> table(num_blocks), qs(num_seqs + 1), lens(num_seqs, ctx);
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);  // blocks scattered as after real allocation
-  std::iota(qs.begin(), qs.end(), 0);
-  DeviceBuffer<int32_t> d_table(table), d_qs(qs), d_lens(lens);
-  const size_t ws_bytes = attention_decode_workspace_bytes(num_seqs, heads, d, ctx);
-  DeviceBuffer<char> ws(ws_bytes);
-  AttentionBatch batch{d_qs.get(), d_lens.get(), d_table.get(), blocks_per_seq, num_seqs, 1, ctx};
-  auto launch = [&] {
-    attention_decode(q.get(), heads * d, k.get(), v.get(), batch, out.get(), heads, kv_heads, d, bs,
-                     0.088f, ws.get(), ws_bytes, nullptr);
-  };
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 5; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < 50; ++i) {
-    CUDA_CHECK(cudaEventRecord(e0));
-    launch();
-    CUDA_CHECK(cudaEventRecord(e1));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
+  for (auto [num_seqs, ctx] : {std::pair{256, 1024}, std::pair{64, 4096}, std::pair{8, 32768}}) {
+    const int blocks_per_seq = ctx / bs, num_blocks = num_seqs * blocks_per_seq;
+    std::mt19937 rng(1);
+    std::vector<int32_t> table(num_blocks), qs(num_seqs + 1), lens(num_seqs, ctx);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);  // blocks scattered as after real allocation
+    std::iota(qs.begin(), qs.end(), 0);
+    DeviceBuffer<int32_t> d_table(table), d_qs(qs), d_lens(lens);
+    const size_t ws_bytes = attention_decode_workspace_bytes(num_seqs, heads, d, ctx);
+    DeviceBuffer<char> ws(ws_bytes);
+    AttentionBatch batch{d_qs.get(), d_lens.get(), d_table.get(), blocks_per_seq, num_seqs, 1, ctx};
+    auto launch = [&] {
+      attention_decode(q.get(), heads * d, k.get(), v.get(), batch, out.get(), heads, kv_heads, d, bs, 0.088f,
+                       ws.get(), ws_bytes, nullptr);
+    };
+    for (int i = 0; i < 5; ++i) launch();
+    std::vector<float> ms;
+    for (int i = 0; i < 50; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0));
+      launch();
+      CUDA_CHECK(cudaEventRecord(e1));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double bytes = 2.0 * size_t(num_blocks) * bs * kv_heads * d * sizeof(bf16), med = ms[ms.size() / 2];
+    std::printf("attention_decode S=%d ctx=%d H=%d KVH=%d D=%d bs=%d: KV bytes %.3f GB, floor at 3.03 TB/s "
+                "%.1f us, median %.1f us (min %.1f), %.0f GB/s = %.1f%% of 3.03 TB/s\n",
+                num_seqs, ctx, heads, kv_heads, d, bs, bytes / 1e9, bytes / 3.03e12 * 1e6, med * 1e3, ms[0] * 1e3,
+                bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 3.03e12);
   }
-  std::sort(ms.begin(), ms.end());
-  const double bytes = 2.0 * cache_elems * sizeof(bf16);
-  std::printf("attention_decode S=%d ctx=%d H=%d KVH=%d D=%d bs=%d: KV bytes %.3f GB, floor at 3.03 TB/s "
-              "%.1f us, median %.1f us (min %.1f), %.0f GB/s = %.1f%% of 3.03 TB/s\n",
-              num_seqs, ctx, heads, kv_heads, d, bs, bytes / 1e9, bytes / 3.03e12 * 1e6, ms[ms.size() / 2] * 1e3,
-              ms[0] * 1e3, bytes / (ms[ms.size() / 2] * 1e-3) / 1e9,
-              100.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 3.03e12);
   // The copy ceiling on this card: a device-to-device copy of the K cache (read + write).
   CUDA_CHECK(cudaEventRecord(e0));
   for (int i = 0; i < 10; ++i)

@@ -11,7 +11,10 @@
 namespace nvllm::kernels::test {
 namespace {
 
-// q_lens[s] query rows at the end of a context of ctx[s] tokens.
+using PrefillFn = void (*)(const bf16*, int, const bf16*, const bf16*, const AttentionBatch&, bf16*, int, int,
+                          int, int, float, cudaStream_t);
+
+// q_lens[s] query rows at the end of a context of ctx[s] tokens, through both kernels.
 void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std::vector<int> q_lens,
               std::vector<int> ctx, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -29,12 +32,15 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
   DeviceBuffer<int32_t> d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
   AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs,
                        *std::max_element(q_lens.begin(), q_lens.end()), *std::max_element(ctx.begin(), ctx.end())};
-  d_out.poison();
-  attention_prefill(d_q.get(), q_stride, d_k.get(), d_v.get(), batch, d_out.get(), num_heads, num_kv_heads,
-                    head_dim, block_size, scale, nullptr);
-  const double err = rel_error(d_out.download(), ref);
-  INFO("heads=", num_heads, "/", num_kv_heads, " d=", head_dim, " bs=", block_size, " rel_error=", err);
-  CHECK(err < kBf16Tolerance);
+  for (PrefillFn fn : {PrefillFn(attention_prefill), PrefillFn(attention_prefill_simt)}) {
+    d_out.poison();
+    fn(d_q.get(), q_stride, d_k.get(), d_v.get(), batch, d_out.get(), num_heads, num_kv_heads, head_dim,
+       block_size, scale, nullptr);
+    const double err = rel_error(d_out.download(), ref);
+    INFO((fn == PrefillFn(attention_prefill) ? "tensor-core" : "simt"), " heads=", num_heads, "/", num_kv_heads,
+         " d=", head_dim, " bs=", block_size, " rel_error=", err);
+    CHECK(err < kBf16Tolerance);
+  }
 }
 
 }  // namespace
@@ -46,6 +52,9 @@ TEST_CASE("gpu.kernels.attention_prefill matches the CPU reference") {
   run_case(32, 8, 64, 1, {40, 3}, {40, 90}, 2);         // group 4, block size 1
   run_case(8, 8, 64, 256, {300}, {300}, 3);             // multi-head, one block of 256
   run_case(12, 2, 128, 32, {17, 64}, {17, 200}, 4);     // group 6
+  // Query tiles that straddle block and tile edges, many sequences of mixed kinds.
+  run_case(16, 8, 128, 16, {130, 1, 64, 65, 200}, {130, 500, 64, 129, 1000}, 5);
+  run_case(16, 8, 64, 8, {63, 129}, {1063, 129}, 6);
 }
 
 }  // namespace nvllm::kernels::test
@@ -77,9 +86,9 @@ TEST_CASE("bench.attention_prefill 16 x 2048" * doctest::skip()) {
   for (int s = 0; s <= seqs; ++s) qs[s] = s * len;
   DeviceBuffer<int32_t> d_table(table), d_qs(qs), d_lens(lens);
   AttentionBatch batch{d_qs.get(), d_lens.get(), d_table.get(), blocks_per_seq, seqs, len, len};
+  for (PrefillFn fn : {PrefillFn(attention_prefill), PrefillFn(attention_prefill_simt)}) {
   auto launch = [&] {
-    attention_prefill(q.get(), q_stride, k.get(), v.get(), batch, out.get(), heads, kv_heads, d, bs, 0.088f,
-                      nullptr);
+    fn(q.get(), q_stride, k.get(), v.get(), batch, out.get(), heads, kv_heads, d, bs, 0.088f, nullptr);
   };
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
@@ -93,10 +102,12 @@ TEST_CASE("bench.attention_prefill 16 x 2048" * doctest::skip()) {
   CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
   ms /= 5;
   const double flops = 4.0 * d * heads * seqs * (double(len) * (len + 1) / 2);
-  std::printf("attention_prefill %d x %d H=%d KVH=%d D=%d: %.3f TFLOP causal, %.2f ms, %.1f TFLOP/s\n", seqs, len,
-              heads, kv_heads, d, flops / 1e12, ms, flops / (ms * 1e-3) / 1e12);
+  std::printf("attention_prefill%s %d x %d H=%d KVH=%d D=%d: %.3f TFLOP causal, %.2f ms, %.1f TFLOP/s\n",
+              fn == PrefillFn(attention_prefill) ? "" : "_simt", seqs, len, heads, kv_heads, d, flops / 1e12, ms,
+              flops / (ms * 1e-3) / 1e12);
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
+  }
 }
 
 }  // namespace nvllm::kernels::test

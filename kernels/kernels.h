@@ -42,6 +42,13 @@ void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i].
 void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, cudaStream_t stream);
 
+// Small-batch linear layer: y[b, n] = sum_k x[b, k] * w[n, k] for b < batch, 1 <= batch <= 8
+// (decode steps of few sequences, where cuBLAS streams weights at ~half the copy rate).
+// w [N, K] row-major (a Hugging Face Linear weight as stored), x [batch, K], y [batch, N];
+// K % 8 == 0 and 16-byte aligned rows. fp32 accumulation.
+constexpr int kGemvMaxBatch = 8;
+void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
+
 // Where attention finds its sequences: S sequences, the queries of sequence s are rows
 // query_start[s] .. query_start[s+1] of q and sit at the last positions of its context
 // (context_lens[s] tokens, all already in the paged cache, this step's included).
@@ -60,6 +67,12 @@ struct AttentionBatch {
 void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
                        const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
                        int head_dim, int block_size, float scale, cudaStream_t stream);
+
+// The same on the CUDA cores (no tensor cores): slower, kept as a second implementation that
+// the tests compare with and a fallback for GPUs without bf16 mma.
+void attention_prefill_simt(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
+                            const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
+                            int head_dim, int block_size, float scale, cudaStream_t stream);
 
 // Attention of one query per sequence (query_start[s] = s) over its paged context, split along
 // the context for long sequences (flash-decoding); `workspace` holds the partial results.

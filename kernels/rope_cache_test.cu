@@ -32,7 +32,9 @@ void norm_rope_ref(float* x, int d, const std::vector<float>& w, float eps, int 
 
 void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, bool qk_norm, uint32_t seed) {
   std::mt19937 rng(seed);
-  const int num_tokens = 45, num_blocks = 8, width = (num_heads + 2 * num_kv_heads) * head_dim;
+  const int num_tokens = 45, width = (num_heads + 2 * num_kv_heads) * head_dim;
+  // Enough slots that the cached tokens get distinct ones, plus some nobody writes.
+  const int num_blocks = (num_tokens + block_size - 1) / block_size + 2;
   const float eps = 1e-6f;
   auto qkv = random_bf16(rng, size_t(num_tokens) * width, -2.f, 2.f);
   auto qn = random_bf16(rng, head_dim, 0.5f, 1.5f), kn = random_bf16(rng, head_dim, 0.5f, 1.5f);
@@ -44,7 +46,7 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, boo
   std::vector<int32_t> perm(num_blocks * block_size);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
-  for (int t = 0; t < num_tokens; ++t) slots[t] = t % 5 == 4 ? -1 : perm[t % perm.size()];
+  for (int t = 0; t < num_tokens; ++t) slots[t] = t % 5 == 4 ? -1 : perm[t];
 
   const size_t cache_elems = size_t(num_blocks) * block_size * num_kv_heads * head_dim;
   std::vector<float> ref = to_float(qkv);

@@ -9,6 +9,7 @@
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/prefix_tree.h"
 #include "engine/workload.h"
 #include "io/request.h"
 
@@ -27,6 +28,7 @@ constexpr double kH100Flops = 854e12;
 struct BenchFlags {
   ModelFlags model;
   std::string preset;
+  std::string schedule = "fcfs";
   std::string input;
   int num_prompts = 256;
   std::string input_len = "1024";
@@ -90,7 +92,7 @@ struct RunResult {
   RunStats stats;
   double seconds = 0;
   std::vector<double> step_s;
-  std::vector<int> step_tokens;
+  std::vector<int64_t> step_outputs;  // output tokens sampled so far, after each step
   std::vector<FinishedRequest> finished;
 };
 
@@ -101,10 +103,9 @@ RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& request
   const auto start = Clock::now();
   while (engine.has_unfinished()) {
     const auto t = Clock::now();
-    const int64_t before = engine.stats().prompt_tokens + engine.stats().output_tokens;
     for (FinishedRequest& done : engine.step()) result.finished.push_back(std::move(done));
     result.step_s.push_back(seconds_since(t));
-    result.step_tokens.push_back(static_cast<int>(engine.stats().prompt_tokens + engine.stats().output_tokens - before));
+    result.step_outputs.push_back(engine.stats().output_tokens);
   }
   result.seconds = seconds_since(start);
   result.stats = engine.stats();
@@ -137,8 +138,15 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
 
 int run_throughput(const BenchFlags& f) {
   LoadedModel m = load_model(f.model);
-  const std::vector<EngineRequest> requests =
+  std::vector<EngineRequest> requests =
       f.input.empty() ? make_workload(spec_from_flags(f)) : requests_from_file(f, *m.tokenizer);
+  if (f.schedule == "prefix-aware") {
+    std::vector<std::span<const int32_t>> prompts;
+    for (const EngineRequest& r : requests) prompts.emplace_back(r.prompt_ids);
+    std::vector<EngineRequest> reordered;
+    for (size_t i : prefix_aware_order(prompts)) reordered.push_back(requests[i]);
+    requests = std::move(reordered);
+  }
   NVLLM_CHECK(!requests.empty(), "the workload has no requests");
   warm_up(m, f);
   log_info("bench throughput: ", requests.size(), " requests on ", m.device_name);
@@ -168,6 +176,7 @@ int run_throughput(const BenchFlags& f) {
   report["peak_kv_fraction"] = s.num_kv_blocks ? double(s.peak_blocks_in_use) / s.num_kv_blocks : 0.0;
   report["prefix_cache_hit_rate"] = s.prefix_cache_hit_rate();
   report["preemptions"] = s.preemptions;
+  report["schedule"] = f.schedule;
   report["steps"] = s.steps;
   report["roofline"] = {{"bytes", roof.bytes},
                         {"flops", roof.flops},
@@ -218,10 +227,14 @@ int run_latency(const BenchFlags& f) {
     spec.seed = f.model.seed + it;
     RunResult run = run_requests(m, make_workload(spec));
     e2e_s.push_back(run.seconds);
-    // Steps before the first decode-only step are prefill; the rest decode one token per sequence.
+    // Prefill is every step up to the one that samples the last sequence's first token; the
+    // rest decode one token per sequence.
     size_t i = 0;
     double prefill = 0;
-    for (; i < run.step_s.size() && run.step_tokens[i] != f.batch_size; ++i) prefill += run.step_s[i];
+    while (i < run.step_s.size()) {
+      prefill += run.step_s[i];
+      if (run.step_outputs[i++] >= f.batch_size) break;
+    }
     prefill_s.push_back(prefill);
     for (; i < run.step_s.size(); ++i) decode_s.push_back(run.step_s[i]);
   }
@@ -278,6 +291,10 @@ Command make_bench_command() {
     tp->add_option("--input", flags->input, "Workload from a JSONL file (as nvllm generate reads) instead of flags");
     tp->add_option("--num-prompts", flags->num_prompts, "Requests in the workload")->capture_default_str();
     tp->add_option("--prefix-len", flags->prefix_len, "Tokens shared by the start of every prompt")->capture_default_str();
+    tp->add_option("--schedule", flags->schedule,
+                   "Admission order: fcfs (workload order) or prefix-aware (longest shared prefixes together)")
+        ->check(CLI::IsMember({"fcfs", "prefix-aware"}))
+        ->capture_default_str();
     tp->callback([mode] { *mode = "throughput"; });
     CLI::App* lat = bench->add_subcommand("latency", "Time prefill and per-step decode of a fixed batch");
     add_common(*lat, *flags);

@@ -42,12 +42,12 @@ stats = json.load(open(sys.argv[2]))
 assert len(rows) == 10, f"{len(rows)} output lines for 10 input lines"
 ids = [r.get("id") if "custom_id" not in r else r["custom_id"] for r in rows]
 assert ids == ["greedy", 7, "batch-1", 4, 5, "unknown-field", "chat", "long", "vocab", "last"], ids
-good = {0: 6, 1: 3, 3: 4, 9: 5}
-for i, n in good.items():
+good = {0: (6, 1), 1: (3, 1), 3: (4, 2), 9: (5, 1)}  # tokens per completion, completions (n)
+for i, (n, completions) in good.items():
     r = rows[i]
     assert "error" not in r, r
     assert len(r["token_ids"]) == n and r["finish_reason"] == "length", r
-    assert r["usage"]["completion_tokens"] == n, r
+    assert r["usage"]["completion_tokens"] == n * completions, r
     assert r["usage"]["prompt_tokens"] > 0 and "timing" in r, r
     assert isinstance(r["text"], str)
 assert rows[1]["usage"]["prompt_tokens"] == 4

@@ -9,7 +9,7 @@ model=$testdata/tiny-qwen3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-cache=(--block-size 16 --max-num-seqs 64 --max-num-batched-tokens 4096 --max-model-len 1200)
+cache=(--block-size 16 --max-num-batched-tokens 4096 --max-model-len 1200)
 gen=(generate --model "$model" --device cpu --load-format dummy --threads 2 -q)
 
 python3 - "$tmp" <<'PY'
@@ -40,9 +40,9 @@ with open(f"{d}/pressure.jsonl", "w") as f:
 PY
 
 # 1. One shared system prompt: the replay's hits equal the arithmetic and the real run's.
-"$nvllm" inspect-cache --model "$model" --input "$tmp/shared.jsonl" "${cache[@]}" --num-kv-blocks 4000 --json \
+"$nvllm" inspect-cache --model "$model" --input "$tmp/shared.jsonl" "${cache[@]}" --num-kv-blocks 4000 --max-num-seqs 64 --json \
   >"$tmp/shared_replay.json"
-"$nvllm" "${gen[@]}" "${cache[@]}" --num-kv-blocks 4000 --input "$tmp/shared.jsonl" --output "$tmp/shared_out.jsonl" \
+"$nvllm" "${gen[@]}" "${cache[@]}" --num-kv-blocks 4000 --max-num-seqs 64 --input "$tmp/shared.jsonl" --output "$tmp/shared_out.jsonl" \
   --stats-json "$tmp/shared_stats.json"
 python3 - "$tmp" <<'PY'
 import json, sys

@@ -15,7 +15,7 @@ class HostTensor {
  public:
   HostTensor() = default;
   HostTensor(DType dtype, std::vector<int64_t> shape)
-      : dtype_(dtype), shape_(std::move(shape)), bytes_(numel() * dtype_size(dtype_)),
+      : dtype_(dtype), shape_(std::move(shape)), bytes_(product(shape_) * dtype_size(dtype_)),
         data_(std::make_unique_for_overwrite<std::byte[]>(bytes_)) {}
 
   DType dtype() const { return dtype_; }
@@ -40,6 +40,12 @@ class HostTensor {
   std::span<const float> f32() const { return {as<float>(), static_cast<size_t>(numel())}; }
 
  private:
+  static size_t product(const std::vector<int64_t>& shape) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+
   DType dtype_ = DType::kF32;
   std::vector<int64_t> shape_;
   size_t bytes_ = 0;

@@ -31,7 +31,7 @@ std::vector<CheckpointTensor> checkpoint_tensors(const ModelConfig& c) {
     add(p + "mlp.up_proj.weight", {inter, hidden}, i, WeightSlot::kGateUp, inter, DummyInit::kLinear);
     add(p + "mlp.down_proj.weight", {hidden, inter}, i, WeightSlot::kDown, 0, DummyInit::kLinear);
   }
-  add("model.norm.weight", {hidden}, -1, WeightSlot::kFinalNorm, 0, DummyInit::kOnes);
+  add("model.norm.weight", {hidden}, -1, WeightSlot::kFinalNorm, 0, DummyInit::kFinalNorm);
   if (!c.tie_word_embeddings) {
     add("lm_head.weight", {vocab, hidden}, -1, WeightSlot::kLmHead, 0, DummyInit::kLinear);
   }

@@ -19,7 +19,7 @@ enum class WeightSlot {
 };
 
 // How --load-format dummy draws a tensor (see weights.cpp for the distributions).
-enum class DummyInit { kOnes, kEmbedding, kLinear, kBias };
+enum class DummyInit { kOnes, kEmbedding, kLinear, kBias, kFinalNorm };
 
 struct CheckpointTensor {
   std::string name;            // e.g. "model.layers.3.self_attn.k_proj.weight"

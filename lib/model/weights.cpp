@@ -87,9 +87,13 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-// Dummy weights: norms 1; biases U(-0.02, 0.02); embeddings U(-sqrt 3, sqrt 3) (unit variance);
-// linear [out, in] U(-sqrt(3/in), sqrt(3/in)) so outputs keep unit variance. Random models thus
-// give peaked, non-flat logits. Element i of tensor `name` is a hash of (seed, name, i).
+// Dummy weights: norms 1; biases U(-0.02, 0.02); linear [out, in] U(-sqrt(3/in), sqrt(3/in)) so
+// outputs keep unit variance; embeddings with standard deviation 0.1, so that the layers, not the
+// input token, dominate the residual stream (a tied unit-variance embedding makes the model copy
+// its last token: its logit for itself is |e|^2 = hidden, far above the rest); and the final norm
+// set to 40 / sqrt(hidden), which gives logits a standard deviation of about 4 whether the head is
+// tied or not: random models then give peaked, varied tokens. Element i of tensor `name` is a hash
+// of (seed, name, i).
 void fill_dummy(const CheckpointTensor& spec, uint64_t seed, HostTensor& dst, int64_t offset) {
   int64_t n = 1;
   for (int64_t d : spec.shape) n *= d;
@@ -99,7 +103,14 @@ void fill_dummy(const CheckpointTensor& spec, uint64_t seed, HostTensor& dst, in
       parallel_for(n, [&](int64_t b, int64_t e) { store_range(dst.data(), dst.dtype(), offset, b, e, [](int64_t) { return 1.0f; }); });
       return;
     case DummyInit::kBias: scale = 0.02f; break;
-    case DummyInit::kEmbedding: scale = std::sqrt(3.0f); break;
+    case DummyInit::kEmbedding: scale = 0.1f * std::sqrt(3.0f); break;
+    case DummyInit::kFinalNorm: {
+      const float value = 40.0f / std::sqrt(static_cast<float>(spec.shape.back()));
+      parallel_for(n, [&](int64_t b, int64_t e) {
+        store_range(dst.data(), dst.dtype(), offset, b, e, [value](int64_t) { return value; });
+      });
+      return;
+    }
     case DummyInit::kLinear: scale = std::sqrt(3.0f / static_cast<float>(spec.shape.back())); break;
   }
   const uint64_t key = splitmix64(seed ^ fnv1a(spec.name));

@@ -370,7 +370,7 @@ TEST_CASE("weights: dummy format is deterministic, seed-dependent and reads no f
   CHECK(mismatches == 0);
 }
 
-TEST_CASE("weights: dummy distributions (unit-variance embeddings, fan-in scaled linears)") {
+TEST_CASE("weights: dummy distributions (small embeddings, fan-in scaled linears, logit-scaling final norm)") {
   json j = tiny_json();
   j["vocab_size"] = 4096;  // enough samples for the moments below
   j["architectures"] = {"Qwen2ForCausalLM"};
@@ -394,15 +394,16 @@ TEST_CASE("weights: dummy distributions (unit-variance embeddings, fan-in scaled
     CHECK(std::fabs(mean) < 5 * a / std::sqrt(3 * n));
     CHECK(var == doctest::Approx(a * a / 3).epsilon(0.05));
   };
-  check_uniform(m.embed, std::sqrt(3.0), "embed: unit variance");
+  check_uniform(m.embed, 0.1 * std::sqrt(3.0), "embed: standard deviation 0.1");
   check_uniform(m.lm_head, std::sqrt(3.0 / c.hidden_size), "lm_head");
   check_uniform(m.layers[0].qkv, std::sqrt(3.0 / c.hidden_size), "qkv");
   check_uniform(m.layers[0].gate_up, std::sqrt(3.0 / c.hidden_size), "gate_up");
   check_uniform(m.layers[0].down, std::sqrt(3.0 / c.intermediate_size), "down: fan-in = intermediate");
   for (float x : m.layers[1].qkv_bias.f32()) CHECK(std::fabs(x) < 0.02f);
-  for (const HostTensor* t : {&m.final_norm, &m.layers[0].input_norm, &m.layers[1].post_norm}) {
+  for (const HostTensor* t : {&m.layers[0].input_norm, &m.layers[1].post_norm}) {
     for (float x : t->f32()) CHECK(x == 1.0f);
   }
+  for (float x : m.final_norm.f32()) CHECK(x == doctest::Approx(40.0 / std::sqrt(c.hidden_size)));
 }
 
 }  // namespace nvllm

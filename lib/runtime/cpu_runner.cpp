@@ -59,7 +59,7 @@ struct CpuRunner::Impl {
   float eps;
   float scale;
   // Activations, reused across steps.
-  std::vector<float> x, h, qkv, attn, gu, act, cos_sin, final_h;
+  std::vector<float> x, h, qkv, attn, gu, act, cos_sin, final_h, step_logits;
 
   Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads)
       : cfg(c), w(std::move(weights)), block_size(bs), num_blocks(nb),
@@ -113,6 +113,17 @@ struct CpuRunner::Impl {
                 b.slot_mapping.size(), " slots");
     NVLLM_CHECK(static_cast<int>(b.query_start.size()) == S + 1, "CpuRunner: query_start has ",
                 b.query_start.size(), " entries for ", S, " sequences");
+    NVLLM_CHECK(b.query_start[0] == 0 && b.query_start[S] == T, "CpuRunner: query_start runs from ",
+                b.query_start[0], " to ", b.query_start[S], " for a batch of ", T, " tokens");
+    // RoPE uses `positions`, attention derives them from context_lens: they must agree.
+    for (int s = 0; s < S; ++s) {
+      const int first = b.context_lens[s] - b.query_len(s);
+      for (int t = b.query_start[s]; t < b.query_start[s + 1]; ++t) {
+        NVLLM_CHECK(b.positions[t] == first + (t - b.query_start[s]), "CpuRunner: token ", t, " of sequence ", s,
+                    " has position ", b.positions[t], " but context length ", b.context_lens[s], " and ",
+                    b.query_len(s), " query tokens put it at ", first + (t - b.query_start[s]));
+      }
+    }
     for (int t = 0; t < T; ++t) {
       NVLLM_CHECK(b.token_ids[t] >= 0 && b.token_ids[t] < cfg.vocab_size, "CpuRunner: token id ",
                   b.token_ids[t], " is outside the vocabulary of ", cfg.vocab_size);
@@ -126,11 +137,10 @@ struct CpuRunner::Impl {
     check_batch(b);
     const int T = b.num_tokens();
     const int hid = cfg.hidden_size, inter = cfg.intermediate_size, d = cfg.head_dim;
-    const int qs = cfg.q_size(), kvs = cfg.kv_size(), qkvs = cfg.qkv_size();
     x.resize(static_cast<size_t>(T) * hid);
     h.resize(x.size());
-    qkv.resize(static_cast<size_t>(T) * qkvs);
-    attn.resize(static_cast<size_t>(T) * qs);
+    qkv.resize(static_cast<size_t>(T) * cfg.qkv_size());
+    attn.resize(static_cast<size_t>(T) * cfg.q_size());
     gu.resize(static_cast<size_t>(T) * 2 * inter);
     act.resize(static_cast<size_t>(T) * inter);
     cos_sin.resize(static_cast<size_t>(T) * d);
@@ -141,38 +151,9 @@ struct CpuRunner::Impl {
                   hid * sizeof(float));
       rope_cos_sin(inv_freq, b.positions[t], &cos_sin[static_cast<size_t>(t) * d]);
     }
-    const AttentionLayout layout{b.query_start, b.context_lens, b.block_tables, b.max_blocks_per_seq};
-
     for (int l = 0; l < cfg.num_layers; ++l) {
-      const LayerWeights& L = w.layers[l];
-      rmsnorm_rows(pool, x.data(), L.input_norm.as<float>(), T, hid, eps, h.data());
-      matmul_wt(pool, h.data(), T, hid, L.qkv.as<float>(), qkvs,
-                L.qkv_bias.empty() ? nullptr : L.qkv_bias.as<float>(), qkv.data());
-      pool.parallel_for(
-          T,
-          [&](int64_t tb, int64_t te) {
-            for (int64_t t = tb; t < te; ++t) {
-              float* q = &qkv[t * qkvs];
-              float* k = q + qs;
-              if (cfg.qk_norm) {
-                for (int hh = 0; hh < cfg.num_heads; ++hh) rmsnorm_row(q + hh * d, L.q_norm.as<float>(), d, eps, q + hh * d);
-                for (int hh = 0; hh < cfg.num_kv_heads; ++hh) rmsnorm_row(k + hh * d, L.k_norm.as<float>(), d, eps, k + hh * d);
-              }
-              apply_rope(q, cfg.num_heads, d, &cos_sin[t * d]);
-              apply_rope(k, cfg.num_kv_heads, d, &cos_sin[t * d]);
-            }
-          },
-          /*min_chunk=*/4);
-      const PagedKv cache{k_cache[l].get(), v_cache[l].get(), num_blocks, block_size, cfg.num_kv_heads, d};
-      write_kv(cache, qkv.data() + qs, qkv.data() + qs + kvs, qkvs, b.slot_mapping);
-      paged_attention(pool, qkv.data(), qkvs, cfg.num_heads, cache, layout, scale, attn.data());
-      matmul_wt(pool, attn.data(), T, qs, L.o_proj.as<float>(), hid, nullptr, h.data());
-      for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
-      rmsnorm_rows(pool, x.data(), L.post_norm.as<float>(), T, hid, eps, h.data());
-      matmul_wt(pool, h.data(), T, hid, L.gate_up.as<float>(), 2 * inter, nullptr, gu.data());
-      silu_mul(pool, gu.data(), T, inter, act.data());
-      matmul_wt(pool, act.data(), T, inter, L.down.as<float>(), hid, nullptr, h.data());
-      for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
+      attention_block(l, b);
+      mlp_block(l, T);
     }
 
     const int R = static_cast<int>(rows.size());
@@ -184,6 +165,49 @@ struct CpuRunner::Impl {
     logits.resize(static_cast<size_t>(R) * cfg.vocab_size);
     matmul_wt(pool, final_h.data(), R, hid, w.lm_head_or_embed().as<float>(), cfg.vocab_size, nullptr,
               logits.data());
+  }
+
+  // x += o_proj(attention(rope(qk_norm(qkv(rmsnorm(x)))))), every token's K/V cached first.
+  void attention_block(int l, const Batch& b) {
+    const LayerWeights& L = w.layers[l];
+    const int T = b.num_tokens();
+    const int hid = cfg.hidden_size, d = cfg.head_dim;
+    const int qs = cfg.q_size(), kvs = cfg.kv_size(), qkvs = cfg.qkv_size();
+    rmsnorm_rows(pool, x.data(), L.input_norm.as<float>(), T, hid, eps, h.data());
+    matmul_wt(pool, h.data(), T, hid, L.qkv.as<float>(), qkvs,
+              L.qkv_bias.empty() ? nullptr : L.qkv_bias.as<float>(), qkv.data());
+    pool.parallel_for(
+        T,
+        [&](int64_t tb, int64_t te) {
+          for (int64_t t = tb; t < te; ++t) {
+            float* q = &qkv[t * qkvs];
+            float* k = q + qs;
+            if (cfg.qk_norm) {
+              for (int i = 0; i < cfg.num_heads; ++i) rmsnorm_row(q + i * d, L.q_norm.as<float>(), d, eps, q + i * d);
+              for (int i = 0; i < cfg.num_kv_heads; ++i) rmsnorm_row(k + i * d, L.k_norm.as<float>(), d, eps, k + i * d);
+            }
+            apply_rope(q, cfg.num_heads, d, &cos_sin[t * d]);
+            apply_rope(k, cfg.num_kv_heads, d, &cos_sin[t * d]);
+          }
+        },
+        /*min_chunk=*/4);
+    const PagedKv cache{k_cache[l].get(), v_cache[l].get(), num_blocks, block_size, cfg.num_kv_heads, d};
+    write_kv(cache, qkv.data() + qs, qkv.data() + qs + kvs, qkvs, b.slot_mapping);
+    const AttentionLayout layout{b.query_start, b.context_lens, b.block_tables, b.max_blocks_per_seq};
+    paged_attention(pool, qkv.data(), qkvs, cfg.num_heads, cache, layout, scale, attn.data());
+    matmul_wt(pool, attn.data(), T, qs, L.o_proj.as<float>(), hid, nullptr, h.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
+  }
+
+  // x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x))).
+  void mlp_block(int l, int T) {
+    const LayerWeights& L = w.layers[l];
+    const int hid = cfg.hidden_size, inter = cfg.intermediate_size;
+    rmsnorm_rows(pool, x.data(), L.post_norm.as<float>(), T, hid, eps, h.data());
+    matmul_wt(pool, h.data(), T, hid, L.gate_up.as<float>(), 2 * inter, nullptr, gu.data());
+    silu_mul(pool, gu.data(), T, inter, act.data());
+    matmul_wt(pool, act.data(), T, inter, L.down.as<float>(), hid, nullptr, h.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
   }
 };
 
@@ -205,6 +229,10 @@ std::vector<float> CpuRunner::forward_logits(const Batch& batch) {
 
 void CpuRunner::execute(const Batch& batch, StepOutput& out) {
   const int S = batch.num_seqs();
+  out.token_ids.assign(S, -1);
+  out.logprobs.assign(S, 0.0f);
+  out.top_logprobs.assign(S, {});
+  if (S == 0) return;
   NVLLM_CHECK(batch.sample.size() == static_cast<size_t>(S), "CpuRunner: batch.sample has ",
               batch.sample.size(), " entries for ", S, " sequences");
   std::vector<int32_t> seqs, rows;
@@ -222,12 +250,9 @@ void CpuRunner::execute(const Batch& batch, StepOutput& out) {
                 "CpuRunner: a per-sequence sampling array (params, prompt_tokens, output_tokens, seeds, "
                 "sample_step, suppress_eos) does not have ", S, " entries");
   }
-  std::vector<float> logits;
+  std::vector<float>& logits = impl_->step_logits;
   impl_->forward(batch, rows, logits);
 
-  out.token_ids.assign(S, -1);
-  out.logprobs.assign(S, 0.0f);
-  out.top_logprobs.assign(S, {});
   const int vocab = impl_->cfg.vocab_size;
   std::exception_ptr error;
   std::mutex error_mutex;

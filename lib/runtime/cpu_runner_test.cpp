@@ -238,12 +238,21 @@ TEST_CASE("cpu_runner: execute samples greedy = argmax of the last token's logit
   batch.suppress_eos = {0, 0};
   StepOutput out;
   r.execute(batch, out);
+  REQUIRE(out.token_ids.size() == 2);
   for (int s = 0; s < 2; ++s) {
     const size_t row = s == 0 ? a.size() - 1 : a.size() + b.size() - 1;
     const float* l = &logits[row * c.vocab_size];
     const int best = static_cast<int>(std::max_element(l, l + c.vocab_size) - l);
     CHECK(out.token_ids[s] == best);
   }
+  // A sequence mid-prefill asks for nothing and gets -1; an empty batch gives empty output.
+  Batch partial = make_batch({{{11, 12}, 0, {4}}}, 16);
+  partial.params = {&greedy};
+  StepOutput out2;
+  r.execute(partial, out2);
+  CHECK(out2.token_ids == std::vector<int32_t>{-1});
+  r.execute(Batch{}, out2);
+  CHECK(out2.token_ids.empty());
 }
 
 TEST_CASE("cpu_runner: rejects weights that do not match the config") {

@@ -1,6 +1,7 @@
 #include "runtime/cpu_sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -13,6 +14,19 @@ namespace nvllm {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Vocabulary-sized buffers reused across calls on one thread: fresh ones cost a page fault per
+// 4 KiB, more than the arithmetic on them.
+struct Scratch {
+  std::vector<float> logits, tmp;
+  std::vector<uint64_t> keys;
+  KeptDistribution kept;
+};
+
+Scratch& thread_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
 
 // Raw log_softmax of the logits, max-subtracted, the sum of exponentials in id order.
 struct LogSoftmax {
@@ -46,26 +60,35 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, const LogS
 }
 
 // The probability p_c of the token at which the cumulative mass, walked in descending
-// probability (lowest id first on ties), first reaches top_p. Sorts only as far as needed:
-// partial_sort yields the next-largest elements in order, so the prefix grows in steps.
-float top_p_cutoff(const std::vector<float>& prob, const std::vector<uint8_t>& keep, float top_p) {
-  std::vector<int32_t> idx;
-  idx.reserve(prob.size());
-  for (size_t i = 0; i < prob.size(); ++i)
-    if (keep[i]) idx.push_back(static_cast<int32_t>(i));
-  auto by_prob = [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); };
+// probability (lowest id first on ties), first reaches top_p. Each kept token becomes one 64-bit
+// key that sorts in exactly that order (non-negative float bits are monotone, inverted for
+// descending, id below). Only a prefix is sorted: nth_element moves the next `chunk` keys to the
+// front of the unsorted rest, they are sorted and walked, and the walk goes on into the next
+// chunk only if the mass has not reached top_p yet. The sums are the same as over a full sort.
+float top_p_cutoff(const std::vector<float>& prob, const std::vector<uint8_t>& keep, float top_p,
+                   std::vector<uint64_t>& keys) {
+  keys.clear();
+  for (size_t i = 0; i < prob.size(); ++i) {
+    if (!keep[i]) continue;
+    const uint32_t bits = std::bit_cast<uint32_t>(prob[i]);
+    keys.push_back((static_cast<uint64_t>(~bits) << 32) | static_cast<uint32_t>(i));
+  }
+  auto prob_of = [&](uint64_t key) { return prob[static_cast<uint32_t>(key)]; };
   float cum = 0.0f;
-  size_t sorted = 0;
-  while (sorted < idx.size()) {
-    const size_t next = std::min(idx.size(), std::max<size_t>(256, sorted * 4));
-    std::partial_sort(idx.begin() + sorted, idx.begin() + next, idx.end(), by_prob);
-    for (; sorted < next; ++sorted) {
-      cum += prob[idx[sorted]];
-      if (cum >= top_p) return prob[idx[sorted]];
+  size_t done = 0;
+  size_t chunk = 64;
+  while (done < keys.size()) {
+    const size_t next = std::min(keys.size(), done + chunk);
+    if (next < keys.size()) std::nth_element(keys.begin() + done, keys.begin() + next, keys.end());
+    std::sort(keys.begin() + done, keys.begin() + next);
+    for (; done < next; ++done) {
+      cum += prob_of(keys[done]);
+      if (cum >= top_p) return prob_of(keys[done]);
     }
+    chunk *= 4;
   }
   // Rounding left the total just under top_p: every kept token stays.
-  return idx.empty() ? 0.0f : prob[idx.back()];
+  return keys.empty() ? 0.0f : prob_of(keys.back());
 }
 
 }  // namespace
@@ -108,13 +131,15 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params,
   }
 }
 
-KeptDistribution filter_distribution(std::span<const float> scaled_logits, int top_k, float top_p,
-                                     float min_p) {
+namespace {
+
+void filter_into(std::span<const float> scaled_logits, int top_k, float top_p, float min_p, KeptDistribution& d,
+                 Scratch& scratch) {
   const int vocab = static_cast<int>(scaled_logits.size());
-  KeptDistribution d;
   d.keep.assign(vocab, 1);
   if (top_k > 0 && top_k < vocab) {
-    std::vector<float> tmp(scaled_logits.begin(), scaled_logits.end());
+    std::vector<float>& tmp = scratch.tmp;
+    tmp.assign(scaled_logits.begin(), scaled_logits.end());
     std::nth_element(tmp.begin(), tmp.begin() + (top_k - 1), tmp.end(), std::greater<float>());
     const float kth = tmp[top_k - 1];
     for (int i = 0; i < vocab; ++i) d.keep[i] = scaled_logits[i] >= kth;
@@ -123,7 +148,7 @@ KeptDistribution filter_distribution(std::span<const float> scaled_logits, int t
   for (int i = 0; i < vocab; ++i)
     if (d.keep[i]) m = std::max(m, scaled_logits[i]);
   d.prob.assign(vocab, 0.0f);
-  if (m == kNegInf) return d;  // every token masked: nothing has mass; the caller falls back
+  if (m == kNegInf) return;  // every token masked: nothing has mass; the caller falls back
   float sum = 0.0f;
   for (int i = 0; i < vocab; ++i) {
     if (d.keep[i]) sum += (d.prob[i] = std::exp(scaled_logits[i] - m));
@@ -133,13 +158,21 @@ KeptDistribution filter_distribution(std::span<const float> scaled_logits, int t
     if (d.keep[i]) max_prob = std::max(max_prob, d.prob[i] /= sum);
   }
   if (top_p < 1.0f) {
-    const float cutoff = top_p_cutoff(d.prob, d.keep, top_p);
+    const float cutoff = top_p_cutoff(d.prob, d.keep, top_p, scratch.keys);
     for (int i = 0; i < vocab; ++i) d.keep[i] = d.keep[i] && d.prob[i] >= cutoff;
   }
   if (min_p > 0.0f) {
     const float floor = min_p * max_prob;
     for (int i = 0; i < vocab; ++i) d.keep[i] = d.keep[i] && d.prob[i] >= floor;
   }
+}
+
+}  // namespace
+
+KeptDistribution filter_distribution(std::span<const float> scaled_logits, int top_k, float top_p,
+                                     float min_p) {
+  KeptDistribution d;
+  filter_into(scaled_logits, top_k, top_p, min_p, d, thread_scratch());
   return d;
 }
 
@@ -149,7 +182,9 @@ SamplerResult sample_token(const SamplerInput& in) {
   NVLLM_CHECK(vocab > 0, "CpuRunner: sampling from empty logits");
   SamplerResult res;
 
-  std::vector<float> l(in.logits.begin(), in.logits.end());
+  Scratch& scratch = thread_scratch();
+  std::vector<float>& l = scratch.logits;
+  l.assign(in.logits.begin(), in.logits.end());
   if (p.has_penalties()) apply_penalties(l, p, in.prompt_tokens, in.output_tokens);
   if (in.suppress_eos) {
     for (int32_t t : in.eos_token_ids)
@@ -162,7 +197,8 @@ SamplerResult sample_token(const SamplerInput& in) {
     res.token_id = argmax_lowest(l);
   } else {
     for (float& x : l) x /= p.temperature;
-    const KeptDistribution d = filter_distribution(l, p.top_k, p.top_p, p.min_p);
+    KeptDistribution& d = scratch.kept;
+    filter_into(l, p.top_k, p.top_p, p.min_p, d, scratch);
     float best = kNegInf;
     for (int i = 0; i < vocab; ++i) {
       if (!d.keep[i] || d.prob[i] <= 0.0f) continue;

@@ -1,6 +1,7 @@
 #include "runtime/cpu_thread_pool.h"
 
 #include <algorithm>
+#include <exception>
 
 namespace nvllm {
 
@@ -46,10 +47,17 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   start_cv_.notify_all();
   const auto [b, e] = chunk_range(n, chunks, 0);
-  fn(b, e);
+  // The workers hold a reference to `fn`: wait for them even if this thread's chunk throws.
+  std::exception_ptr error;
+  try {
+    fn(b, e);
+  } catch (...) {
+    error = std::current_exception();
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [this] { return pending_ == 0; });
   job_ = nullptr;
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::worker_loop(int index) {
