@@ -230,7 +230,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         if (float_key(v) >= min_key) local += expf(v - m);
       }
       const float z = block_sum(local, sh.f);
-      min_key = select_top_p(x, vocab, m, min_key, p.top_p * z, sh);
+      // A positive target keeps at least the most likely token, even for top_p = 0.
+      min_key = select_top_p(x, vocab, m, min_key, fmaxf(p.top_p * z, 1e-30f), sh);
     }
     // The exponential race: argmax over kept tokens of log p_i - log(-log u_i); log p_i is
     // x_i - m up to a constant that does not move the argmax.

@@ -3,14 +3,11 @@
 // Per step: one H2D copy of the packed inputs (a second only for penalties / min_tokens),
 // the forward (replayed from a graph when it is a captured decode size), the sampler, one D2H
 // copy of the results and one stream synchronisation.
-#include "runtime/cuda/cuda_runner.h"
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <numbers>
 
 #include "core/error.h"
@@ -18,32 +15,12 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/sampling.h"
-#include "runtime/cuda/device_buffer.h"
-#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/cuda_runner_impl.h"
 #include "runtime/cuda/runner_kernels.h"
-#include "runtime/cuda/step_inputs.h"
 
 namespace nvllm {
+namespace cuda_detail {
 namespace {
-
-using bf16 = __nv_bfloat16;
-constexpr int kMaxTopLogprobs = 20;  // what vLLM allows; larger requests are clamped
-
-struct DeviceLayer {
-  const bf16 *input_norm = nullptr, *qkv = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr,
-             *o_proj = nullptr, *post_norm = nullptr, *gate_up = nullptr, *down = nullptr;
-};
-
-// Decode sizes that get a graph: 1, 2, 4, 8, 16, 24, 32, then every 16 up to max_num_seqs
-// (which is always included).
-std::vector<int> graph_sizes(int max_num_seqs) {
-  std::vector<int> sizes;
-  for (int s : {1, 2, 4, 8, 16, 24, 32})
-    if (s < max_num_seqs) sizes.push_back(s);
-  for (int s = 48; s < max_num_seqs; s += 16) sizes.push_back(s);
-  sizes.push_back(max_num_seqs);
-  return sizes;
-}
 
 // RoPE frequencies as Hugging Face computes them, with the llama3 rescaling of long wavelengths.
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
@@ -71,69 +48,13 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   return inv;
 }
 
-class CudaRunner final : public Runner {
- public:
-  CudaRunner(const ModelConfig& config, const ModelWeights& weights, const CudaRunnerOptions& options);
-  void execute(const Batch& batch, StepOutput& out) override;
-  int num_kv_blocks() const override { return num_blocks_; }
-  const char* name() const override { return "cuda"; }
-  std::vector<float> last_logits();
 
- private:
-  // Device addresses of one step's inputs (inside staging_dev_) and its shape.
-  struct Step {
-    StepLayout layout;
-    int max_query_len = 0, max_context_len = 0;
-    bool decode = false;
-    bool gather = true;  // sample rows are gathered before the final norm (eager steps)
-  };
-
-  const bf16* upload(const HostTensor& t, const char* what);
-  void allocate_buffers();
-  void size_kv_cache();
-  void capture_graphs();
-  void forward(const Step& step);
-  int padded_graph_size(int seqs) const;
-  template <typename T>
-  const T* dev(size_t offset) const {
-    return reinterpret_cast<const T*>(staging_dev_.as<std::byte>() + offset);
-  }
-
-  ModelConfig c_;
-  CudaRunnerOptions opt_;
-  CudaStream stream_;
-  Gemm gemm_;
-  std::vector<DeviceBuffer> weight_buffers_;
-  const bf16* embed_ = nullptr;
-  const bf16* lm_head_ = nullptr;
-  const bf16* final_norm_ = nullptr;
-  std::vector<DeviceLayer> layers_;
-  DeviceBuffer inv_freq_;
-
-  int token_cap_ = 0, seq_cap_ = 0, width_cap_ = 0;
-  DeviceBuffer x_, residual_, qkv_, attn_, gate_up_, act_, xg_, rg_, logits_, decode_ws_;
-  DeviceBuffer staging_dev_;
-  PinnedBuffer staging_host_;
-  DeviceBuffer extras_dev_, counts_;
-  PinnedBuffer extras_host_;
-  DeviceBuffer out_dev_;
-  PinnedBuffer out_host_;
-  size_t out_lp_ = 0, out_top_ids_ = 0, out_top_lp_ = 0;  // offsets inside out buffers
-
-  DeviceBuffer kv_;  // [layers][k, v][blocks, block_size, kv_heads, head_dim]
-  std::vector<bf16*> k_cache_, v_cache_;
-  int num_blocks_ = 0;
-
-  std::map<int, CudaGraphExec> graphs_;  // padded decode size -> graph
-  SamplerExtras extras_;
-  std::vector<int> last_logits_rows_;  // logits row of each sampled sequence in the last step
-  bool warned_top_clamp_ = false;
-};
+}  // namespace
 
 CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const CudaRunnerOptions& options)
-    : c_(config), opt_(options), stream_(), gemm_() {
-  CUDA_CHECK(cudaSetDevice(opt_.device));
-  NVLLM_CHECK(c_.head_dim % 2 == 0, "config.json: head_dim ", c_.head_dim, " must be even for rotary embedding");
+    : c_(config), opt_(options), select_device_(options.device), stream_(), gemm_() {
+  NVLLM_CHECK(c_.head_dim == 64 || c_.head_dim == 128, "config.json: head_dim ", c_.head_dim,
+              ": the CUDA attention kernels support head_dim 64 and 128; run this model with --device cpu");
   NVLLM_CHECK(static_cast<int>(w.layers.size()) == c_.num_layers, "internal: weights have ", w.layers.size(),
               " layers, config.json says ", c_.num_layers);
   NVLLM_CHECK(opt_.max_num_seqs > 0 && opt_.max_num_batched_tokens > 0 && opt_.max_model_len > 0 &&
@@ -205,9 +126,14 @@ void CudaRunner::allocate_buffers() {
   out_host_ = PinnedBuffer(out_bytes);
 }
 
-int CudaRunner::padded_graph_size(int seqs) const {
-  auto it = graphs_.lower_bound(seqs);
-  return it == graphs_.end() ? 0 : it->first;
+cudaGraphExec_t CudaRunner::find_graph(int seqs, int max_context, int* size, int* bound) const {
+  auto it = graphs_.lower_bound({max_context, seqs});
+  // Keys sort by bound, then size: skip the rest of a bound whose sizes are all too small.
+  while (it != graphs_.end() && it->first.second < seqs) ++it;
+  if (it == graphs_.end()) return nullptr;
+  *bound = it->first.first;
+  *size = it->first.second;
+  return it->second.get();
 }
 
 void CudaRunner::forward(const Step& st) {
@@ -255,6 +181,7 @@ void CudaRunner::forward(const Step& st) {
   int rows = T;
   if (st.gather) {
     rows = L.sample_rows;
+    if (rows == 0) return;  // a step of prompt chunks that end no prompt
     gather_rows(x, dev<int32_t>(L.sample_token), xg_.as<bf16>(), rows, H, s);
     gather_rows(res, dev<int32_t>(L.sample_token), rg_.as<bf16>(), rows, H, s);
     fx = xg_.as<bf16>();
@@ -265,6 +192,7 @@ void CudaRunner::forward(const Step& st) {
 }
 
 void CudaRunner::execute(const Batch& b, StepOutput& out) {
+  CUDA_CHECK(cudaSetDevice(opt_.device));  // the engine may call from another thread than the constructor
   const int S = b.num_seqs(), T = b.num_tokens();
   NVLLM_CHECK(S > 0 && T > 0, "internal: empty batch");
   NVLLM_CHECK(S <= seq_cap_ && T <= token_cap_, "internal: batch of ", S, " sequences / ", T,
@@ -281,16 +209,21 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   }
   cudaStream_t st = stream_.get();
 
-  const int graph_size = (b.decode_only && !graphs_.empty()) ? padded_graph_size(S) : 0;
-  const bool use_graph = graph_size > 0;
-  const int width = use_graph ? width_cap_ : b.max_blocks_per_seq;
+  int graph_size = 0, graph_bound = 0;
+  cudaGraphExec_t graph = nullptr;
+  if (b.decode_only && !graphs_.empty()) {
+    const int max_context = *std::max_element(b.context_lens.begin(), b.context_lens.end());
+    graph = find_graph(S, max_context, &graph_size, &graph_bound);
+  }
+  const bool use_graph = graph != nullptr;
+  const int width = use_graph ? (graph_bound + opt_.block_size - 1) / opt_.block_size : b.max_blocks_per_seq;
   PackedStep packed = pack_step(b, use_graph ? graph_size : S, width, use_graph, kMaxTopLogprobs,
                                 staging_host_.get(), staging_host_.bytes(), extras_);
   const int R = static_cast<int>(packed.sampled_seqs.size());
   CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
 
   if (use_graph) {
-    CUDA_CHECK(cudaGraphLaunch(graphs_.at(graph_size).get(), st));
+    CUDA_CHECK(cudaGraphLaunch(graph, st));
   } else {
     Step step{packed.layout, packed.max_query_len, packed.max_context_len, b.decode_only, true};
     forward(step);
@@ -368,126 +301,6 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   }
 }
 
-// Sizes the KV cache from what is free after the weights, every preallocated buffer, and one
-// forward + sampling pass at the largest step (which also makes cuBLASLt and the kernels
-// allocate whatever they allocate lazily).
-void CudaRunner::size_kv_cache() {
-  const int L = c_.num_layers;
-  const size_t block_elems = static_cast<size_t>(opt_.block_size) * c_.num_kv_heads * c_.head_dim;
-  const size_t bytes_per_block = 2 * L * block_elems * sizeof(bf16);
-
-  // Warm-up: the whole token budget spread over max_num_seqs sequences, every one sampling with
-  // the full sampler. Slots are -1 (nothing written) and every block-table entry points at one
-  // scratch block, so a single block per layer backs the reads.
-  DeviceBuffer scratch(2 * block_elems * sizeof(bf16));
-  CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
-  k_cache_.assign(L, scratch.as<bf16>());
-  v_cache_.assign(L, scratch.as<bf16>() + block_elems);
-  {
-    const int seqs = std::min(seq_cap_, opt_.max_num_batched_tokens);
-    const int per_seq = std::min(opt_.max_num_batched_tokens / seqs, opt_.max_model_len);
-    Batch b;
-    SamplingParams sp;
-    sp.temperature = 1.0f;
-    sp.top_k = 50;
-    sp.top_p = 0.9f;
-    b.max_blocks_per_seq = (per_seq + opt_.block_size - 1) / opt_.block_size;
-    b.query_start.push_back(0);
-    for (int s = 0; s < seqs; ++s) {
-      for (int i = 0; i < per_seq; ++i) {
-        b.token_ids.push_back(i % c_.vocab_size);
-        b.positions.push_back(i);
-        b.slot_mapping.push_back(-1);
-      }
-      b.query_start.push_back(b.query_start.back() + per_seq);
-      b.context_lens.push_back(per_seq);
-      b.block_tables.insert(b.block_tables.end(), b.max_blocks_per_seq, 0);
-      b.sample.push_back(1);
-      b.params.push_back(&sp);
-      b.prompt_tokens.emplace_back();
-      b.output_tokens.emplace_back();
-      b.seeds.push_back(s);
-      b.sample_step.push_back(0);
-      b.suppress_eos.push_back(0);
-    }
-    b.decode_only = per_seq == 1;
-    StepOutput out;
-    execute(b, out);
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());
-  scratch.reset();
-
-  size_t free_bytes = 0, total_bytes = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int per_seq_blocks = (opt_.max_model_len + opt_.block_size - 1) / opt_.block_size;
-  if (opt_.num_kv_blocks > 0) {
-    num_blocks_ = opt_.num_kv_blocks;
-  } else {
-    const double used = static_cast<double>(total_bytes - free_bytes);
-    const double budget = static_cast<double>(total_bytes) * opt_.gpu_memory_utilization - used;
-    num_blocks_ = budget <= 0 ? 0 : static_cast<int>(std::min(budget / bytes_per_block, 2e9));
-  }
-  NVLLM_CHECK(num_blocks_ >= per_seq_blocks, "KV cache: room for ", num_blocks_, " blocks of ", opt_.block_size,
-              " tokens, but one sequence of --max-model-len ", opt_.max_model_len, " needs ", per_seq_blocks,
-              " (", (total_bytes - free_bytes) >> 20, " MiB of ", total_bytes >> 20,
-              " MiB in use after weights and activations); lower --max-model-len or --max-num-batched-tokens, "
-              "or raise --gpu-memory-utilization (now ", opt_.gpu_memory_utilization, ")");
-  const size_t bytes = bytes_per_block * num_blocks_;
-  if (bytes > free_bytes)
-    fail("KV cache: ", num_blocks_, " blocks need ", bytes >> 20, " MiB but only ", free_bytes >> 20,
-         " MiB are free on the GPU; lower --num-kv-blocks or --gpu-memory-utilization");
-  kv_ = DeviceBuffer(bytes);
-  // Zeroed so that padded decode rows, which read block 0, never meet NaN bit patterns.
-  CUDA_CHECK(cudaMemset(kv_.get(), 0, bytes));
-  const size_t layer_elems = static_cast<size_t>(num_blocks_) * block_elems;
-  for (int l = 0; l < L; ++l) {
-    k_cache_[l] = kv_.as<bf16>() + (2 * l) * layer_elems;
-    v_cache_[l] = kv_.as<bf16>() + (2 * l + 1) * layer_elems;
-  }
-  log_info("KV cache: ", num_blocks_, " blocks x ", opt_.block_size, " tokens = ",
-           static_cast<int64_t>(num_blocks_) * opt_.block_size, " tokens (", bytes >> 20, " MiB; ",
-           free_bytes >> 20, " MiB were free of ", total_bytes >> 20, " MiB)");
-}
-
-// One graph per padded decode size. Each is first run eagerly (cuBLASLt picks its algorithm
-// outside capture), then captured reading its inputs at the addresses that make_step_layout
-// gives for (size, size, width_cap_): execute() packs later steps at the same addresses.
-void CudaRunner::capture_graphs() {
-  cudaStream_t st = stream_.get();
-  std::vector<int> sizes = graph_sizes(seq_cap_);
-  std::reverse(sizes.begin(), sizes.end());
-  for (int n : sizes) {
-    Batch b;  // no real sequences: every row is padding
-    b.query_start.push_back(0);
-    b.max_blocks_per_seq = width_cap_;
-    b.decode_only = true;
-    PackedStep packed = pack_step(b, n, width_cap_, true, kMaxTopLogprobs, staging_host_.get(), staging_host_.bytes(),
-                                  extras_);
-    CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
-    const Step step{packed.layout, 1, opt_.max_model_len, true, false};
-    forward(step);
-    CUDA_CHECK(cudaStreamSynchronize(st));
-
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    try {
-      forward(step);
-    } catch (...) {
-      cudaStreamEndCapture(st, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(err);
-    graphs_.emplace(n, CudaGraphExec(exec));
-  }
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  log_info("captured CUDA graphs for ", graphs_.size(), " decode batch sizes (up to ", seq_cap_, ")");
-}
-
 std::vector<float> CudaRunner::last_logits() {
   const size_t V = c_.vocab_size;
   std::vector<float> out(last_logits_rows_.size() * V);
@@ -498,17 +311,17 @@ std::vector<float> CudaRunner::last_logits() {
   return out;
 }
 
-}  // namespace
+}  // namespace cuda_detail
 
 std::vector<float> cuda_runner_last_logits(Runner& runner) {
-  auto* cuda = dynamic_cast<CudaRunner*>(&runner);
+  auto* cuda = dynamic_cast<cuda_detail::CudaRunner*>(&runner);
   NVLLM_CHECK(cuda, "cuda_runner_last_logits: runner '", runner.name(), "' is not the CUDA runner");
   return cuda->last_logits();
 }
 
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
                                          const CudaRunnerOptions& options) {
-  return std::make_unique<CudaRunner>(config, weights, options);
+  return std::make_unique<cuda_detail::CudaRunner>(config, weights, options);
 }
 
 }  // namespace nvllm

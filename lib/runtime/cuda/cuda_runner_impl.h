@@ -1,0 +1,99 @@
+// The CudaRunner class, shared by the files that implement it: cuda_runner.cpp (weights,
+// buffers, the forward pass, execute) and cuda_runner_setup.cpp (KV-cache sizing, graph capture).
+// Private to lib/runtime/cuda/; everything else goes through cuda_runner.h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "runtime/cuda/cuda_runner.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/step_inputs.h"
+
+namespace nvllm::cuda_detail {
+
+using bf16 = __nv_bfloat16;
+constexpr int kMaxTopLogprobs = 20;  // what vLLM allows; larger requests are clamped
+
+struct DeviceLayer {
+  const bf16 *input_norm = nullptr, *qkv = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr,
+             *o_proj = nullptr, *post_norm = nullptr, *gate_up = nullptr, *down = nullptr;
+};
+
+// Context bounds and decode batch sizes that get a CUDA graph (cuda_runner_setup.cpp).
+std::vector<int> context_buckets(int max_model_len);
+std::vector<int> graph_sizes(int max_num_seqs);
+
+class CudaRunner final : public Runner {
+ public:
+  CudaRunner(const ModelConfig& config, const ModelWeights& weights, const CudaRunnerOptions& options);
+  void execute(const Batch& batch, StepOutput& out) override;
+  int num_kv_blocks() const override { return num_blocks_; }
+  const char* name() const override { return "cuda"; }
+  std::vector<float> last_logits();
+
+ private:
+  // Device addresses of one step's inputs (inside staging_dev_) and its shape.
+  struct Step {
+    StepLayout layout;
+    int max_query_len = 0, max_context_len = 0;
+    bool decode = false;
+    bool gather = true;  // sample rows are gathered before the final norm (eager steps)
+  };
+
+  const bf16* upload(const HostTensor& t, const char* what);
+  void allocate_buffers();
+  void size_kv_cache();
+  void capture_graphs();
+  void forward(const Step& step);
+  // The graph for a decode step of `seqs` sequences whose longest context is `max_context`,
+  // or null; sets the padded size and context bound it was captured for.
+  cudaGraphExec_t find_graph(int seqs, int max_context, int* size, int* bound) const;
+  template <typename T>
+  const T* dev(size_t offset) const {
+    return reinterpret_cast<const T*>(staging_dev_.as<std::byte>() + offset);
+  }
+
+  // Selects the device before any member allocates on it (members initialise in this order).
+  struct SelectDevice {
+    explicit SelectDevice(int device) { CUDA_CHECK(cudaSetDevice(device)); }
+  };
+
+  ModelConfig c_;
+  CudaRunnerOptions opt_;
+  SelectDevice select_device_;
+  CudaStream stream_;
+  Gemm gemm_;
+  std::vector<DeviceBuffer> weight_buffers_;
+  const bf16* embed_ = nullptr;
+  const bf16* lm_head_ = nullptr;
+  const bf16* final_norm_ = nullptr;
+  std::vector<DeviceLayer> layers_;
+  DeviceBuffer inv_freq_;
+
+  int token_cap_ = 0, seq_cap_ = 0, width_cap_ = 0;
+  DeviceBuffer x_, residual_, qkv_, attn_, gate_up_, act_, xg_, rg_, logits_, decode_ws_;
+  DeviceBuffer staging_dev_;
+  PinnedBuffer staging_host_;
+  DeviceBuffer extras_dev_, counts_;
+  PinnedBuffer extras_host_;
+  DeviceBuffer out_dev_;
+  PinnedBuffer out_host_;
+  size_t out_lp_ = 0, out_top_ids_ = 0, out_top_lp_ = 0;  // offsets inside out buffers
+
+  DeviceBuffer kv_;  // [layers][k, v][blocks, block_size, kv_heads, head_dim]
+  std::vector<bf16*> k_cache_, v_cache_;
+  int num_blocks_ = 0;
+
+  std::map<std::pair<int, int>, CudaGraphExec> graphs_;  // (context bound, padded size) -> graph
+  SamplerExtras extras_;
+  std::vector<int> last_logits_rows_;  // logits row of each sampled sequence in the last step
+  bool warned_top_clamp_ = false;
+};
+
+}  // namespace nvllm::cuda_detail
