@@ -83,6 +83,10 @@ HfTokenizer::HfTokenizer(HfTokenizerSpec spec) : spec_(std::move(spec)) {
   }
   int32_t max_id = -1;
   for (const auto& [id, token] : spec_.id_to_token) max_id = std::max(max_id, id);
+  // Ids index flat tables; a damaged file with a huge id would ask for gigabytes.
+  constexpr int32_t kMaxId = 1 << 24;
+  NVLLM_CHECK(max_id < kMaxId, spec_.source, ": token id ", max_id, " is larger than any real vocabulary (", kMaxId,
+              "); the file is damaged");
   const auto n = static_cast<size_t>(max_id + 1);
   tokens_.resize(n);
   present_.assign(n, 0);

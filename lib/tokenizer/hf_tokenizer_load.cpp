@@ -164,6 +164,7 @@ void parse_added_tokens(const json& a, HfTokenizerSpec& spec) {
     NVLLM_CHECK(!flag(t, "normalized") || spec.normalizer.empty(), spec.source, ": added_tokens[", i, "] (\"", content,
                 "\"): normalized true together with a normalizer is not supported");
     const auto id = t["id"].get<int32_t>();
+    NVLLM_CHECK(id >= 0, spec.source, ": added_tokens[", i, "] (\"", content, "\"): negative id ", id);
     spec.added.push_back({content, id, flag(t, "special")});
     spec.id_to_token[id] = content;
   }

@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -40,6 +42,30 @@ void check_goldens(const std::string& name) {
 TEST_CASE("tokenizer goldens: qwen3") { check_goldens("qwen3"); }
 TEST_CASE("tokenizer goldens: llama3") { check_goldens("llama3"); }
 TEST_CASE("tokenizer goldens: llama2") { check_goldens("llama2"); }
+
+TEST_CASE("tokenizer: encode from several threads at once gives the single-thread ids") {
+  // The word cache and the regex match state are shared or per thread; a request thread pool
+  // may tokenize concurrently.
+  const Tokenizer& tok = test_tokenizer("llama3");
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back(str_cat("request ", i, ": the ", i * 7919 % 1000, " quick brown foxes"));
+  std::vector<std::vector<int32_t>> expected;
+  for (const std::string& t : texts) expected.push_back(tok.encode(t));
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 5; ++rep) {
+        for (size_t i = t; i < texts.size() + t; ++i) {
+          const size_t k = i % texts.size();
+          if (tok.encode(texts[k]) != expected[k]) ++mismatches;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  CHECK(mismatches == 0);
+}
 
 TEST_CASE("tokenizer: added and special tokens (Qwen3)") {
   const Tokenizer& tok = test_tokenizer("qwen3");
