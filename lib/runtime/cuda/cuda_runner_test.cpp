@@ -252,7 +252,8 @@ TEST_CASE("gpu.cuda_runner with the small-batch gemv on every decode step matche
     double rel = 0;
     int checked = 0;
     run_both(gpu_tiny_config(Arch::kQwen3), 42, eager, true, &rel, &checked, 8);
-    MESSAGE(std::string("gemv decode, ") + (eager ? "eager" : "graphs"), ": worst logits relative error ", rel, "; tokens checked ",
+    const std::string mode = eager ? "eager" : "graphs";
+    MESSAGE("gemv decode, ", mode, ": worst logits relative error ", rel, "; tokens checked ",
             checked);
     CHECK(checked >= 6);
   }
