@@ -18,11 +18,10 @@ constexpr uint64_t kRootHash = 0x6e766c6c6d000001ull;
 }  // namespace
 
 BlockManager::BlockManager(int num_blocks, int block_size, bool prefix_caching)
-    : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(prefix_caching), blocks_(num_blocks) {
+    : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(prefix_caching), num_free_(num_blocks) {
   NVLLM_CHECK(num_blocks > 0, "KV cache of ", num_blocks, " blocks: need at least one (raise --num-kv-blocks)");
   NVLLM_CHECK(block_size >= 1 && block_size <= 256 && (block_size & (block_size - 1)) == 0, "--block-size ",
               block_size, ": must be a power of two from 1 to 256");
-  for (int b = 0; b < num_blocks; ++b) push_free(b);
 }
 
 uint64_t BlockManager::hash_block(uint64_t parent, std::span<const int32_t> tokens) const {
@@ -123,8 +122,14 @@ void BlockManager::take_reference(int block) {
 }
 
 int BlockManager::allocate_block() {
+  if (num_free_ <= 0) throw std::logic_error("BlockManager: no free block");
+  if (touched() < num_blocks_) {  // the head of the free list is the first untouched block
+    blocks_.emplace_back().ref = 1;
+    --num_free_;
+    set_in_use(+1);
+    return touched() - 1;
+  }
   const int block = free_head_;
-  if (block < 0) throw std::logic_error("BlockManager: no free block");
   unlink_free(block);
   Block& b = blocks_[block];
   if (b.cached) {
@@ -165,16 +170,17 @@ void BlockManager::set_in_use(int delta) {
 
 std::vector<int> BlockManager::free_list() const {
   std::vector<int> out;
+  for (int b = touched(); b < num_blocks_; ++b) out.push_back(b);
   for (int b = free_head_; b >= 0; b = blocks_[b].next) out.push_back(b);
   return out;
 }
 
 void BlockManager::check_invariants() const {
   const auto bad = [](const std::string& what) { throw std::logic_error("BlockManager invariant: " + what); };
-  std::vector<char> on_list(num_blocks_, 0);
-  int count = 0, prev = -1;
+  std::vector<char> on_list(touched(), 0);
+  int count = num_blocks_ - touched(), prev = -1;
   for (int b = free_head_; b >= 0; b = blocks_[b].next) {
-    if (b >= num_blocks_ || on_list[b]) bad("free list has a cycle or a bad id");
+    if (b >= touched() || on_list[b]) bad("free list has a cycle or a bad id");
     if (blocks_[b].prev != prev) bad("free list back link broken at block " + std::to_string(b));
     on_list[b] = 1;
     prev = b;
@@ -183,7 +189,7 @@ void BlockManager::check_invariants() const {
   if (prev != free_tail_) bad("free list tail");
   if (count != num_free_) bad("free count " + std::to_string(num_free_) + " but " + std::to_string(count) + " listed");
   int in_use = 0;
-  for (int b = 0; b < num_blocks_; ++b) {
+  for (int b = 0; b < touched(); ++b) {
     const Block& blk = blocks_[b];
     if (blk.ref < 0) bad("negative ref count on block " + std::to_string(b));
     if ((blk.ref == 0) != static_cast<bool>(on_list[b])) bad("block " + std::to_string(b) + " both free and used");

@@ -15,6 +15,9 @@
 //   lookup can revive them. Allocation takes the head (least recently freed first); taking a
 //   hashed block drops its hash (an eviction).
 // With prefix caching off nothing is hashed and the free list is a plain pool.
+//
+// Memory grows with the blocks ever used, not with the cache: a replay may model millions of
+// blocks. Blocks never allocated sit, in id order, at the head of the free list implicitly.
 #pragma once
 
 #include <cstdint>
@@ -93,8 +96,8 @@ class BlockManager {
   void free(BlockTable& table);
 
   // --- introspection for tests and debugging ---
-  int ref_count(int block) const { return blocks_[block].ref; }
-  bool is_cached(int block) const { return blocks_[block].cached; }
+  int ref_count(int block) const { return block < touched() ? blocks_[block].ref : 0; }
+  bool is_cached(int block) const { return block < touched() && blocks_[block].cached; }
   // The free list, head (next to be allocated) first.
   std::vector<int> free_list() const;
   // Throws std::logic_error when the bookkeeping contradicts itself.
@@ -117,11 +120,13 @@ class BlockManager {
   void push_free(int block);
   void unlink_free(int block);
   void set_in_use(int delta);
+  int touched() const { return static_cast<int>(blocks_.size()); }
 
   int num_blocks_;
   int block_size_;
   bool prefix_caching_;
-  std::vector<Block> blocks_;
+  std::vector<Block> blocks_;  // blocks [0, touched()) have been allocated at least once
+  // The explicit free list holds touched blocks; untouched ones come before its head.
   int free_head_ = -1, free_tail_ = -1, num_free_ = 0;
   std::unordered_map<uint64_t, int> cached_;  // chain hash -> block
   BlockManagerCounters counters_;

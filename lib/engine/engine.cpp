@@ -43,6 +43,7 @@ struct Engine::Impl {
   void add_request(EngineRequest request);
   std::vector<FinishedRequest> step();
   void build_batch(const SchedulerOutput& so);
+  std::string check_stop(Sequence& seq, int32_t token);
   void append_token(Sequence& seq, int32_t token, float logprob, std::vector<TokenLogprob> top, double t);
   void finish(Sequence& seq, const std::string& reason, double t, std::vector<FinishedRequest>& done);
 
@@ -166,6 +167,7 @@ std::vector<FinishedRequest> Engine::Impl::step() {
   build_batch(so);
   runner.execute(batch, out);
   ++stats.steps;
+  stats.computed_tokens += so.num_tokens;
   const double t = now_s();
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     Sequence& seq = *so.scheduled[i].seq;
@@ -176,38 +178,7 @@ std::vector<FinishedRequest> Engine::Impl::step() {
     if (token < 0) throw std::logic_error("Runner::execute returned no token for a sequence that asked for one");
     append_token(seq, token, i < out.logprobs.size() ? out.logprobs[i] : 0.0f,
                  i < out.top_logprobs.size() ? out.top_logprobs[i] : std::vector<TokenLogprob>{}, t);
-    // Stop checks, in vLLM's order; eos and stop ids only once min_tokens are out.
-    const SamplingParams& p = *seq.params;
-    const bool may_stop = seq.num_output() >= p.min_tokens;
-    std::string reason;
-    bool stop_id = false;
-    if (may_stop && ((!p.ignore_eos && contains(config.eos_token_ids, token)) || contains(p.stop_token_ids, token))) {
-      reason = "stop";
-      stop_id = true;
-    }
-    // The text: a stop token's own text is left out unless asked for; stop strings are cut.
-    if (seq.detokenizer && (!stop_id || p.include_stop_str_in_output)) {
-      const size_t before = seq.text.size();
-      seq.text += seq.detokenizer->push(token);
-      if (reason.empty() && may_stop) {
-        size_t cut = std::string::npos, cut_len = 0;
-        for (const std::string& stop : p.stop) {
-          if (stop.empty()) continue;
-          const size_t from = before >= stop.size() - 1 ? before - (stop.size() - 1) : 0;
-          const size_t pos = seq.text.find(stop, from);
-          if (pos < cut) {
-            cut = pos;
-            cut_len = stop.size();
-          }
-        }
-        if (cut != std::string::npos) {
-          seq.text.resize(cut + (p.include_stop_str_in_output ? cut_len : 0));
-          reason = "stop";
-        }
-      }
-    }
-    if (reason.empty() && seq.num_output() >= p.max_tokens) reason = "length";
-    if (reason.empty() && seq.num_tokens() >= config.max_model_len) reason = "length";
+    const std::string reason = check_stop(seq, token);
     if (!reason.empty()) finish(seq, reason, t, done);
   }
   scheduler.remove_finished();
@@ -216,6 +187,43 @@ std::vector<FinishedRequest> Engine::Impl::step() {
   stats.peak_blocks_in_use = blocks.counters().peak_blocks_in_use;
   stats.elapsed_s = now_s();
   return done;
+}
+
+// Appends the token's text and returns why the sequence stops now ("" if it goes on).
+std::string Engine::Impl::check_stop(Sequence& seq, int32_t token) {
+  // Stop checks, in vLLM's order; eos and stop ids only once min_tokens are out.
+  const SamplingParams& p = *seq.params;
+  const bool may_stop = seq.num_output() >= p.min_tokens;
+  std::string reason;
+  bool stop_id = false;
+  if (may_stop && ((!p.ignore_eos && contains(config.eos_token_ids, token)) || contains(p.stop_token_ids, token))) {
+    reason = "stop";
+    stop_id = true;
+  }
+  // The text: a stop token's own text is left out unless asked for; stop strings are cut.
+  if (seq.detokenizer && (!stop_id || p.include_stop_str_in_output)) {
+    const size_t before = seq.text.size();
+    seq.text += seq.detokenizer->push(token);
+    if (reason.empty() && may_stop) {
+      size_t cut = std::string::npos, cut_len = 0;
+      for (const std::string& stop : p.stop) {
+        if (stop.empty()) continue;
+        const size_t from = before >= stop.size() - 1 ? before - (stop.size() - 1) : 0;
+        const size_t pos = seq.text.find(stop, from);
+        if (pos < cut) {
+          cut = pos;
+          cut_len = stop.size();
+        }
+      }
+      if (cut != std::string::npos) {
+        seq.text.resize(cut + (p.include_stop_str_in_output ? cut_len : 0));
+        reason = "stop";
+      }
+    }
+  }
+  if (reason.empty() && seq.num_output() >= p.max_tokens) reason = "length";
+  if (reason.empty() && seq.num_tokens() >= config.max_model_len) reason = "length";
+  return reason;
 }
 
 void Engine::Impl::append_token(Sequence& seq, int32_t token, float logprob, std::vector<TokenLogprob> top,

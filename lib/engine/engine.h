@@ -38,7 +38,7 @@ struct EngineRequest {
 };
 
 struct FinishedSequence {
-  std::vector<int32_t> token_ids;  // generated tokens (a stop string's tokens included)
+  std::vector<int32_t> token_ids;  // generated tokens (an eos / stop id / stop string token included)
   std::string text;                // detokenized, stop string cut; empty without a tokenizer
   std::string finish_reason;       // "stop" or "length"
   std::vector<float> logprobs;     // per token, when params.logprobs is set
@@ -63,9 +63,15 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues a request. Throws nvllm::Error, naming the limit, for one that can never run: an
-  // empty prompt, prompt + 1 longer than max_model_len, more blocks than the whole cache.
+  // empty prompt, prompt + 1 longer than max_model_len, more blocks than the whole cache, a
+  // prompt longer than max_num_batched_tokens with chunked prefill off, n or max_tokens < 1.
+  // max_tokens is capped to max_model_len - prompt (the request then ends with "length").
   void add_request(EngineRequest request);
   // Schedules, runs the model once, and returns the requests that finished in this step.
+  // Stop checks after each sampled token, in this order: eos (unless ignore_eos) and
+  // stop_token_ids once min_tokens are out -> "stop"; a stop string in the detokenized text
+  // (cut there unless include_stop_str_in_output) -> "stop"; max_tokens, the context
+  // (max_model_len), or a sequence grown past the whole KV cache -> "length".
   std::vector<FinishedRequest> step();
   bool has_unfinished() const;
 

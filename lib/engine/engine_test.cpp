@@ -143,6 +143,7 @@ RunResult run(const EngineConfig& config, FakeRunner& runner, const std::vector<
   CHECK(runner.max_batch_tokens <= config.max_num_batched_tokens);
   CHECK(runner.max_batch_seqs <= config.max_num_seqs);
   CHECK(engine.stats().steps == runner.steps);
+  CHECK(engine.stats().computed_tokens == runner.total_tokens);
   r.stats = engine.stats();
   r.preemptions = engine.scheduler().num_preemptions();
   r.counters = engine.block_manager().counters();
@@ -152,7 +153,8 @@ RunResult run(const EngineConfig& config, FakeRunner& runner, const std::vector<
 void check_against_reference(const RunResult& r, const std::vector<EngineRequest>& reqs, const EngineConfig& config,
                              int eos_every = 0, bool with_text = false) {
   REQUIRE(r.done.size() == reqs.size());
-  int64_t output_tokens = 0;
+  int64_t output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
+  size_t multi_token_seqs = 0;
   for (const EngineRequest& req : reqs) {
     CAPTURE(req.id);
     const FinishedRequest& f = r.done.at(req.id);
@@ -166,8 +168,24 @@ void check_against_reference(const RunResult& r, const std::vector<EngineRequest
       CHECK(f.outputs[i].finish_reason == e.reason);
       CHECK(f.outputs[i].text == e.text);
       output_tokens += static_cast<int64_t>(e.tokens.size());
+      multi_token_seqs += e.tokens.size() > 1;
     }
+    prompt_tokens += static_cast<int64_t>(req.prompt_ids.size());
+    cached_tokens += f.cached_tokens;
+    CHECK(f.cached_tokens <= (f.prompt_tokens - 1) / config.block_size * config.block_size);
+    if (!config.prefix_caching) CHECK(f.cached_tokens == 0);
   }
+  // RunStats: one latency per request, one TPOT per sequence with more than one token.
+  CHECK(r.stats.prompt_tokens == prompt_tokens);
+  CHECK(r.stats.cached_tokens == cached_tokens);
+  CHECK(r.stats.ttft_s.size() == reqs.size());
+  CHECK(r.stats.e2e_s.size() == reqs.size());
+  CHECK(r.stats.tpot_s.size() == multi_token_seqs);
+  for (double v : r.stats.ttft_s) CHECK(v >= 0);
+  CHECK(r.stats.steps > 0);
+  CHECK(r.stats.elapsed_s > 0);
+  CHECK(r.stats.peak_blocks_in_use == r.counters.peak_blocks_in_use);
+  CHECK(r.stats.peak_blocks_in_use > 0);
   // Preemption recomputes but never resamples, so the sampled-token count is exact.
   CHECK(r.stats.output_tokens == output_tokens);
   CHECK(r.stats.requests == static_cast<int64_t>(reqs.size()));
@@ -224,6 +242,45 @@ TEST_CASE("engine: outputs equal the one-at-a-time reference under every schedul
   }
 }
 
+TEST_CASE("engine: random configurations and workloads with eos, min_tokens and stop ids match the reference") {
+  std::mt19937 rng(12345);
+  int64_t preemptions = 0, hits = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<EngineRequest> reqs = workload(100 + trial, 12 + static_cast<int>(rng() % 20));
+    for (EngineRequest& r : reqs) {
+      r.params.ignore_eos = rng() % 3 == 0;
+      r.params.min_tokens = static_cast<int>(rng() % 6);
+      if (rng() % 4 == 0) r.params.stop_token_ids = {static_cast<int32_t>(rng() % kVocab)};
+      if (rng() % 3 == 0) r.params.n = 1 + static_cast<int>(rng() % 4);
+    }
+    EngineConfig c = base_config();
+    c.block_size = 1 << (rng() % 9);  // 1..256
+    c.prefix_caching = rng() % 2;
+    c.chunked_prefill = rng() % 2;
+    c.max_num_batched_tokens = (c.chunked_prefill ? 1 : 70) + static_cast<int>(rng() % 150);
+    c.max_num_seqs = 1 + static_cast<int>(rng() % 12);
+    c.max_model_len = 72 + static_cast<int>(rng() % 40);  // prompts are at most 70 tokens
+    // At least one whole sequence (prompt <= 70, output <= 30) must fit, or it ends "length" early.
+    const int num_blocks = (100 + c.block_size - 1) / c.block_size + static_cast<int>(rng() % 6);
+    CAPTURE(trial);
+    CAPTURE(c.block_size);
+    CAPTURE(c.prefix_caching);
+    CAPTURE(c.chunked_prefill);
+    CAPTURE(c.max_num_batched_tokens);
+    CAPTURE(c.max_num_seqs);
+    CAPTURE(num_blocks);
+    const int eos_every = 6;
+    FakeRunner runner(num_blocks, c.block_size, kVocab, kEos, eos_every);
+    const RunResult r = run(c, runner, reqs);
+    check_against_reference(r, reqs, c, eos_every);
+    preemptions += r.preemptions;
+    hits += r.counters.hit_tokens;
+  }
+  // The trials did exercise preemption and the prefix cache.
+  CHECK(preemptions > 0);
+  CHECK(hits > 0);
+}
+
 TEST_CASE("engine: n > 1 samples differ, follow their seeds, and share the prompt's full blocks") {
   EngineRequest req;
   req.id = "fork";
@@ -273,6 +330,9 @@ TEST_CASE("engine: requests sharing a prefix hit the cache, in the same step and
   CHECK(engine.stats().cached_tokens == 7 * 64);
   CHECK(engine.stats().prompt_tokens == 8 * 69);
   CHECK(engine.stats().prefix_cache_hit_rate() == doctest::Approx(7.0 * 64 / (8 * 69)));
+  // Computed: the prefix once, 8 x 5 own tokens, then 2 decode steps of 8 (max_tokens 3).
+  CHECK(engine.stats().computed_tokens == 64 + 8 * 5 + 2 * 8);
+  CHECK(engine.stats().steps == 3);
   // A second wave finds the (freed but still cached) prefix, and the whole earlier prompt
   // of request 0 except the last token, rounded down to a block: 64 of 69.
   for (auto& r : reqs) r.id += "b";
@@ -451,7 +511,7 @@ TEST_CASE("run stats: percentiles interpolate linearly; summary and JSON carry e
   CHECK(j["output_tokens_per_s"] == doctest::Approx(20));
   CHECK(j["ttft_s"]["p50"] == doctest::Approx(0.2));
   CHECK(j["e2e_s"]["p99"] == doctest::Approx(1.99));
-  for (const char* k : {"requests", "prompt_tokens", "cached_tokens", "output_tokens", "steps", "preemptions",
+  for (const char* k : {"requests", "prompt_tokens", "cached_tokens", "output_tokens", "steps", "computed_tokens", "preemptions",
                         "peak_blocks_in_use", "num_kv_blocks", "elapsed_s", "tpot_s"})
     CHECK(j.contains(k));
   CHECK(s.summary().find("25.0% hit") != std::string::npos);

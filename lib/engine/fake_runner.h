@@ -60,6 +60,7 @@ class FakeRunner : public Runner {
     REQUIRE(b.sample_step.size() == static_cast<size_t>(n));
     REQUIRE(b.eos_token_ids == eos_ids_);
     max_batch_tokens = std::max(max_batch_tokens, b.num_tokens());
+    total_tokens += b.num_tokens();
     max_batch_seqs = std::max(max_batch_seqs, n);
     bool all_decode = true;
     std::vector<int32_t> written;
@@ -127,6 +128,7 @@ class FakeRunner : public Runner {
 
   int64_t steps = 0;
   int max_batch_tokens = 0;
+  int64_t total_tokens = 0;
   int max_batch_seqs = 0;
 
  private:

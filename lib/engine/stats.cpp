@@ -59,6 +59,7 @@ nlohmann::json RunStats::to_json() const {
           {"cached_tokens", cached_tokens},
           {"output_tokens", output_tokens},
           {"steps", steps},
+          {"computed_tokens", computed_tokens},
           {"preemptions", preemptions},
           {"peak_blocks_in_use", peak_blocks_in_use},
           {"num_kv_blocks", num_kv_blocks},

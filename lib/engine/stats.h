@@ -15,6 +15,7 @@ struct RunStats {
   int64_t cached_tokens = 0;   // of those, served from the prefix cache at first admission
   int64_t output_tokens = 0;   // tokens sampled so far (all sequences)
   int64_t steps = 0;           // engine steps that ran the model
+  int64_t computed_tokens = 0; // tokens run through the model: prefill chunks, decodes, recompute
   int64_t preemptions = 0;
   int peak_blocks_in_use = 0;
   int num_kv_blocks = 0;

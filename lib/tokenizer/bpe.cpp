@@ -104,7 +104,12 @@ BpeModel::BpeModel(std::vector<std::pair<std::string, int32_t>> vocab,
 
   byte_ids_.fill(-1);
   fallback_ids_.fill(-1);
+  ascii_ids_.fill(-1);
   for (int b = 0; b < 256; ++b) {
+    if (b < 128) {
+      const auto it = vocab_.find(std::string(1, static_cast<char>(b)));
+      if (it != vocab_.end()) ascii_ids_[b] = it->second;
+    }
     if (options_.byte_level) {
       const auto it = vocab_.find(std::string(1, static_cast<char>(b)));
       NVLLM_CHECK(it != vocab_.end(), source, ": model.vocab: byte-level BPE needs a token for every byte, byte ", b,
@@ -183,6 +188,12 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   } else {
     size_t i = 0;
     while (i < word.size()) {
+      const auto lead = static_cast<unsigned char>(word[i]);
+      if (lead < 128 && ascii_ids_[lead] >= 0) {  // the common case, without hashing
+        add(ascii_ids_[lead], 1);
+        ++i;
+        continue;
+      }
       const size_t n = std::min(unicode::utf8_char_len(static_cast<unsigned char>(word[i])), word.size() - i);
       const std::string_view ch = word.substr(i, n);
       i += n;

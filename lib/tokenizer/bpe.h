@@ -76,6 +76,7 @@ class BpeModel {
   MergeTable merges_;
   std::array<int32_t, 256> byte_ids_{};      // byte_level: id of each single byte
   std::array<int32_t, 256> fallback_ids_{};  // byte_fallback: id of <0xNN>, -1 if absent
+  std::array<int32_t, 128> ascii_ids_{};     // not byte_level: id of each ASCII char, -1 if absent
   mutable std::mutex cache_mutex_;
   mutable Cache cache_;
 };

@@ -105,6 +105,21 @@ HfTokenizer::HfTokenizer(HfTokenizerSpec spec) : spec_(std::move(spec)) {
   for (int32_t id : spec_.prefix_ids) NVLLM_CHECK(id >= 0 && id < max_id + 1, spec_.source, ": post_processor id ", id, " is not a token");
   for (int32_t id : spec_.suffix_ids) NVLLM_CHECK(id >= 0 && id < max_id + 1, spec_.source, ": post_processor id ", id, " is not a token");
 
+  if (splitters_.empty() && !spec_.byte_level) {
+    for (const NormalizerStep& step : spec_.normalizer) {
+      if (step.kind == NormalizerStep::Kind::kReplace && step.text == " " && !step.replacement.empty()) {
+        word_marker_ = step.replacement;
+      }
+    }
+    if (spec_.metaspace && !spec_.metaspace->split) word_marker_ = spec_.metaspace->replacement;
+    const auto marker_only_leading = [&](const std::string& t) {
+      size_t i = 0;
+      while (t.compare(i, word_marker_.size(), word_marker_) == 0) i += word_marker_.size();
+      return t.find(word_marker_, i) == std::string::npos;
+    };
+    if (!word_marker_.empty() && !std::all_of(tokens_.begin(), tokens_.end(), marker_only_leading)) word_marker_.clear();
+  }
+
   byte_level_decoder_only_ = spec_.decoder && spec_.decoder->size() == 1 &&
                              spec_.decoder->front().kind == DecoderStep::Kind::kByteLevel;
   if (byte_level_decoder_only_) {
@@ -162,15 +177,38 @@ std::string HfTokenizer::normalize(std::string_view segment) const {
   return s;
 }
 
-void HfTokenizer::encode_segment(std::string_view segment, std::vector<int32_t>& ids) const {
+void HfTokenizer::encode_segment(std::string_view segment, bool at_text_start, std::vector<int32_t>& ids) const {
   std::string normalized;
   std::string_view s = segment;
   if (!spec_.normalizer.empty()) {
     normalized = normalize(segment);
     s = normalized;
   }
+  if (spec_.metaspace) {
+    const MetaspaceSpec& m = *spec_.metaspace;
+    std::string spaced(s);
+    replace_all(spaced, " ", m.replacement);
+    const bool needs_prefix = spaced.compare(0, m.replacement.size(), m.replacement) != 0;
+    if (needs_prefix && (m.prepend == MetaspaceSpec::Prepend::kAlways ||
+                         (m.prepend == MetaspaceSpec::Prepend::kFirst && at_text_start))) {
+      spaced.insert(0, m.replacement);
+    }
+    if (!m.split) {
+      encode_words(spaced, ids);
+      return;
+    }
+    // Every replacement character starts a word ("merged with next").
+    const std::string_view v = spaced;
+    size_t start = 0;
+    for (size_t p = v.find(m.replacement, 1); p != std::string_view::npos; p = v.find(m.replacement, p + 1)) {
+      spec_.model->encode_word(v.substr(start, p - start), ids);
+      start = p;
+    }
+    spec_.model->encode_word(v.substr(start), ids);
+    return;
+  }
   if (splitters_.empty()) {
-    spec_.model->encode_word(s, ids);
+    encode_words(s, ids);
     return;
   }
   thread_local std::vector<std::pair<size_t, size_t>> pieces, refined;
@@ -184,6 +222,23 @@ void HfTokenizer::encode_segment(std::string_view segment, std::vector<int32_t>&
   for (const auto& [b, e] : pieces) spec_.model->encode_word(s.substr(b, e - b), ids);
 }
 
+// `s` is one word for the model; split where word_marker_ allows, for the cache's sake.
+void HfTokenizer::encode_words(std::string_view s, std::vector<int32_t>& ids) const {
+  if (word_marker_.empty()) {
+    spec_.model->encode_word(s, ids);
+    return;
+  }
+  const std::string& m = word_marker_;
+  size_t start = 0;
+  for (size_t p = s.find(m, 1); p != std::string_view::npos; p = s.find(m, p + m.size())) {
+    if (p >= start + m.size() && s.compare(p - m.size(), m.size(), m) == 0) continue;  // inside a run of markers
+    if (p == start) continue;
+    spec_.model->encode_word(s.substr(start, p - start), ids);
+    start = p;
+  }
+  spec_.model->encode_word(s.substr(start), ids);
+}
+
 std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   if (const auto bad = unicode::first_invalid_utf8(text)) {
     fail("the text is not valid UTF-8 (byte offset ", *bad, "); tokenizers need UTF-8 input");
@@ -195,7 +250,7 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special
   while (pos < text.size()) {
     const Match m = find_added(text, pos);
     const size_t segment_end = m.id < 0 ? text.size() : m.start;
-    if (segment_end > pos) encode_segment(text.substr(pos, segment_end - pos), ids);
+    if (segment_end > pos) encode_segment(text.substr(pos, segment_end - pos), pos == 0, ids);
     if (m.id < 0) break;
     ids.push_back(m.id);
     pos = m.start + m.length;
@@ -256,6 +311,13 @@ std::string HfTokenizer::run_decoder(std::vector<std::string> tokens) const {
       }
       case DecoderStep::Kind::kStrip:
         for (std::string& t : tokens) t = strip(t, step.content, step.start, step.stop);
+        break;
+      case DecoderStep::Kind::kMetaspace:
+        // As the reference: the first token loses every replacement character, the others
+        // turn them into spaces.
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          replace_all(tokens[i], step.content, i == 0 && step.prepend ? "" : " ");
+        }
         break;
     }
   }

@@ -26,10 +26,22 @@ struct NormalizerStep {
 };
 
 struct DecoderStep {
-  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip };
+  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
   Kind kind;
-  std::string pattern, content;  // kReplace: pattern -> content; kStrip: content (one character)
-  size_t start = 0, stop = 0;    // kStrip: how many leading / trailing `content` chars to drop
+  // kReplace: pattern -> content; kStrip: content (one character); kMetaspace: content is the
+  // replacement character.
+  std::string pattern, content;
+  size_t start = 0, stop = 0;  // kStrip: how many leading / trailing `content` chars to drop
+  bool prepend = false;        // kMetaspace: prepend_scheme is not "never"
+};
+
+// The Metaspace pre-tokenizer: spaces become `replacement`, which is prepended to a segment
+// that does not start with it (every segment for "always", only the text's first for
+// "first"); with `split`, every replacement character starts a new word.
+struct MetaspaceSpec {
+  std::string replacement;
+  enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
+  bool split = true;
 };
 
 struct AddedToken {
@@ -44,6 +56,7 @@ struct HfTokenizerSpec {
   std::vector<NormalizerStep> normalizer;
   std::vector<std::string> split_patterns;  // Split(Isolated) pre-tokenizers, applied in order
   bool byte_level = false;                  // a ByteLevel pre-tokenizer is present
+  std::optional<MetaspaceSpec> metaspace;   // a Metaspace pre-tokenizer (then nothing else)
   std::unique_ptr<BpeModel> model;
   std::vector<AddedToken> added;
   std::vector<int32_t> prefix_ids, suffix_ids;  // the post-processor's single-sequence template
@@ -71,7 +84,9 @@ class HfTokenizer : public Tokenizer {
     int32_t id = -1;
   };
   Match find_added(std::string_view text, size_t from) const;
-  void encode_segment(std::string_view segment, std::vector<int32_t>& ids) const;
+  // `at_text_start`: the segment begins the text (no added token before it).
+  void encode_segment(std::string_view segment, bool at_text_start, std::vector<int32_t>& ids) const;
+  void encode_words(std::string_view s, std::vector<int32_t>& ids) const;
   std::string normalize(std::string_view segment) const;
   std::string run_decoder(std::vector<std::string> tokens) const;
 
@@ -81,6 +96,11 @@ class HfTokenizer : public Tokenizer {
   std::vector<std::string> token_bytes_;   // byte-level decoders: id -> the bytes it stands for
   std::vector<uint8_t> present_, special_;  // per id
   bool byte_level_decoder_only_ = false;   // decoder is exactly [ByteLevel]: decode by bytes
+  // Metaspace vocabularies (Llama 2) have no pre-tokenizer, so a whole line is one BPE word.
+  // When no token has this marker ("▁") after other text, no token can span the point before
+  // a marker that follows other text: words split there give the same ids, and short words
+  // hit the cache. Empty when the vocabulary does not allow it.
+  std::string word_marker_;
   // Added tokens by first byte, longest first, for leftmost-longest matching.
   std::array<std::vector<uint32_t>, 256> added_by_first_byte_;
   std::unordered_map<std::string, int32_t> added_ids_;

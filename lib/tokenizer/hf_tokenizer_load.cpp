@@ -69,9 +69,30 @@ void parse_pre_tokenizer(const json& p, HfTokenizerSpec& spec, const std::string
                 ": ByteLevel with add_prefix_space true is not supported");
     spec.byte_level = true;
     if (flag(p, "use_regex")) spec.split_patterns.push_back(kGpt2Pattern);
+  } else if (type == "Metaspace") {
+    MetaspaceSpec m;
+    m.replacement = p.value("replacement", "\xE2\x96\x81");
+    NVLLM_CHECK(!m.replacement.empty() &&
+                    unicode::utf8_char_len(static_cast<unsigned char>(m.replacement[0])) == m.replacement.size(),
+                spec.source, ": ", where, ": Metaspace replacement must be one character");
+    // Files written before prepend_scheme existed say add_prefix_space instead.
+    const std::string scheme =
+        p.contains("prepend_scheme") ? p["prepend_scheme"].get<std::string>()
+                                     : (p.value("add_prefix_space", true) ? "always" : "never");
+    if (scheme == "always") {
+      m.prepend = MetaspaceSpec::Prepend::kAlways;
+    } else if (scheme == "first") {
+      m.prepend = MetaspaceSpec::Prepend::kFirst;
+    } else if (scheme == "never") {
+      m.prepend = MetaspaceSpec::Prepend::kNever;
+    } else {
+      fail(spec.source, ": ", where, ": Metaspace prepend_scheme \"", scheme, "\" is not always, first or never");
+    }
+    m.split = p.value("split", true);
+    spec.metaspace = m;
   } else {
     fail(spec.source, ": ", where, ": pre_tokenizer type \"", type,
-         "\" is not supported (supported: Split with a regex and behavior Isolated, ByteLevel, Sequence)");
+         "\" is not supported (supported: Split with a regex and behavior Isolated, ByteLevel, Metaspace, Sequence)");
   }
 }
 
@@ -118,14 +139,14 @@ void parse_model(const json& m, HfTokenizerSpec& spec) {
   for (size_t i = 0; i < jm.size(); ++i) {
     const json& e = jm[i];
     if (e.is_string()) {  // "left right"
-      const std::string s = e.get<std::string>();
+      const std::string& s = e.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       NVLLM_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos, src, ": model.merges[", i,
                   "]: \"", s, "\" is not two tokens separated by one space");
       merges.emplace_back(raw(s.substr(0, space)), raw(s.substr(space + 1)));
     } else {
       NVLLM_CHECK(e.is_array() && e.size() == 2, src, ": model.merges[", i, "]: expected \"a b\" or [\"a\", \"b\"]");
-      merges.emplace_back(raw(e[0].get<std::string>()), raw(e[1].get<std::string>()));
+      merges.emplace_back(raw(e[0].get_ref<const std::string&>()), raw(e[1].get_ref<const std::string&>()));
     }
   }
   spec.model = std::make_unique<BpeModel>(std::move(vocab), merges, options, src);
@@ -206,9 +227,15 @@ void parse_decoder(const json& d, std::vector<DecoderStep>& steps, const std::st
                 ": ", where, ": Strip content must be one character");
     step.start = d.value("start", 0u);
     step.stop = d.value("stop", 0u);
+  } else if (type == "Metaspace") {
+    step.kind = DecoderStep::Kind::kMetaspace;
+    step.content = d.value("replacement", "\xE2\x96\x81");
+    const std::string scheme = d.contains("prepend_scheme") ? d["prepend_scheme"].get<std::string>()
+                                                            : (d.value("add_prefix_space", true) ? "always" : "never");
+    step.prepend = scheme != "never";
   } else {
     fail(source, ": ", where, ": decoder type \"", type,
-         "\" is not supported (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, Sequence)");
+         "\" is not supported (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence)");
   }
   steps.push_back(std::move(step));
 }
@@ -218,11 +245,16 @@ void parse_decoder(const json& d, std::vector<DecoderStep>& steps, const std::st
 HfTokenizerSpec parse_tokenizer_json(const std::filesystem::path& file) {
   HfTokenizerSpec spec;
   spec.source = file.string();
-  std::ifstream in(file, std::ios::binary);
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
   NVLLM_CHECK(in, spec.source, ": cannot open the file");
+  // Read whole, then parse: parsing from a string is much faster than from a stream.
+  std::string text(static_cast<size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  NVLLM_CHECK(in, spec.source, ": cannot read the file");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     fail(spec.source, ": not valid JSON (", e.what(), ")");
   }
@@ -234,6 +266,8 @@ HfTokenizerSpec parse_tokenizer_json(const std::filesystem::path& file) {
     }
     parse_normalizer(j.value("normalizer", json()), spec, "normalizer");
     parse_pre_tokenizer(j.value("pre_tokenizer", json()), spec, "pre_tokenizer");
+    NVLLM_CHECK(!spec.metaspace || (spec.split_patterns.empty() && !spec.byte_level), spec.source,
+                ": pre_tokenizer: Metaspace combined with other pre-tokenizers is not supported");
     parse_model(j["model"], spec);
     parse_added_tokens(j.value("added_tokens", json()), spec);
     parse_post_processor(j.value("post_processor", json()), spec, "post_processor");

@@ -37,21 +37,29 @@ class SpTokenizer : public Tokenizer {
   }
 
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const override {
-    // SentencePiece decodes control tokens to nothing; like the Hugging Face slow tokenizer we
-    // write them as their piece unless asked to skip them.
+    // SentencePiece decodes control tokens (<s>, </s>) to nothing; like the Hugging Face slow
+    // tokenizer we write them as their piece unless asked to skip them. The ids between them
+    // are decoded by SentencePiece in runs.
     std::string out, part;
     std::vector<int> run;
+    bool text_before = false;  // a run was decoded already
     const auto flush = [&] {
       if (run.empty()) return;
       const auto status = sp_.Decode(run, &part);
       NVLLM_CHECK(status.ok(), source_, ": SentencePiece decode failed: ", status.ToString());
+      // SentencePiece drops the dummy-prefix space of a run's first piece; only the text's
+      // first run has one (a leading <s> does not count as text).
+      if (text_before && sp_.IdToPiece(run.front()).rfind("\xE2\x96\x81", 0) == 0 && part.rfind(' ', 0) != 0) {
+        out += ' ';
+      }
       out += part;
+      text_before = true;
       run.clear();
     };
     for (int32_t id : ids) {
       if (id < 0 || id >= sp_.GetPieceSize()) continue;
-      if (is_special(id)) {
-        if (skip_special_tokens) continue;
+      if (skip_special_tokens && is_special(id)) continue;
+      if (sp_.IsControl(id)) {
         flush();
         out += sp_.IdToPiece(id);
       } else {

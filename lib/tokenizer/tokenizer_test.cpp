@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -39,5 +40,161 @@ void check_goldens(const std::string& name) {
 TEST_CASE("tokenizer goldens: qwen3") { check_goldens("qwen3"); }
 TEST_CASE("tokenizer goldens: llama3") { check_goldens("llama3"); }
 TEST_CASE("tokenizer goldens: llama2") { check_goldens("llama2"); }
+
+TEST_CASE("tokenizer: added and special tokens (Qwen3)") {
+  const Tokenizer& tok = test_tokenizer("qwen3");
+  CHECK(tok.vocab_size() == 151669);
+  CHECK(tok.token_to_id("<|im_end|>") == 151645);
+  CHECK(tok.token_to_id("<tool_call>") == 151657);
+  CHECK(tok.token_to_id("\xC4\xA0the") == 279);  // "Ġthe": vocabulary strings as in the file
+  CHECK_FALSE(tok.token_to_id("no such token").has_value());
+  CHECK(tok.is_special(151645));
+  CHECK_FALSE(tok.is_special(151657));  // <tool_call> is an added token but not special
+  CHECK_FALSE(tok.is_special(279));
+
+  // Added tokens are matched anywhere in the text, special or not, before the model runs.
+  const std::vector<int32_t> ids = tok.encode("x<tool_call>y<|im_end|>");
+  REQUIRE(ids.size() == 4);
+  CHECK(ids[1] == 151657);
+  CHECK(ids[3] == 151645);
+  // Qwen3's post-processor adds nothing.
+  CHECK(tok.encode("x<tool_call>y<|im_end|>", true) == ids);
+  // skip_special_tokens drops special tokens only.
+  CHECK(tok.decode(ids, true) == "x<tool_call>y");
+  CHECK(tok.decode(ids, false) == "x<tool_call>y<|im_end|>");
+  // Ids past the vocabulary (models pad theirs) are dropped, as the reference does.
+  const std::vector<int32_t> padded = {ids[0], 151900};
+  CHECK(tok.decode(padded) == "x");
+}
+
+TEST_CASE("tokenizer: add_special_tokens follows the post-processor") {
+  const Tokenizer& llama2 = test_tokenizer("llama2");
+  const std::vector<int32_t> plain = llama2.encode("Hello");
+  std::vector<int32_t> with_bos = {1};
+  with_bos.insert(with_bos.end(), plain.begin(), plain.end());
+  CHECK(llama2.encode("Hello", true) == with_bos);  // TemplateProcessing: <s> $A
+  CHECK(llama2.encode("", true) == std::vector<int32_t>{1});
+  CHECK(llama2.is_special(1));
+  CHECK(llama2.decode(with_bos, true) == "Hello");
+  // Special tokens written in the text are matched too; the text after one is its own segment
+  // and gets the metaspace prefix again, as in the reference.
+  CHECK(llama2.encode("</s>Hello") == std::vector<int32_t>{2, plain[0]});
+
+  // This Llama 3 file's post-processor is ByteLevel, which adds no tokens.
+  const Tokenizer& llama3 = test_tokenizer("llama3");
+  CHECK(llama3.encode("Hello", true) == llama3.encode("Hello"));
+  CHECK(llama3.encode("<|begin_of_text|>Hello") == std::vector<int32_t>{128000, 9906});
+}
+
+namespace {
+
+// Writes `content` as DIR/tokenizer.json in a fresh folder and returns the load error.
+std::string load_error(const std::string& content) {
+  const auto dir = std::filesystem::temp_directory_path() / "nvllm_tokenizer_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << content;
+  try {
+    load_tokenizer(dir);
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK(message.find((dir / "tokenizer.json").string()) != std::string::npos);
+    return message;
+  }
+  FAIL("no error for ", content);
+  return "";
+}
+
+// A small valid tokenizer.json (no normalizer, no pre-tokenizer), with `model` and `extra`.
+std::string tiny_json(const std::string& model, const std::string& extra = "") {
+  return R"({"added_tokens": [{"id": 3, "content": "<x>", "special": true}, {"id": 4, "content": "<xy>", "special": true}],
+             "model": )" + model + extra + "}";
+}
+
+constexpr const char* kTinyModel =
+    R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "<x>": 3, "<xy>": 4}, "merges": [["a", "b"]]})";
+
+}  // namespace
+
+TEST_CASE("tokenizer: a small tokenizer.json: pair merges, leftmost-longest added tokens") {
+  const auto dir = std::filesystem::temp_directory_path() / "nvllm_tokenizer_tiny";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << tiny_json(kTinyModel, R"(, "post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<x>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": "<xy>", "type_id": 0}}],
+      "special_tokens": {"<x>": {"id": "<x>", "ids": [3], "tokens": ["<x>"]},
+                         "<xy>": {"id": "<xy>", "ids": [4], "tokens": ["<xy>"]}}})");
+  const auto tok = load_tokenizer(dir);
+  CHECK(tok->encode("abab") == std::vector<int32_t>{2, 2});
+  CHECK(tok->encode("ba") == std::vector<int32_t>{1, 0});
+  CHECK(tok->encode("a<xy>b<x>") == std::vector<int32_t>{0, 4, 1, 3});  // <xy>, not <x> then "y>"
+  CHECK(tok->encode("ab", true) == std::vector<int32_t>{3, 2, 4});
+  // Without a decoder the reference joins tokens with spaces.
+  const std::vector<int32_t> ids = {2, 3, 0};
+  CHECK(tok->decode(ids) == "ab <x> a");
+  CHECK(tok->decode(ids, true) == "ab a");
+  CHECK_THROWS_AS(tok->encode("abc"), Error);  // "c" is unknown and there is no unk_token
+  CHECK_THROWS_AS(tok->encode("a\xFF"), Error);  // not UTF-8
+}
+
+TEST_CASE("tokenizer: a Metaspace pre-tokenizer and decoder match Llama 2's Prepend/Replace normalizer") {
+  // Newer conversions of SentencePiece vocabularies spell Llama 2's normalizer as a Metaspace
+  // pre-tokenizer with prepend_scheme "first". For texts that do not start with a space the two
+  // give the same words, so Llama 2's goldens (from the reference library) must reproduce.
+  std::ifstream in(std::string(NVLLM_TESTDATA) + "/tokenizers/llama2/tokenizer.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders", {{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}},
+                                {{"type", "ByteFallback"}},
+                                {{"type", "Fuse"}}}}};
+  const auto dir = std::filesystem::temp_directory_path() / "nvllm_tokenizer_metaspace";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << j.dump();
+  const auto tok = load_tokenizer(dir);
+  std::ifstream goldens(std::string(NVLLM_TESTDATA) + "/tokenizers/llama2/goldens.jsonl");
+  int checked = 0;
+  for (std::string line; std::getline(goldens, line);) {
+    const auto g = nlohmann::json::parse(line);
+    const std::string text = g["text"].get<std::string>();
+    if (text.empty() || text[0] == ' ') continue;
+    CAPTURE(text);
+    const auto ids = g["ids"].get<std::vector<int32_t>>();
+    CHECK(tok->encode(text) == ids);
+    CHECK(tok->decode(ids) == g["decoded"].get<std::string>());
+    ++checked;
+  }
+  CHECK(checked >= 35);
+  // "first": no prefix after an added token; the reference's Prepend normalizer would add one.
+  const Tokenizer& llama2 = test_tokenizer("llama2");
+  const std::vector<int32_t> after_eos = tok->encode("</s>Hello");
+  REQUIRE(after_eos.size() >= 2);
+  CHECK(after_eos[0] == 2);
+  CHECK(after_eos != llama2.encode("</s>Hello"));  // that one has "▁Hello"
+  CHECK(tok->decode(after_eos, true) == "Hello");
+  CHECK(tok->encode("Hello</s>Hello").front() == llama2.encode("Hello").front());
+}
+
+TEST_CASE("tokenizer: a bad or unsupported tokenizer.json is an error naming the file and component") {
+  CHECK(load_error("{not json").find("not valid JSON") != std::string::npos);
+  CHECK(load_error(R"({"model": {"type": "WordPiece", "vocab": {}}})").find("WordPiece") != std::string::npos);
+  CHECK(load_error(tiny_json(kTinyModel, R"(, "normalizer": {"type": "NFKC"})")).find("normalizer") !=
+        std::string::npos);
+  CHECK(load_error(tiny_json(kTinyModel, R"(, "pre_tokenizer": {"type": "Whitespace"})")).find("pre_tokenizer") !=
+        std::string::npos);
+  CHECK(load_error(tiny_json(kTinyModel, R"(, "decoder": {"type": "WordPiece"})")).find("decoder") !=
+        std::string::npos);
+  CHECK(load_error(tiny_json(R"({"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]})")).find("model.merges[0]") !=
+        std::string::npos);
+  CHECK(load_error(tiny_json(kTinyModel, R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a"},
+                                             "behavior": "Isolated", "invert": false})"))
+            .find("regex") != std::string::npos);
+  CHECK(load_error(R"({"model": {"type": "BPE", "vocab": [1, 2]}})").find("model.vocab") != std::string::npos);
+
+  const auto empty = std::filesystem::temp_directory_path() / "nvllm_tokenizer_empty";
+  std::filesystem::create_directories(empty);
+  std::filesystem::remove(empty / "tokenizer.json");
+  CHECK_THROWS_WITH_AS(load_tokenizer(empty), doctest::Contains("tokenizer.json"), Error);
+}
 
 }  // namespace nvllm

@@ -101,8 +101,9 @@ bool is_ascii(std::string_view s) {
   return true;
 }
 
-std::string nfc(std::string_view s) {
-  if (is_ascii(s)) return std::string(s);
+namespace {
+
+std::string nfc_utf8proc(std::string_view s) {
   utf8proc_uint8_t* out = nullptr;
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
@@ -111,6 +112,46 @@ std::string nfc(std::string_view s) {
   std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
   std::free(out);
   return result;
+}
+
+// True when every character of the run is below U+0300: such characters are NFC already and
+// never combine (the combining marks start at U+0300).
+bool below_combining_marks(std::string_view run) {
+  for (char c : run) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0xCC) return false;  // a lead byte of U+0300 or above
+  }
+  return true;
+}
+
+}  // namespace
+
+// ASCII characters are never decomposed, have canonical class 0 and are never the second half
+// of a composition, so a run of non-ASCII text normalizes independently of everything except
+// the one ASCII character before it (which may compose with it: "e" + U+0301). Only such runs
+// go through utf8proc, and only when they hold a character that NFC could change.
+std::string nfc(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = i;
+    while (j < s.size() && static_cast<unsigned char>(s[j]) < 0x80) ++j;
+    out.append(s.substr(i, j - i));
+    i = j;
+    while (j < s.size() && static_cast<unsigned char>(s[j]) >= 0x80) ++j;
+    const std::string_view run = s.substr(i, j - i);
+    if (below_combining_marks(run)) {
+      out.append(run);
+    } else if (i > 0) {
+      out.pop_back();  // the ASCII character before the run, normalized with it
+      out += nfc_utf8proc(s.substr(i - 1, j - i + 1));
+    } else {
+      out += nfc_utf8proc(run);
+    }
+    i = j;
+  }
+  return out;
 }
 
 ByteLevelTable::ByteLevelTable() {

@@ -29,8 +29,8 @@ inline size_t utf8_char_len(unsigned char lead) {
 
 void append_utf8(std::string& out, uint32_t codepoint);
 
-// Unicode NFC of valid UTF-8 `s` (utf8proc). ASCII text is returned unchanged without a copy
-// through utf8proc.
+// Unicode NFC of valid UTF-8 `s` (utf8proc); text without combining-range characters skips
+// utf8proc.
 std::string nfc(std::string_view s);
 
 bool is_ascii(std::string_view s);
