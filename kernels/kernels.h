@@ -59,7 +59,9 @@ struct AttentionBatch {
   int max_blocks_per_seq;
   int num_seqs;
   int max_query_len;            // host-side bound, for the grid
-  int max_context_len;          // host-side bound, for the grid / split
+  int max_context_len;          // host-side bound, for the grid / split: every context_lens[s]
+                                // must be <= it (decode splits the context by it; a CUDA graph
+                                // must be captured with the largest context it will replay)
 };
 
 // Causal grouped-query attention for prefill chunks. q rows have stride q_stride elements

@@ -136,6 +136,13 @@ cudaGraphExec_t CudaRunner::find_graph(int seqs, int max_context, int* size, int
   return it->second.get();
 }
 
+void CudaRunner::linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream) {
+  if (m <= std::min(opt_.gemv_max_batch, kernels::kGemvMaxBatch) && k % 8 == 0)
+    kernels::gemv(x, w, y, m, n, k, stream);
+  else
+    gemm_.matmul(x, w, y, m, n, k, false, stream);
+}
+
 void CudaRunner::forward(const Step& st) {
   cudaStream_t s = stream_.get();
   const StepLayout& L = st.layout;
@@ -158,7 +165,7 @@ void CudaRunner::forward(const Step& st) {
   for (int l = 0; l < c_.num_layers; ++l) {
     const DeviceLayer& w = layers_[l];
     kernels::add_rmsnorm(x, res, w.input_norm, T, H, eps, s);
-    gemm_.matmul(x, w.qkv, qkv, T, c_.qkv_size(), H, false, s);
+    linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
     if (w.qkv_bias) add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
     kernels::qk_norm_rope_cache(qkv, positions, slots, w.q_norm, w.k_norm, eps, inv_freq_.as<float>(), k_cache_[l],
                                 v_cache_[l], T, c_.num_heads, c_.num_kv_heads, c_.head_dim, opt_.block_size, s);
@@ -170,11 +177,11 @@ void CudaRunner::forward(const Step& st) {
       kernels::attention_prefill(qkv, c_.qkv_size(), k_cache_[l], v_cache_[l], ab, attn, c_.num_heads,
                                  c_.num_kv_heads, c_.head_dim, opt_.block_size, scale, s);
     }
-    gemm_.matmul(attn, w.o_proj, x, T, H, c_.q_size(), false, s);
+    linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
     kernels::add_rmsnorm(x, res, w.post_norm, T, H, eps, s);
-    gemm_.matmul(x, w.gate_up, gate_up_.as<bf16>(), T, 2 * I, H, false, s);
+    linear(x, w.gate_up, gate_up_.as<bf16>(), T, 2 * I, H, s);
     kernels::silu_mul(gate_up_.as<bf16>(), act_.as<bf16>(), T, I, s);
-    gemm_.matmul(act_.as<bf16>(), w.down, x, T, H, I, false, s);
+    linear(act_.as<bf16>(), w.down, x, T, H, I, s);
   }
   // Final norm and LM head only over the rows that sample.
   bf16 *fx = x, *fr = res;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -64,79 +65,91 @@ TEST_CASE("gpu.bench.qwen3_0_6b_shape" * doctest::skip()) {
   }
   w.final_norm = random_bf16({H}, 0.1f, 1.0f, state);
 
-  CudaRunnerOptions opt;
-  opt.max_num_seqs = 256;
-  opt.max_num_batched_tokens = 8192;
-  opt.max_model_len = 4096;
-  auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Runner> runner = make_cuda_runner(c, w, opt);
-  std::printf("start-up %.2f s, %d KV blocks\n", seconds_since(t0), runner->num_kv_blocks());
-
-  const int bs = opt.block_size, prompt = 512, blocks_per_seq = 1024 / 16;  // 256 x 64 blocks fit
+  const int bs = 16, prompt = 512, blocks_per_seq = 1024 / 16;  // 256 x 64 blocks
   SamplingParams greedy;
   greedy.temperature = 0.0f;
   SamplingParams drawn;
   drawn.temperature = 0.6f;
-  for (int batch : {1, 256}) {
-    for (const SamplingParams* sp : {&greedy, &drawn}) {
-      std::vector<std::vector<int32_t>> hist(batch);
-      for (int s = 0; s < batch; ++s)
-        for (int i = 0; i < prompt; ++i) hist[s].push_back((s * 7919 + i * 104729) % c.vocab_size);
-      auto fill_common = [&](Batch& b, int s) {
-        b.sample.push_back(1);
-        b.params.push_back(sp);
-        b.prompt_tokens.emplace_back(hist[s].data(), prompt);
-        b.output_tokens.emplace_back();
-        b.seeds.push_back(s);
-        b.sample_step.push_back(static_cast<int32_t>(hist[s].size()) - prompt);
-        b.suppress_eos.push_back(0);
-        for (int j = 0; j < blocks_per_seq; ++j) b.block_tables.push_back(s * blocks_per_seq + j);
-      };
-      // Prefill, 16 prompts per step.
-      StepOutput out;
-      t0 = std::chrono::steady_clock::now();
-      for (int first = 0; first < batch; first += 16) {
-        Batch b;
-        b.max_blocks_per_seq = blocks_per_seq;
-        b.query_start.push_back(0);
-        for (int s = first; s < std::min(batch, first + 16); ++s) {
-          for (int i = 0; i < prompt; ++i) {
-            b.token_ids.push_back(hist[s][i]);
-            b.positions.push_back(i);
-            b.slot_mapping.push_back(s * blocks_per_seq * bs + i);
-          }
-          b.query_start.push_back(b.query_start.back() + prompt);
-          b.context_lens.push_back(prompt);
-          fill_common(b, s);
+
+  // Prefills `batch` prompts of 512 tokens (16 per step), then times 64 decode steps.
+  auto run = [&](Runner& runner, int batch, const SamplingParams* sp, const char* label) {
+    std::vector<std::vector<int32_t>> hist(batch);
+    for (int s = 0; s < batch; ++s)
+      for (int i = 0; i < prompt; ++i) hist[s].push_back((s * 7919 + i * 104729) % c.vocab_size);
+    auto fill_common = [&](Batch& b, int s) {
+      b.sample.push_back(1);
+      b.params.push_back(sp);
+      b.prompt_tokens.emplace_back(hist[s].data(), prompt);
+      b.output_tokens.emplace_back();
+      b.seeds.push_back(s);
+      b.sample_step.push_back(static_cast<int32_t>(hist[s].size()) - prompt);
+      b.suppress_eos.push_back(0);
+      for (int j = 0; j < blocks_per_seq; ++j) b.block_tables.push_back(s * blocks_per_seq + j);
+    };
+    StepOutput out;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int first = 0; first < batch; first += 16) {
+      Batch b;
+      b.max_blocks_per_seq = blocks_per_seq;
+      b.query_start.push_back(0);
+      for (int s = first; s < std::min(batch, first + 16); ++s) {
+        for (int i = 0; i < prompt; ++i) {
+          b.token_ids.push_back(hist[s][i]);
+          b.positions.push_back(i);
+          b.slot_mapping.push_back(s * blocks_per_seq * bs + i);
         }
-        runner->execute(b, out);
-        for (int s = first; s < std::min(batch, first + 16); ++s) hist[s].push_back(out.token_ids[s - first]);
+        b.query_start.push_back(b.query_start.back() + prompt);
+        b.context_lens.push_back(prompt);
+        fill_common(b, s);
       }
-      const double prefill_s = seconds_since(t0);
-      // Decode.
-      const int steps = 64;
-      t0 = std::chrono::steady_clock::now();
-      for (int step = 0; step < steps; ++step) {
-        Batch b;
-        b.max_blocks_per_seq = blocks_per_seq;
-        b.decode_only = true;
-        b.query_start.push_back(0);
-        for (int s = 0; s < batch; ++s) {
-          const int pos = static_cast<int>(hist[s].size()) - 1;
-          b.token_ids.push_back(hist[s].back());
-          b.positions.push_back(pos);
-          b.slot_mapping.push_back(s * blocks_per_seq * bs + pos);
-          b.query_start.push_back(s + 1);
-          b.context_lens.push_back(pos + 1);
-          fill_common(b, s);
-        }
-        runner->execute(b, out);
-        for (int s = 0; s < batch; ++s) hist[s].push_back(out.token_ids[s]);
+      runner.execute(b, out);
+      for (int s = first; s < std::min(batch, first + 16); ++s) hist[s].push_back(out.token_ids[s - first]);
+    }
+    const double prefill_s = seconds_since(t0);
+    const int steps = 64;
+    t0 = std::chrono::steady_clock::now();
+    for (int step = 0; step < steps; ++step) {
+      Batch b;
+      b.max_blocks_per_seq = blocks_per_seq;
+      b.decode_only = true;
+      b.query_start.push_back(0);
+      for (int s = 0; s < batch; ++s) {
+        const int pos = static_cast<int>(hist[s].size()) - 1;
+        b.token_ids.push_back(hist[s].back());
+        b.positions.push_back(pos);
+        b.slot_mapping.push_back(s * blocks_per_seq * bs + pos);
+        b.query_start.push_back(s + 1);
+        b.context_lens.push_back(pos + 1);
+        fill_common(b, s);
       }
-      const double decode_s = seconds_since(t0);
-      std::printf("batch %3d %s: prefill %.0f tok/s; decode %.3f ms/step = %.0f tok/s\n", batch,
-                  sp == &greedy ? "greedy " : "T=0.6  ", batch * prompt / prefill_s, decode_s / steps * 1e3,
-                  batch * steps / decode_s);
+      runner.execute(b, out);
+      for (int s = 0; s < batch; ++s) hist[s].push_back(out.token_ids[s]);
+    }
+    const double decode_s = seconds_since(t0);
+    std::printf("%-12s batch %3d %s: prefill %.0f tok/s; decode %.3f ms/step = %.0f tok/s\n", label, batch,
+                sp == &greedy ? "greedy" : "T=0.6 ", batch * prompt / prefill_s, decode_s / steps * 1e3,
+                batch * steps / decode_s);
+  };
+
+  // Small batches with the projections on cuBLASLt (gemv off) and on gemv, then the default.
+  for (int gemv : {0, 8, -1}) {
+    CudaRunnerOptions opt;
+    opt.max_num_seqs = 256;
+    opt.max_num_batched_tokens = 8192;
+    opt.max_model_len = 4096;
+    opt.num_kv_blocks = 256 * blocks_per_seq;
+    if (gemv >= 0) opt.gemv_max_batch = gemv;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<Runner> runner = make_cuda_runner(c, w, opt);
+    const std::string label = gemv < 0 ? "default" : gemv == 0 ? "cublas" : "gemv";
+    std::printf("%s: start-up %.2f s\n", label.c_str(), seconds_since(t0));
+    if (gemv >= 0) {
+      for (int batch : {1, 2, 4, 8}) run(*runner, batch, &greedy, label.c_str());
+    } else {
+      run(*runner, 1, &greedy, "default");
+      run(*runner, 1, &drawn, "default");
+      run(*runner, 256, &greedy, "default");
+      run(*runner, 256, &drawn, "default");
     }
   }
 }

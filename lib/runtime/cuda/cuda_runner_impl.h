@@ -51,6 +51,8 @@ class CudaRunner final : public Runner {
   void size_kv_cache();
   void capture_graphs();
   void forward(const Step& step);
+  // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt.
+  void linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream);
   // The graph for a decode step of `seqs` sequences whose longest context is `max_context`,
   // or null; sets the padded size and context bound it was captured for.
   cudaGraphExec_t find_graph(int seqs, int max_context, int* size, int* bound) const;
