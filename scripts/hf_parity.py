@@ -140,7 +140,8 @@ def compare(arch, args, log):
               "num_prompts": len(prompts), "max_tokens": args.max_tokens}
     hf = hf_greedy(model, prompts, args.max_tokens)
     variants = {"graphs": [], "eager": ["--enforce-eager"], "no-prefix-cache": ["--prefix-caching", "off"],
-                "preemption": ["--num-kv-blocks", str(args.preempt_blocks), "--block-size", "16"]}
+                "preemption": ["--num-kv-blocks", str(args.preempt_blocks), "--block-size", "16",
+                               "--max-model-len", "1024"]}
     per_variant = {}
     base_tokens = None
     for name, extra in variants.items():

@@ -56,7 +56,7 @@ expected_cached = 199 * 992
 expected_prompt = 200 * 1010
 for key in ("kv_bytes_per_token", "blocks_fit", "prompt_tokens", "cached_tokens", "hit_rate", "peak_blocks", "preemptions"):
     assert key in replay, key
-assert replay["kv_bytes_per_token"] == 2 * 2 * 2 * 16 * 2, replay["kv_bytes_per_token"]  # K+V, 2 layers, 2 heads x 16, bf16
+assert replay["kv_bytes_per_token"] == 2 * 2 * 2 * 64 * 2, replay["kv_bytes_per_token"]  # K+V, 2 layers, 2 KV heads x 64, bf16
 assert replay["prompt_tokens"] == expected_prompt, replay["prompt_tokens"]
 assert replay["cached_tokens"] == expected_cached, replay["cached_tokens"]
 assert abs(replay["hit_rate"] - expected_cached / expected_prompt) < 1e-12
