@@ -20,8 +20,8 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kUnroll = 4;          // tokens per group whose K/V loads are in flight together
-constexpr int kMinPartition = 64;   // tokens; shorter splits cost more in partials than they save
-constexpr int kMaxPartition = 1024; // tokens; keeps CTAs short so uneven lengths balance out
+constexpr int kMinPartition = 64;   // tokens; bounds the workspace (see max_splits)
+constexpr int kPartition = 128;     // tokens per split of a context up to kPartition * kMaxSplits
 constexpr int kMaxSplits = 32;      // bounds the workspace
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -40,9 +40,17 @@ struct DecodeParams {
   int num_kv_heads;
   int block_shift;      // log2(block_size)
   float scale_log2;     // softmax scale * log2(e): scores go straight into exp2
-  int partition;        // tokens per split
-  int num_splits;
+  int num_splits;       // grid z and the workspace stride; each sequence uses splits_for(ctx)
 };
+
+// How a sequence of `ctx` tokens is split. It depends on the sequence alone, never on the batch:
+// a sequence's attention must round the same way whatever else is decoded with it (eager and
+// CUDA-graph steps, different batch sizes), so that outputs do not depend on scheduling.
+__host__ __device__ inline int partition_for(int ctx) {
+  const int spread = ceil_div(ceil_div(ctx, kMaxSplits), 16) * 16;
+  return spread > kPartition ? spread : kPartition;
+}
+__host__ __device__ inline int splits_for(int ctx) { return ctx > 0 ? ceil_div(ctx, partition_for(ctx)) : 1; }
 
 // D: head dim; kHeads: q heads served per CTA (a divisor of the group size).
 // Thread layout: kLanes = D / 8 consecutive lanes hold one token's row, 8 values each (one
@@ -61,9 +69,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   const int head0 = kvh * group_size + (blockIdx.x % chunks) * kHeads;
   const int s = blockIdx.y, split = blockIdx.z;
   const int ctx = p.context_lens[s];
-  const int start = split * p.partition;
-  const int end = min(ctx, start + p.partition);
-  if (start >= end && !(split == 0 && p.num_splits == 1)) return;  // the reduce skips this split
+  const int partition = partition_for(ctx), used = splits_for(ctx);
+  if (split >= used) return;  // the reduce reads only the sequence's own splits
+  const int start = split * partition;
+  const int end = min(ctx, start + partition);
 
   const int g = threadIdx.x / kLanes, sub = threadIdx.x % kLanes;
   float qf[kHeads][8];
@@ -170,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
       a += sm_acc[j][h][d] * w;
     }
     const int head = head0 + h;
-    if (p.num_splits == 1) {
+    if (used == 1) {
       p.out[size_t(s) * p.num_heads * D + head * D + d] = __float2bfloat16(sum > 0.f ? a / sum : 0.f);
     } else {
       const size_t at = (size_t(s) * p.num_heads + head) * p.num_splits + split;
@@ -187,7 +196,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
 // Grid (H, S), D threads (one per output element).
 __global__ void attention_decode_reduce_kernel(DecodeParams p, int head_dim) {
   const int head = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
-  const int used = ceil_div(p.context_lens[s], p.partition);
+  const int used = splits_for(p.context_lens[s]);
+  if (used == 1) return;  // the decode kernel wrote the output itself
   const size_t base = (size_t(s) * p.num_heads + head) * p.num_splits;
   float mx = -INFINITY;
   for (int z = 0; z < used; ++z) mx = fmaxf(mx, p.partial_ml[(base + z) * 2]);
@@ -251,22 +261,14 @@ void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf
   const int heads_per_cta = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   const int blocks_x = num_kv_heads * (group / heads_per_cta);
 
-  // Split the context until the grid fills the card several times over, within the
-  // partition bounds and what the workspace holds.
-  int device = 0, sms = 132;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // Enough splits for the longest context the batch may hold; each sequence uses its own
+  // splits_for(ctx) <= this.
   const int ctx = std::max(batch.max_context_len, 1);
-  const int base = blocks_x * batch.num_seqs;
-  int splits = ceil_div(sms * 16, base);
-  splits = std::max(splits, ceil_div(ctx, kMaxPartition));
-  splits = std::min({splits, max_splits(ctx)});
+  const int splits = std::min(kMaxSplits, ceil_div(ctx, kPartition));
   const size_t per_split = partial_bytes_per_split(batch.num_seqs, num_heads, head_dim);
-  if (splits > 1) splits = int(std::min<size_t>(splits, workspace_bytes / per_split));
-  splits = std::max(splits, 1);
-  int partition = ceil_div(ceil_div(ctx, splits), 16) * 16;
-  splits = ceil_div(ctx, partition);
-  NVLLM_CHECK(splits == 1 || workspace != nullptr, "attention_decode: no workspace for ", splits, " splits");
+  NVLLM_CHECK(splits == 1 || (workspace != nullptr && per_split * splits <= workspace_bytes),
+              "attention_decode: the workspace holds ", workspace_bytes, " bytes, ", per_split * splits,
+              " are needed for ", batch.num_seqs, " sequences of up to ", ctx, " tokens");
 
   DecodeParams p;
   p.q = q;
@@ -283,7 +285,6 @@ void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf
   p.num_kv_heads = num_kv_heads;
   p.block_shift = __builtin_ctz(unsigned(block_size));
   p.scale_log2 = scale * kLog2e;
-  p.partition = partition;
   p.num_splits = splits;
   if (head_dim == 128)
     launch_heads<128>(p, heads_per_cta, blocks_x, batch.num_seqs, stream);

@@ -3,7 +3,8 @@
 # built here and carried in .device/bin. Each stage writes its log under $OUT.
 #   scripts/gpu_session.sh tests      GPU kernel and runner tests
 #   scripts/gpu_session.sh parity     scripts/hf_parity.py (transformers reference) + a 256-prompt generate
-#   scripts/gpu_session.sh bench      nvllm bench: nano-vllm preset, latency, prefill, prefix-aware order
+#   scripts/gpu_session.sh bench      nvllm bench: nano-vllm preset, latency, prefill
+#   scripts/gpu_session.sh prefix     nvllm bench on 10 shuffled shared prefixes: input vs prefix-aware order
 #   scripts/gpu_session.sh compare    bench/hf_compare.py (transformers on the same workload)
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
@@ -51,6 +52,9 @@ with open('/tmp/p256.jsonl', 'w') as f:
       "$bin/nvllm" bench throughput --model $model --preset nano-vllm --output-json "$out/bench_nano.json" 2>&1 | tee "$out/bench_nano.log"
       "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 512 --output-json "$out/bench_latency.json" 2>&1 | tee "$out/bench_latency.log"
       "$bin/nvllm" bench latency --model $model --batch-size 16 --input-len 2048 --output-len 2 --iterations 3 --output-json "$out/bench_prefill.json" 2>&1 | tee "$out/bench_prefill.log"
+      ;;
+    prefix)
+      make_model
       python3 -c "
 import json, random
 r = random.Random(2)

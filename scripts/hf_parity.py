@@ -13,12 +13,18 @@ For each architecture it:
      next-token log-probabilities nvllm reported with transformers' at the same ids:
      relative error ||nvllm - hf|| / ||hf|| per position, max and mean.
 
-Random weights make logits flat: the top two tokens are close and bf16 rounding flips greedy
-choices. --logit-scale multiplies the final RMSNorm weight, which scales the logits and nothing
-else (scaling a tied embedding instead would make the model copy its input token); --init-std
-sets transformers' initializer_range. The report states both, the mean gap between the top two
-log-probabilities, and how often the greedy token merely repeats the previous one (a model that
-only copies would be an unfair, too-easy test).
+Random weights make logits flat: over a 150k vocabulary the gap between the top two logits is a
+small fraction of their spread, so bf16 rounding (ours or transformers' own) flips a greedy choice
+every few dozen tokens, and a flip changes the rest of the continuation. Scaling the logits does
+not help (rounding noise scales with them). So --planted S plants a strong, context-modulated
+signal: the LM head is untied and set to its random init plus a random permutation of the input
+embedding, and the embedding is multiplied by S so that it carries through the residual stream;
+the layers (initializer_range --init-std) still add context-dependent terms. The model then
+prefers token pi(t) after t, by a margin that bf16 noise rarely overcomes, without copying its
+input (the report gives the repeat rate, the number of distinct tokens generated and the mean
+top-2 gap, so a reader can judge how easy it was). The teacher-forced log-probability error is
+the precise measure; --planted 0 gives the plain random model. --logit-scale multiplies the final
+RMSNorm weight.
 """
 import argparse
 import json
@@ -52,9 +58,11 @@ def make_config(arch, tokenizer_dir):
     raise SystemExit(f"unknown --arch {arch}")
 
 
-def build_checkpoint(arch, out_dir, tokenizer_dir, init_std, logit_scale, seed):
+def build_checkpoint(arch, out_dir, tokenizer_dir, init_std, logit_scale, planted, seed):
     cfg, cls = make_config(arch, tokenizer_dir)
     cfg.initializer_range = init_std
+    if planted > 0:
+        cfg.tie_word_embeddings = False
     torch.manual_seed(seed)
     model = cls(cfg).to(torch.float32)
     with torch.no_grad():
@@ -63,6 +71,12 @@ def build_checkpoint(arch, out_dir, tokenizer_dir, init_std, logit_scale, seed):
             if name.endswith("norm.weight"):
                 p.add_(torch.randn_like(p) * 0.1)
         model.model.norm.weight.mul_(logit_scale)
+        if planted > 0:
+            embed = model.get_input_embeddings().weight
+            head = model.get_output_embeddings().weight
+            perm = torch.randperm(embed.shape[0])
+            head[perm] += embed  # row perm[t] of the head points along token t's embedding
+            embed.mul_(planted)
     model = model.to(torch.bfloat16)
     model.save_pretrained(out_dir, safe_serialization=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
@@ -131,12 +145,12 @@ def compare(arch, args, log):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     tok_dir = os.path.join(args.testdata, "tokenizers", "qwen3" if arch == "qwen3" else "llama3")
-    model = build_checkpoint(arch, work, tok_dir, args.init_std, args.logit_scale, args.seed)
+    model = build_checkpoint(arch, work, tok_dir, args.init_std, args.logit_scale, args.planted, args.seed)
     model = model.cuda().eval()
     vocab = model.config.vocab_size
     prompts = make_prompts(args.num_prompts, vocab, args.seed + 1)
 
-    result = {"arch": arch, "init_std": args.init_std, "logit_scale": args.logit_scale,
+    result = {"arch": arch, "init_std": args.init_std, "logit_scale": args.logit_scale, "planted": args.planted,
               "num_prompts": len(prompts), "max_tokens": args.max_tokens}
     hf = hf_greedy(model, prompts, args.max_tokens)
     variants = {"graphs": [], "eager": ["--enforce-eager"], "no-prefix-cache": ["--prefix-caching", "off"],
@@ -188,6 +202,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--init-std", type=float, default=0.02)
     ap.add_argument("--logit-scale", type=float, default=8.0)
+    ap.add_argument("--planted", type=float, default=3.0)
     ap.add_argument("--preempt-blocks", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")

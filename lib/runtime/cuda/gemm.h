@@ -1,7 +1,12 @@
 // Dense projections through cuBLASLt: y[m, n] = x[m, k] · w[n, k]^T with bf16 inputs, fp32
-// accumulation, and bf16 (activations) or fp32 (LM-head logits) output. The algorithm chosen by
-// cuBLASLt's heuristic is cached per (m, n, k, output type), so a step pays the heuristic only
-// the first time a shape appears, and graph capture never calls it.
+// accumulation, and bf16 (activations) or fp32 (LM-head logits) output.
+//
+// cuBLASLt's heuristic picks a kernel (tile shape, split-K) per shape, and another kernel rounds
+// a row differently. We pick one algorithm per power-of-two bucket of m, with the heuristic at
+// the bucket's top, and use it for every m in the bucket: a row then comes out the same whether
+// it is multiplied with 100 others or 111 (a CUDA-graph replay pads the batch to its captured
+// size; every power of two is a captured size, so padding never leaves the bucket). Plans are
+// cached per (m, n, k, output type), so graph capture never calls the heuristic.
 #pragma once
 
 #include <cublasLt.h>
@@ -35,10 +40,14 @@ class Gemm {
     cublasLtMatmulAlgo_t algo{};
   };
   const Plan& plan(int m, int n, int k, bool out_f32);
+  cublasLtMatmulAlgo_t bucket_algo(const Plan& p, int m, int n, int k, bool out_f32);
+  cublasLtMatmulAlgo_t heuristic(const Plan& p, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, int m, int n,
+                                 int k, bool out_f32);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<std::tuple<int, int, int, bool>, Plan> plans_;
+  std::map<std::tuple<int, int, int, bool>, cublasLtMatmulAlgo_t> bucket_algos_;  // (bucket, n, k, f32)
 };
 
 }  // namespace nvllm
