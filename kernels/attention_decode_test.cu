@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/error.h"
 #include "kernels/attention_test_util.h"
 #include "kernels/kernels.h"
 
@@ -33,6 +34,13 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
       small_workspace ? 0 : attention_decode_workspace_bytes(num_seqs, num_heads, head_dim, max_ctx);
   DeviceBuffer<char> ws(ws_bytes);
   AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, max_ctx};
+  if (small_workspace && max_ctx > 128) {
+    // A context longer than one split needs the workspace: a clear error, not a guess.
+    CHECK_THROWS_AS(attention_decode(d_q.get(), q_stride, d_k.get(), d_v.get(), batch, d_out.get(), num_heads,
+                                     num_kv_heads, head_dim, block_size, scale, ws.get(), ws_bytes, nullptr),
+                    nvllm::Error);
+    return;
+  }
   d_out.poison();
   attention_decode(d_q.get(), q_stride, d_k.get(), d_v.get(), batch, d_out.get(), num_heads, num_kv_heads,
                    head_dim, block_size, scale, ws.get(), ws_bytes, nullptr);
@@ -49,7 +57,8 @@ TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
   run_case(64, 8, 128, 256, {257, 1, 3000}, 3);                  // group 8: two chunks of 4
   run_case(8, 8, 64, 32, {33, 100}, 4);                          // multi-head (group 1)
   run_case(12, 2, 128, 64, {200, 4100}, 5);                      // group 6: three chunks of 2
-  run_case(16, 8, 128, 16, {1, 900, 2000}, 6, true);             // no workspace: one split
+  run_case(16, 8, 128, 16, {1, 100, 128}, 6, true);              // one split each: no workspace needed
+  run_case(16, 8, 128, 16, {1, 900, 2000}, 6, true);             // longer: the missing workspace is an error
   // Many sequences, as in a decode batch: the grid's x/y/z all in use.
   std::vector<int> many(300);
   std::mt19937 rng(7);

@@ -63,7 +63,7 @@ rows = [{'prompt_token_ids': pre[i % 10] + [r.randrange(10000) for _ in range(10
 r.shuffle(rows)
 open('/tmp/shuffled.jsonl', 'w').write(''.join(json.dumps(x) + '\n' for x in rows))"
       for order in fcfs prefix-aware; do
-        "$bin/nvllm" bench throughput --model $model --input /tmp/shuffled.jsonl --schedule $order --num-kv-blocks 2000 \
+        "$bin/nvllm" bench throughput --model $model --input /tmp/shuffled.jsonl --schedule $order --num-kv-blocks 2000 --max-model-len 2048 \
           --output-json "$out/bench_prefix_$order.json" 2>&1 | tee "$out/bench_prefix_$order.log" | tail -8
       done
       ;;
