@@ -50,10 +50,10 @@ TEST_CASE("config: the tiny Qwen3 fixture with its generation config") {
   CHECK(c.num_layers == 2);
   CHECK(c.num_heads == 4);
   CHECK(c.num_kv_heads == 2);
-  CHECK(c.head_dim == 16);
-  CHECK(c.q_size() == 64);
-  CHECK(c.kv_size() == 32);
-  CHECK(c.qkv_size() == 128);
+  CHECK(c.head_dim == 64);
+  CHECK(c.q_size() == 256);
+  CHECK(c.kv_size() == 128);
+  CHECK(c.qkv_size() == 512);
   CHECK(c.max_position_embeddings == 4096);
   CHECK(c.rope_theta == 1e6);
   CHECK(c.rope_scaling.type == "none");

@@ -297,12 +297,12 @@ TEST_CASE("weights: missing, misshaped, fp8 and unsupported tensors give clear e
     const std::string msg = load_error(dir.path(), c);
     CAPTURE(msg);
     CHECK(msg.find(file.string()) != std::string::npos);
-    CHECK(msg.find("\"model.layers.0.self_attn.k_proj.weight\" has shape [48, 64], expected [32, 64]") !=
+    CHECK(msg.find("\"model.layers.0.self_attn.k_proj.weight\" has shape [48, 64], expected [128, 64]") !=
           std::string::npos);
   }
   {
     WrittenCheckpoint w = make_tensors(c, DType::kBF16, 18);
-    HostTensor fp8(DType::kF8E4M3, {64, 64});
+    HostTensor fp8(DType::kF8E4M3, {256, 64});  // q_proj of the tiny model: 4 heads x 64
     std::memset(fp8.data(), 0x38, fp8.nbytes());
     w.tensors.insert_or_assign("model.layers.0.self_attn.q_proj.weight", std::move(fp8));
     write_all(file, w);
