@@ -84,6 +84,20 @@ def build_checkpoint(arch, out_dir, tokenizer_dir, init_std, logit_scale, plante
     return model
 
 
+def fp32_logits(model):
+    """The reference computes its LM head in fp32, as nvllm does (bf16 hidden states, fp32 logits).
+    transformers' bf16 head rounds logits of 16..64 to steps of 0.125..0.25, which ties the top
+    two tokens often enough to flip greedy choices by itself (argmax then takes the lower id)."""
+    head = model.get_output_embeddings()
+    fp32 = torch.nn.Linear(head.in_features, head.out_features, bias=False, device=head.weight.device,
+                           dtype=torch.float32)
+    with torch.no_grad():
+        fp32.weight.copy_(head.weight.float())
+    fp32.register_forward_pre_hook(lambda module, args: (args[0].float(),))
+    model.lm_head = fp32
+    return model
+
+
 def make_prompts(n, vocab, seed):
     g = torch.Generator().manual_seed(seed)
     prompts = []
@@ -146,7 +160,7 @@ def compare(arch, args, log):
     os.makedirs(work)
     tok_dir = os.path.join(args.testdata, "tokenizers", "qwen3" if arch == "qwen3" else "llama3")
     model = build_checkpoint(arch, work, tok_dir, args.init_std, args.logit_scale, args.planted, args.seed)
-    model = model.cuda().eval()
+    model = fp32_logits(model.cuda().eval())
     vocab = model.config.vocab_size
     prompts = make_prompts(args.num_prompts, vocab, args.seed + 1)
 

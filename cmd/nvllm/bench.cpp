@@ -13,9 +13,7 @@
 #include "engine/workload.h"
 #include "io/request.h"
 
-#ifndef NVLLM_GIT_REV
-#define NVLLM_GIT_REV ""
-#endif
+#include "git_rev.h"  // NVLLM_GIT_REV, written at build time
 
 namespace nvllm {
 namespace {

@@ -1,8 +1,6 @@
 #include "cmd/nvllm/commands.h"
 
-#ifndef NVLLM_GIT_REV
-#define NVLLM_GIT_REV ""
-#endif
+#include "git_rev.h"  // NVLLM_GIT_REV, written at build time
 
 namespace nvllm {
 
