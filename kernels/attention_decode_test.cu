@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
+#include <cstring>
 #include <utility>
 
 #include "core/error.h"
@@ -64,6 +66,43 @@ TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
   std::mt19937 rng(7);
   for (auto& len : many) len = 1 + int(rng() % 600);
   run_case(16, 8, 128, 16, many, 8);
+}
+
+// A sequence's output must not depend on what it is decoded with: alone (its own length as
+// the bound) and in a batch whose bound is a CUDA graph's (8192), bit for bit.
+TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
+  const int heads = 16, kv_heads = 8, d = 128, bs = 16;
+  const std::vector<int> ctx = {300, 1000, 5000, 1};
+  std::mt19937 rng(11);
+  const int num_seqs = int(ctx.size());
+  PagedCache c = make_cache(rng, ctx, kv_heads, d, bs);
+  auto q = random_bf16(rng, size_t(num_seqs) * heads * d, -2.f, 2.f);
+  std::vector<int> qs(num_seqs + 1);
+  std::iota(qs.begin(), qs.end(), 0);
+  DeviceBuffer<bf16> d_q(q), d_k(c.k), d_v(c.v), d_out(q.size());
+  DeviceBuffer<int32_t> d_qs(std::vector<int32_t>(qs.begin(), qs.end()));
+  DeviceBuffer<int32_t> d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
+  const int bound = 8192;
+  const size_t ws_bytes = attention_decode_workspace_bytes(num_seqs, heads, d, bound);
+  DeviceBuffer<char> ws(ws_bytes);
+  AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, bound};
+  attention_decode(d_q.get(), heads * d, d_k.get(), d_v.get(), batch, d_out.get(), heads, kv_heads, d, bs,
+                   0.088f, ws.get(), ws_bytes, nullptr);
+  const std::vector<bf16> together = d_out.download();
+  for (int s = 0; s < num_seqs; ++s) {
+    // Sequence s alone: its query row, its block-table row, its own length as the bound.
+    std::vector<bf16> q1(q.begin() + size_t(s) * heads * d, q.begin() + size_t(s + 1) * heads * d);
+    std::vector<int32_t> bt1(c.block_tables.begin() + size_t(s) * c.max_blocks_per_seq,
+                             c.block_tables.begin() + size_t(s + 1) * c.max_blocks_per_seq);
+    DeviceBuffer<bf16> d_q1(q1), d_out1(q1.size());
+    DeviceBuffer<int32_t> d_qs1(std::vector<int32_t>{0, 1}), d_ctx1(std::vector<int32_t>{ctx[s]}), d_bt1(bt1);
+    AttentionBatch alone{d_qs1.get(), d_ctx1.get(), d_bt1.get(), c.max_blocks_per_seq, 1, 1, ctx[s]};
+    attention_decode(d_q1.get(), heads * d, d_k.get(), d_v.get(), alone, d_out1.get(), heads, kv_heads, d, bs,
+                     0.088f, ws.get(), ws_bytes, nullptr);
+    const std::vector<bf16> one = d_out1.download();
+    INFO("sequence ", s, " of context ", ctx[s]);
+    CHECK(std::memcmp(one.data(), together.data() + size_t(s) * heads * d, one.size() * sizeof(bf16)) == 0);
+  }
 }
 
 namespace {
