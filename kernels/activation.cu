@@ -5,6 +5,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -18,6 +19,7 @@ __device__ __forceinline__ float silu_mul_one(float g, float u) {
 // over groups of 8 outputs (intermediate % 8 == 0 keeps every group 16-byte aligned).
 __global__ void silu_mul_vec_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out,
                                     int num_tokens, int intermediate) {
+  pdl_enter();
   const int groups_per_row = intermediate / 8;
   const size_t total = size_t(num_tokens) * groups_per_row;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total;
@@ -36,6 +38,7 @@ __global__ void silu_mul_vec_kernel(const bf16* __restrict__ gate_up, bf16* __re
 
 __global__ void silu_mul_scalar_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out,
                                        int num_tokens, int intermediate) {
+  pdl_enter();
   const size_t total = size_t(num_tokens) * intermediate;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total;
        i += size_t(gridDim.x) * blockDim.x) {
@@ -56,11 +59,8 @@ void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, 
   const size_t work = size_t(num_tokens) * (vec ? intermediate / 8 : intermediate);
   // Enough blocks to fill the card several times over; the grid-stride loop covers the rest.
   const int blocks = int(std::min<size_t>((work + threads - 1) / threads, 132 * 16));
-  if (vec)
-    silu_mul_vec_kernel<<<blocks, threads, 0, stream>>>(gate_up, out, num_tokens, intermediate);
-  else
-    silu_mul_scalar_kernel<<<blocks, threads, 0, stream>>>(gate_up, out, num_tokens, intermediate);
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(vec ? silu_mul_vec_kernel : silu_mul_scalar_kernel, dim3(blocks), dim3(threads), 0, stream, gate_up, out,
+             num_tokens, intermediate);
 }
 
 }  // namespace nvllm::kernels

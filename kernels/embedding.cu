@@ -3,6 +3,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -10,6 +11,7 @@ namespace {
 // ids [num_tokens] int32; embed [vocab, hidden] bf16; out [num_tokens, hidden] bf16.
 __global__ void embedding_kernel(const int32_t* __restrict__ ids, const bf16* __restrict__ embed,
                                  bf16* __restrict__ out, int hidden) {
+  pdl_enter();
   const int t = blockIdx.x;
   const bf16* src = embed + size_t(ids[t]) * hidden;
   bf16* dst = out + size_t(t) * hidden;
@@ -25,8 +27,7 @@ __global__ void embedding_kernel(const int32_t* __restrict__ ids, const bf16* __
 void embedding(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden,
                cudaStream_t stream) {
   if (num_tokens <= 0) return;
-  embedding_kernel<<<num_tokens, 128, 0, stream>>>(ids, embed, out, hidden);
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(embedding_kernel, dim3(num_tokens), dim3(128), 0, stream, ids, embed, out, hidden);
 }
 
 }  // namespace nvllm::kernels

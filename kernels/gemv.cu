@@ -7,30 +7,66 @@
 // hundreds of blocks. Each chunk of x is loaded once per thread and used for all kRows rows,
 // keeping L1 traffic for x at batch / kRows of the weight traffic. Partial sums meet through
 // warp shuffles and a small shared-memory table.
+//
+// Launched with PDL (launch.cuh): before waiting for the previous kernel, each block asks L2
+// for its own weight rows, so the weight stream starts while the small kernels between two
+// projections (norm, rope, attention) still run. Variants: x computed on load as
+// silu(gate) * up from the fused gate/up output (the down projection then needs no silu_mul
+// kernel), and fp32 output (the LM head's logits).
 #include <algorithm>
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
 namespace {
 
 constexpr int kThreads = 128;
 
+// Chunk c (8 values) of input row b. kSilu: x is [batch, 2k] = [gate | up] and the input is
+// silu(gate) * up, rounded to bf16 exactly as silu_mul stores it.
+template <bool kSilu>
+__device__ __forceinline__ void load_x8(const bf16* __restrict__ x, int b, int k, int c, float xf[8]) {
+  if constexpr (kSilu) {
+    const bf16* row = x + size_t(b) * 2 * k;
+    float g[8], u[8];
+    to_float8(load8(row + c * 8), g);
+    to_float8(load8(row + k + c * 8), u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) xf[i] = round_bf16(round_bf16(g[i] / (1.f + __expf(-g[i]))) * u[i]);
+  } else {
+    to_float8(load8(x + size_t(b) * k + c * 8), xf);
+  }
+}
+
+__device__ __forceinline__ void store_out(bf16* y, float v) { *y = __float2bfloat16(v); }
+__device__ __forceinline__ void store_out(float* y, float v) { *y = v; }
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 // kUnroll: chunks per row whose loads are issued together (fewer for big batches: registers).
-template <int kBatch, int kRows, int kUnroll = (kBatch >= 4 ? 2 : 4)>
+template <int kBatch, int kRows, bool kSilu, typename OutT, int kUnroll = (kBatch >= 4 ? 2 : 4)>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                                        bf16* __restrict__ y, int batch, int n, int k) {
+                                                        OutT* __restrict__ y, int batch, int n, int k) {
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   const int row0 = blockIdx.x * kRows;
+  const int chunks = k / 8;
+  // Weights are constants: fetch this block's rows into L2 before the inputs are ready.
+  for (int c = threadIdx.x * 8; c < chunks; c += kThreads * 8)  // one prefetch per 128-byte line
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (row0 + r < n) prefetch_l2(w + size_t(row0 + r) * k + c * 8);
+  pdl_enter();
   float acc[kRows][kBatch];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) acc[r][b] = 0.f;
 
-  const int chunks = k / 8;
   for (int c0 = threadIdx.x; c0 < chunks; c0 += kThreads * kUnroll) {
     Bf16x8 wv[kUnroll][kRows];
 #pragma unroll
@@ -58,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__
       for (int b = 0; b < kBatch; ++b) {
         if (b >= batch) continue;
         float xf[8];
-        to_float8(load8(x + size_t(b) * k + c * 8), xf);
+        load_x8<kSilu>(x, b, k, c, xf);
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -82,35 +118,48 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__
       float v = 0.f;
 #pragma unroll
       for (int j = 0; j < kThreads / 32; ++j) v += partial[j][r][b];
-      y[size_t(b) * n + row0 + r] = __float2bfloat16(v);
+      store_out(y + size_t(b) * n + row0 + r, v);
     }
   }
 }
 
-template <int kBatch, int kRows>
-void launch(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream) {
-  gemv_kernel<kBatch, kRows><<<ceil_div(n, kRows), kThreads, 0, stream>>>(x, w, y, batch, n, k);
-  CUDA_CHECK(cudaGetLastError());
+template <int kBatch, int kRows, bool kSilu, typename OutT>
+void launch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {
+  launch_pdl(gemv_kernel<kBatch, kRows, kSilu, OutT>, dim3(ceil_div(n, kRows)), dim3(kThreads), 0, stream, x, w, y,
+             batch, n, k);
+}
+
+template <bool kSilu, typename OutT>
+void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {
+  if (batch <= 0 || n <= 0) return;
+  NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv: batch ", batch, " is over ", kGemvMaxBatch,
+              "; use the GEMM path");
+  NVLLM_CHECK(k % 8 == 0, "gemv: K = ", k, " must be a multiple of 8 (16-byte rows)");
+  // Rows per block, as measured on the H100 (bench.gemv): two for batch 1-2 (more blocks and
+  // fewer registers: 590 us per 0.6B decode step vs 638 with four rows), four for batch 3-8
+  // (x reused across four rows: 902 / 1303 us at batch 4 / 8 vs 986 / 1491 with two).
+  if (batch == 1)
+    launch<1, 2, kSilu>(x, w, y, batch, n, k, stream);
+  else if (batch == 2)
+    launch<2, 2, kSilu>(x, w, y, batch, n, k, stream);
+  else if (batch <= 4)
+    launch<4, 4, kSilu>(x, w, y, batch, n, k, stream);
+  else
+    launch<8, 4, kSilu>(x, w, y, batch, n, k, stream);
 }
 
 }  // namespace
 
 void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream) {
-  if (batch <= 0 || n <= 0) return;
-  NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv: batch ", batch, " is over ", kGemvMaxBatch,
-              "; use the GEMM path");
-  NVLLM_CHECK(k % 8 == 0, "gemv: K = ", k, " must be a multiple of 8 (16-byte rows)");
-    // Rows per block, as measured on the H100 (bench.gemv): two for batch 1-2 (more blocks and
-  // fewer registers: 590 us per 0.6B decode step vs 638 with four rows), four for batch 3-8
-  // (x reused across four rows: 902 / 1303 us at batch 4 / 8 vs 986 / 1491 with two).
-  if (batch == 1)
-    launch<1, 2>(x, w, y, batch, n, k, stream);
-  else if (batch == 2)
-    launch<2, 2>(x, w, y, batch, n, k, stream);
-  else if (batch <= 4)
-    launch<4, 4>(x, w, y, batch, n, k, stream);
-  else
-    launch<8, 4>(x, w, y, batch, n, k, stream);
+  dispatch<false>(x, w, y, batch, n, k, stream);
+}
+
+void gemv_silu(const bf16* gate_up, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream) {
+  dispatch<true>(gate_up, w, y, batch, n, k, stream);
+}
+
+void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream) {
+  dispatch<false>(x, w, y, batch, n, k, stream);
 }
 
 }  // namespace nvllm::kernels

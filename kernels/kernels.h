@@ -1,5 +1,8 @@
 // Launch functions of every CUDA kernel. Kernels see plain pointers, sizes and a stream, never
-// engine types. bf16 tensors are row-major; "[a, b]" gives the shape.
+// engine types. The small kernels of a decode step (norms, rope, gemv, activation) are launched
+// with programmatic dependent launch (launch.cuh): each may start while the one before it
+// finishes. bf16 tensors are row-major;
+// "[a, b]" gives the shape.
 //
 // KV cache layout, per layer: k_cache and v_cache are each [num_blocks, block_size, num_kv_heads,
 // head_dim]; token slot s lives in block s / block_size at offset s % block_size.
@@ -48,6 +51,11 @@ void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, 
 // K % 8 == 0 and 16-byte aligned rows. fp32 accumulation.
 constexpr int kGemvMaxBatch = 8;
 void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
+// The same with x = silu_mul(gate_up) computed on load (gate_up [batch, 2k]; bitwise what
+// silu_mul then gemv would give): the down projection without a separate activation kernel.
+void gemv_silu(const bf16* gate_up, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
+// The same with fp32 output: the LM head's logits.
+void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream);
 
 // Where attention finds its sequences: S sequences, the queries of sequence s are rows
 // query_start[s] .. query_start[s+1] of q and sit at the last positions of its context

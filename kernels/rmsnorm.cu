@@ -6,6 +6,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -19,6 +20,7 @@ template <bool kAdd>
 __global__ void rmsnorm_vec_kernel(const bf16* x_in, bf16* __restrict__ residual,
                                    const bf16* __restrict__ weight, bf16* out,
                                    int hidden, float eps) {
+  pdl_enter();
   __shared__ float scratch[32];
   const size_t row = size_t(blockIdx.x) * hidden;
   float sum_sq = 0.f;
@@ -52,6 +54,7 @@ template <bool kAdd>
 __global__ void rmsnorm_scalar_kernel(const bf16* x_in, bf16* __restrict__ residual,
                                       const bf16* __restrict__ weight, bf16* out,
                                       int hidden, float eps) {
+  pdl_enter();
   __shared__ float scratch[32];
   const size_t row = size_t(blockIdx.x) * hidden;
   float sum_sq = 0.f;
@@ -79,11 +82,8 @@ void launch(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int nu
   const int per_thread = vec ? 8 : 1;
   // One thread per 8-element group, whole warps, at most 1024 threads (larger rows loop).
   const int threads = std::clamp((hidden / per_thread + 31) / 32 * 32, 32, 1024);
-  if (vec)
-    rmsnorm_vec_kernel<kAdd><<<num_tokens, threads, 0, stream>>>(x, residual, weight, out, hidden, eps);
-  else
-    rmsnorm_scalar_kernel<kAdd><<<num_tokens, threads, 0, stream>>>(x, residual, weight, out, hidden, eps);
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(vec ? rmsnorm_vec_kernel<kAdd> : rmsnorm_scalar_kernel<kAdd>, dim3(num_tokens), dim3(threads), 0, stream,
+             x, residual, weight, out, hidden, eps);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -21,6 +22,7 @@ __global__ void qk_norm_rope_cache_kernel(bf16* __restrict__ qkv, const int32_t*
                                           float eps, const float* __restrict__ inv_freq,
                                           bf16* __restrict__ k_cache, bf16* __restrict__ v_cache,
                                           int num_heads, int num_kv_heads, int head_dim) {
+  pdl_enter();
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.y * kWarpsPerBlock + (threadIdx.x >> 5);
   const int t = blockIdx.x;
@@ -79,10 +81,8 @@ void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot
   // viewed as [num_blocks * block_size, KVH, D].
   // Tokens on x: gridDim.y stops at 65535, a long prefill chunk can exceed that.
   const dim3 grid(num_tokens, ceil_div(num_heads + 2 * num_kv_heads, kWarpsPerBlock));
-  qk_norm_rope_cache_kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(
-      qkv, positions, slot_mapping, q_norm, k_norm, eps, inv_freq, k_cache, v_cache, num_heads,
-      num_kv_heads, head_dim);
-  CUDA_CHECK(cudaGetLastError());
+  launch_pdl(qk_norm_rope_cache_kernel, grid, dim3(kWarpsPerBlock * 32), 0, stream, qkv, positions, slot_mapping, q_norm,
+             k_norm, eps, inv_freq, k_cache, v_cache, num_heads, num_kv_heads, head_dim);
 }
 
 }  // namespace nvllm::kernels

@@ -6,6 +6,8 @@
 #   scripts/gpu_session.sh bench      nvllm bench: nano-vllm preset, latency, prefill
 #   scripts/gpu_session.sh prefix     nvllm bench on 10 shuffled shared prefixes: input vs prefix-aware order
 #   scripts/gpu_session.sh compare    bench/hf_compare.py (transformers on the same workload)
+#   scripts/gpu_session.sh ncu        per-kernel times of one batch-1 decode step (ncu, eager)
+#   scripts/gpu_session.sh pdl        batch-1 decode and the gemv timing case with PDL off, then on
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -62,13 +64,71 @@ pre = [[r.randrange(10000) for _ in range(1000)] for _ in range(10)]
 rows = [{'prompt_token_ids': pre[i % 10] + [r.randrange(10000) for _ in range(100)], 'max_tokens': 64, 'ignore_eos': True} for i in range(1000)]
 r.shuffle(rows)
 open('/tmp/shuffled.jsonl', 'w').write(''.join(json.dumps(x) + '\n' for x in rows))"
+      # The replay's hits and peak blocks against a real GPU run: one 1,000-token system prompt
+      # shared by 200 requests, and the shuffled workload in a cache small enough to preempt.
+      python3 -c "
+import json, random
+r = random.Random(3)
+system = [r.randrange(100, 30000) for _ in range(1000)]
+open('/tmp/shared.jsonl', 'w').write(''.join(json.dumps({'id': i, 'prompt_token_ids': system + [r.randrange(100, 30000) for _ in range(10)],
+    'max_tokens': 16, 'ignore_eos': True}) + '\n' for i in range(200)))"
+      cache=(--block-size 16 --max-model-len 2048 --max-num-seqs 256)
+      for w in shared:4000 shuffled:600; do
+        name=${w%%:*} blocks=${w##*:}
+        "$bin/nvllm" inspect-cache --model $model --input /tmp/$name.jsonl "${cache[@]}" --num-kv-blocks $blocks --json \
+          >"$out/replay_$name.json"
+        "$bin/nvllm" generate --model $model --input /tmp/$name.jsonl --output /tmp/${name}_out.jsonl "${cache[@]}" \
+          --num-kv-blocks $blocks --stats-json /tmp/${name}_stats.json --cache-trace /tmp/${name}_trace.jsonl -q
+        python3 - "$out/replay_$name.json" /tmp/${name}_stats.json /tmp/${name}_trace.jsonl <<'PY' | tee -a "$out/replay_vs_gpu.txt"
+import json, sys
+replay, stats = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+trace = [json.loads(l) for l in open(sys.argv[3])]
+peak = max(t["blocks_used"] for t in trace)
+print(f"{sys.argv[1]}: replay cached {replay['cached_tokens']} / {replay['prompt_tokens']} prompt tokens "
+      f"(hit rate {replay['hit_rate']:.4f}), peak {replay['peak_blocks']} blocks, {replay['preemptions']} preemptions; "
+      f"GPU run cached {stats['cached_tokens']} / {stats['prompt_tokens']}, peak {peak} blocks, {stats['preemptions']} preemptions")
+ok = (replay["cached_tokens"], replay["prompt_tokens"], replay["peak_blocks"], replay["preemptions"]) == \
+     (stats["cached_tokens"], stats["prompt_tokens"], peak, stats["preemptions"])
+print("REPLAY", "MATCHES" if ok else "DIFFERS")
+PY
+      done
       for order in fcfs prefix-aware; do
-        "$bin/nvllm" bench throughput --model $model --input /tmp/shuffled.jsonl --schedule $order --num-kv-blocks 2000 --max-model-len 2048 \
+        "$bin/nvllm" bench throughput --model $model --input /tmp/shuffled.jsonl --schedule $order --num-kv-blocks 1000 --max-model-len 2048 \
           --output-json "$out/bench_prefix_$order.json" 2>&1 | tee "$out/bench_prefix_$order.log" | tail -8
       done
       ;;
     compare)
       python3 bench/hf_compare.py --nvllm "$bin/nvllm" --num-prompts 256 --out "$out" 2>&1 | tee "$out/compare.log" | tail -20
+      ;;
+    ncu)
+      make_model
+      ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 3000 --launch-count 290 \
+        "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 64 --iterations 1 \
+        --no-warmup --enforce-eager >"$out/ncu.csv" 2>"$out/ncu.err"
+      python3 - "$out/ncu.csv" <<'PY' | tee "$out/ncu_summary.txt"
+import collections, csv, re, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, rows = rows[0], rows[1:]
+name, unit, value = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")
+scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
+total, count = collections.Counter(), collections.Counter()
+for r in rows:
+    m = re.search(r"(\w+)[<(]", r[name])
+    k = m.group(1) if m else r[name][:60]
+    total[k] += float(r[value].replace(",", "")) * scale[r[unit]]
+    count[k] += 1
+print(f"{len(rows)} kernels, {sum(total.values()):.0f} us (each alone, caches flushed)")
+for k, t in total.most_common():
+    print(f"{t:8.1f} us  {count[k]:4d} x {t / count[k]:6.2f} us  {k}")
+PY
+      ;;
+    pdl)
+      make_model
+      for pdl in 0 1; do
+        NVLLM_PDL=$pdl "$bin/nvllm_gpu_tests" -ns -tc='bench.gemv*' 2>&1 | grep "gemv decode" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
+        NVLLM_PDL=$pdl "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 512 \
+          --output-json "$out/bench_latency_pdl$pdl.json" 2>&1 | grep -E "decode|GPU" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
+      done
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

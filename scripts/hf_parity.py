@@ -3,30 +3,36 @@
 architectures. Runs on the GPU machine (torch + transformers, no network).
 
 For each architecture it:
-  1. builds a random-weight checkpoint with transformers (Qwen3-0.6B shape, or a Llama-3-style
-     model with llama3 RoPE scaling and its own LM head) and saves it with a real tokenizer;
-  2. runs `nvllm generate` greedily for 64 tokens on N prompts of random token ids, asking for
-     the top-20 log-probabilities of every generated token;
-  3. runs transformers greedily on the same prompts (bf16, same checkpoint) and counts the
-     prompts whose 64 tokens are identical;
-  4. teacher-forces transformers on prompt + nvllm's tokens (one forward pass) and compares the
-     next-token log-probabilities nvllm reported with transformers' at the same ids:
-     relative error ||nvllm - hf|| / ||hf|| per position, max and mean.
+  1. builds a random-weight model with transformers (the Qwen3-0.6B shape, or a Llama-3-style
+     model with llama3 RoPE scaling and its own LM head) and saves it in bf16 with a real
+     tokenizer;
+  2. runs transformers greedily for 64 tokens on N prompts of random token ids, twice: in fp32
+     on the bf16 weights as saved (the reference: no rounding but the checkpoint's) and in
+     plain bf16 (what a transformers user gets; the "floor" says how often transformers' own
+     bf16 rounding changes a greedy continuation);
+  3. runs `nvllm generate` greedily with CUDA graphs, eagerly, without the prefix cache and under
+     preemption, asking for the top-20 log-probabilities of every generated token, and counts the
+     prompts whose 64 tokens equal the reference's;
+  4. teacher-forces the reference on prompt + nvllm's tokens and compares the log-probabilities
+     nvllm reported with the reference's at the same ids: relative error ||nvllm - ref|| / ||ref||
+     per position (max and mean), next to the same error of transformers' bf16 path.
 
 Random weights make logits flat: over a 150k vocabulary the gap between the top two logits is a
-small fraction of their spread, so bf16 rounding (ours or transformers' own) flips a greedy choice
-every few dozen tokens, and a flip changes the rest of the continuation. Scaling the logits does
-not help (rounding noise scales with them). So --planted S plants a strong, context-modulated
-signal: the LM head is untied and set to its random init plus a random permutation of the input
-embedding, and the embedding is multiplied by S so that it carries through the residual stream;
-the layers (initializer_range --init-std) still add context-dependent terms. The model then
-prefers token pi(t) after t, by a margin that bf16 noise rarely overcomes, without copying its
-input (the report gives the repeat rate, the number of distinct tokens generated and the mean
-top-2 gap, so a reader can judge how easy it was). The teacher-forced log-probability error is
-the precise measure; --planted 0 gives the plain random model. --logit-scale multiplies the final
-RMSNorm weight.
+small fraction of their spread, so any bf16 rounding (ours or transformers' own) flips a greedy
+choice every few dozen tokens, and a flip changes the rest of the continuation. Scaling the logits
+does not help (rounding noise scales with them). So the model gets a planted signal of strength S:
+the LM head is untied and row pi(t) gets token t's embedding added (pi a random permutation), and
+the embedding is multiplied by S so that it carries through the residual stream, where 28 random
+layers add about 1.6 RMS against the embedding's 0.02. The model then prefers pi(t) after t, while
+the layers still shape every other logit (the top-20 log-probabilities compared in step 4 are
+mostly theirs). `--planted auto` takes the smallest S of 4, 8, ..., 128 for which transformers' bf16
+path agrees with its fp32 path on at least 99% of the continuations: confident enough that greedy
+decoding is a fair test of a bf16 engine, and no more. The report gives S, the mean top-2 gap,
+the repeat rate and the number of distinct tokens generated, so a reader can judge how easy it was.
+--logit-scale multiplies the final RMSNorm weight.
 """
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -37,13 +43,13 @@ import time
 import torch
 
 
-def make_config(arch, tokenizer_dir):
+def make_config(arch):
     import transformers
     if arch == "qwen3":
         cfg = transformers.Qwen3Config(
             vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
             num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-            rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+            rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
             bos_token_id=151643, eos_token_id=151645)
         return cfg, transformers.Qwen3ForCausalLM
     if arch == "llama":
@@ -58,47 +64,46 @@ def make_config(arch, tokenizer_dir):
     raise SystemExit(f"unknown --arch {arch}")
 
 
-def build_checkpoint(arch, out_dir, tokenizer_dir, init_std, logit_scale, planted, seed):
-    cfg, cls = make_config(arch, tokenizer_dir)
+def build_base(arch, init_std, logit_scale, seed):
+    """A random-weight model of the architecture, fp32 on the GPU, untied LM head; also the
+    pieces the planted signal is made of."""
+    cfg, cls = make_config(arch)
     cfg.initializer_range = init_std
-    if planted > 0:
-        cfg.tie_word_embeddings = False
     torch.manual_seed(seed)
-    model = cls(cfg).to(torch.float32)
+    with torch.device("cuda"):
+        model = cls(cfg).to(torch.float32)
     with torch.no_grad():
         # Norm weights are ones at init; jitter them so a kernel that ignores them fails.
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.add_(torch.randn_like(p) * 0.1)
         model.model.norm.weight.mul_(logit_scale)
-        if planted > 0:
-            embed = model.get_input_embeddings().weight
-            head = model.get_output_embeddings().weight
-            perm = torch.randperm(embed.shape[0])
-            head[perm] += embed  # row perm[t] of the head points along token t's embedding
-            embed.mul_(planted)
-    model = model.to(torch.bfloat16)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(tokenizer_dir, f), out_dir)
-    return model
+    embed = model.get_input_embeddings().weight.detach().clone()
+    head = model.get_output_embeddings().weight.detach().clone()
+    perm = torch.randperm(embed.shape[0], generator=torch.Generator().manual_seed(seed + 7)).cuda()
+    return model.eval(), embed, head, perm
 
 
-def fp32_logits(model):
-    """The reference computes its LM head in fp32, as nvllm does (bf16 hidden states, fp32 logits).
-    transformers' bf16 head rounds logits of 16..64 to steps of 0.125..0.25, which ties the top
-    two tokens often enough to flip greedy choices by itself (argmax then takes the lower id)."""
-    head = model.get_output_embeddings()
-    fp32 = torch.nn.Linear(head.in_features, head.out_features, bias=False, device=head.weight.device,
-                           dtype=torch.float32)
-    with torch.no_grad():
-        fp32.weight.copy_(head.weight.float())
-    fp32.register_forward_pre_hook(lambda module, args: (args[0].float(),))
-    model.lm_head = fp32
-    return model
+@torch.no_grad()
+def plant(model, embed, head, perm, strength):
+    """Row perm[t] of the LM head points along token t's embedding; the embedding is scaled by
+    `strength` (0: the plain random model)."""
+    model.get_input_embeddings().weight.copy_(embed * strength if strength > 0 else embed)
+    w = head.clone()
+    if strength > 0:
+        w[perm] += embed
+    model.get_output_embeddings().weight.copy_(w)
 
 
-def make_prompts(n, vocab, seed):
+def hf_pair(model):
+    """The checkpoint as it is saved (bf16 weights), run by transformers in bf16 and, as the
+    reference, in fp32 on the same bf16-rounded weights."""
+    hf16 = copy.deepcopy(model).to(torch.bfloat16).eval()
+    ref = copy.deepcopy(hf16).to(torch.float32).eval()
+    return hf16, ref
+
+
+def make_prompts(n, seed):
     g = torch.Generator().manual_seed(seed)
     prompts = []
     for i in range(n):
@@ -129,7 +134,7 @@ def run_nvllm(nvllm, model_dir, prompts, max_tokens, extra, log):
 
 
 @torch.no_grad()
-def hf_greedy(model, prompts, max_tokens, batch=25):
+def hf_greedy(model, prompts, max_tokens, batch=50):
     outs = []
     for b in range(0, len(prompts), batch):
         chunk = prompts[b:b + batch]
@@ -154,19 +159,45 @@ def hf_logprobs(model, prompt, completion):
     return torch.log_softmax(logits[len(prompt) - 1:len(prompt) - 1 + len(completion)], dim=-1)
 
 
+def same(a, b):
+    return sum(x == y for x, y in zip(a, b))
+
+
+def choose_strength(model, embed, head, perm, prompts, args):
+    """The planted strength, and the reference and bf16 continuations under it."""
+    tried = []
+    candidates = [4.0, 8.0, 16.0, 32.0, 64.0, 128.0] if args.planted == "auto" else [float(args.planted)]
+    for s in candidates:
+        plant(model, embed, head, perm, s)
+        hf16, ref = hf_pair(model)
+        ref_tokens, hf16_tokens = hf_greedy(ref, prompts, args.max_tokens), hf_greedy(hf16, prompts, args.max_tokens)
+        floor = same(ref_tokens, hf16_tokens)
+        tried.append({"planted": s, "hf_bf16_identical_to_reference": floor})
+        print(f"  planted {s}: transformers bf16 = fp32 on {floor}/{len(prompts)}", flush=True)
+        if floor >= 0.99 * len(prompts) or s == candidates[-1]:
+            return s, tried, hf16, ref, ref_tokens, hf16_tokens
+        del hf16, ref
+        torch.cuda.empty_cache()
+
+
 def compare(arch, args, log):
     work = os.path.join(args.work, arch)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    print(f"{arch}:", flush=True)
+    model, embed, head, perm = build_base(arch, args.init_std, args.logit_scale, args.seed)
+    prompts = make_prompts(args.num_prompts, args.seed + 1)
+    strength, tried, hf16, ref, ref_tokens, hf16_tokens = choose_strength(model, embed, head, perm, prompts, args)
+    del model, embed, head
+    hf16.save_pretrained(work, safe_serialization=True)
     tok_dir = os.path.join(args.testdata, "tokenizers", "qwen3" if arch == "qwen3" else "llama3")
-    model = build_checkpoint(arch, work, tok_dir, args.init_std, args.logit_scale, args.planted, args.seed)
-    model = fp32_logits(model.cuda().eval())
-    vocab = model.config.vocab_size
-    prompts = make_prompts(args.num_prompts, vocab, args.seed + 1)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tok_dir, f), work)
 
-    result = {"arch": arch, "init_std": args.init_std, "logit_scale": args.logit_scale, "planted": args.planted,
-              "num_prompts": len(prompts), "max_tokens": args.max_tokens}
-    hf = hf_greedy(model, prompts, args.max_tokens)
+    result = {"arch": arch, "init_std": args.init_std, "logit_scale": args.logit_scale, "planted": strength,
+              "strengths_tried": tried, "num_prompts": len(prompts), "max_tokens": args.max_tokens,
+              "reference": "transformers fp32 on the bf16 checkpoint",
+              "hf_bf16_identical_to_reference": same(hf16_tokens, ref_tokens)}
     variants = {"graphs": [], "eager": ["--enforce-eager"], "no-prefix-cache": ["--prefix-caching", "off"],
                 "preemption": ["--num-kv-blocks", str(args.preempt_blocks), "--block-size", "16",
                                "--max-model-len", "1024"]}
@@ -175,34 +206,45 @@ def compare(arch, args, log):
     for name, extra in variants.items():
         rows, secs = run_nvllm(args.nvllm, work, prompts, args.max_tokens, extra, log)
         tokens = [r["token_ids"] for r in rows]
-        same_as_hf = sum(a == b for a, b in zip(tokens, hf))
-        entry = {"identical_to_hf": same_as_hf, "seconds": round(secs, 2)}
+        entry = {"identical_to_reference": same(tokens, ref_tokens), "identical_to_hf_bf16": same(tokens, hf16_tokens),
+                 "seconds": round(secs, 2)}
+        if name == "preemption":
+            stats = json.load(open(os.path.join(work, "nvllm_out.jsonl.stats")))
+            entry["preemptions"] = stats.get("preemptions")
         if base_tokens is None:
             base_tokens, base_rows = tokens, rows
         else:
-            entry["identical_to_graphs_run"] = sum(a == b for a, b in zip(tokens, base_tokens))
+            entry["identical_to_graphs_run"] = same(tokens, base_tokens)
         per_variant[name] = entry
+        print(f"  nvllm {name}: {json.dumps(entry)}", flush=True)
     result["variants"] = per_variant
 
-    # Teacher-forced log-probabilities along nvllm's own tokens.
-    rel, gaps, repeats, total = [], [], 0, 0
+    # Teacher-forced log-probabilities along nvllm's own tokens, at the ids nvllm reported.
+    rel, rel16, gaps, repeats, total = [], [], [], 0, 0
     for p, row in zip(prompts, base_rows):
-        ref = hf_logprobs(model, p, row["token_ids"])
+        theirs_all = hf_logprobs(ref, p, row["token_ids"])
+        bf16_all = hf_logprobs(hf16, p, row["token_ids"])
         for k, top in enumerate(row["logprobs"]["top_logprobs"]):
             ids = torch.tensor([t["token_id"] for t in top]).cuda()
             ours = torch.tensor([t["logprob"] for t in top]).cuda()
-            theirs = ref[k][ids]
+            theirs = theirs_all[k][ids]
             rel.append(float(torch.linalg.norm(ours - theirs) / torch.linalg.norm(theirs)))
-            top2 = torch.topk(ref[k], 2).values
+            rel16.append(float(torch.linalg.norm(bf16_all[k][ids] - theirs) / torch.linalg.norm(theirs)))
+            top2 = torch.topk(theirs_all[k], 2).values
             gaps.append(float(top2[0] - top2[1]))
             prev = p[-1] if k == 0 else row["token_ids"][k - 1]
             repeats += int(row["token_ids"][k] == prev)
             total += 1
     result["logprob_rel_err_max"] = max(rel)
     result["logprob_rel_err_mean"] = sum(rel) / len(rel)
+    result["hf_bf16_logprob_rel_err_max"] = max(rel16)
+    result["hf_bf16_logprob_rel_err_mean"] = sum(rel16) / len(rel16)
     result["top2_gap_mean"] = sum(gaps) / len(gaps)
+    result["top2_gap_min"] = min(gaps)
     result["repeat_previous_token_rate"] = repeats / total
     result["distinct_tokens_generated"] = len({t for r in base_rows for t in r["token_ids"]})
+    del hf16, ref
+    torch.cuda.empty_cache()
     return result
 
 
@@ -216,7 +258,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--init-std", type=float, default=0.02)
     ap.add_argument("--logit-scale", type=float, default=8.0)
-    ap.add_argument("--planted", type=float, default=3.0)
+    ap.add_argument("--planted", default="auto", help="strength S of the planted signal, or auto")
     ap.add_argument("--preempt-blocks", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
@@ -231,7 +273,7 @@ def main():
     if args.out:
         with open(os.path.join(args.out, "parity.json"), "w") as f:
             json.dump(results, f, indent=1)
-    ok = all(v["identical_to_hf"] >= 0.95 * r["num_prompts"] for r in results for v in r["variants"].values())
+    ok = all(v["identical_to_reference"] >= 0.95 * r["num_prompts"] for r in results for v in r["variants"].values())
     print("PARITY", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

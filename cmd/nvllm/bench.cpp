@@ -90,6 +90,7 @@ struct RunResult {
   RunStats stats;
   double seconds = 0;
   std::vector<double> step_s;
+  std::vector<double> step_device_s;  // the runner's device time of each step (0: not measured)
   std::vector<int64_t> step_outputs;  // output tokens sampled so far, after each step
   std::vector<FinishedRequest> finished;
 };
@@ -103,6 +104,7 @@ RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& request
     const auto t = Clock::now();
     for (FinishedRequest& done : engine.step()) result.finished.push_back(std::move(done));
     result.step_s.push_back(seconds_since(t));
+    result.step_device_s.push_back(m.runner->last_step_device_seconds());
     result.step_outputs.push_back(engine.stats().output_tokens);
   }
   result.seconds = seconds_since(start);
@@ -176,6 +178,9 @@ int run_throughput(const BenchFlags& f) {
   report["preemptions"] = s.preemptions;
   report["schedule"] = f.schedule;
   report["steps"] = s.steps;
+  double device_s = 0;
+  for (double d : run.step_device_s) device_s += d;
+  report["device_busy_s"] = device_s;  // 0 where the runner does not measure it (CPU)
   report["roofline"] = {{"bytes", roof.bytes},
                         {"flops", roof.flops},
                         {"peak_bandwidth", f.peak_bandwidth},
@@ -195,6 +200,9 @@ int run_throughput(const BenchFlags& f) {
               1e3 * percentile(s.ttft_s, 90), 1e3 * percentile(s.ttft_s, 99));
   std::printf("TPOT ms           p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(s.tpot_s, 50),
               1e3 * percentile(s.tpot_s, 90), 1e3 * percentile(s.tpot_s, 99));
+  if (device_s > 0)
+    std::printf("GPU busy          %.2f s of %.2f s (%.0f%%); the rest is host work between steps\n", device_s,
+                run.seconds, 100 * device_s / run.seconds);
   std::printf("KV cache          peak %d of %d blocks; prefix-cache hit rate %.1f%%; preemptions %lld\n",
               s.peak_blocks_in_use, s.num_kv_blocks, 100 * s.prefix_cache_hit_rate(),
               static_cast<long long>(s.preemptions));
@@ -220,7 +228,7 @@ int run_latency(const BenchFlags& f) {
   NVLLM_CHECK(f.batch_size <= m.engine.max_num_seqs, "--batch-size ", f.batch_size, " exceeds --max-num-seqs ",
               m.engine.max_num_seqs);
   warm_up(m, f);
-  std::vector<double> prefill_s, decode_s, e2e_s;
+  std::vector<double> prefill_s, decode_s, decode_device_s, e2e_s;
   for (int it = 0; it < f.iterations; ++it) {
     spec.seed = f.model.seed + it;
     RunResult run = run_requests(m, make_workload(spec));
@@ -234,7 +242,10 @@ int run_latency(const BenchFlags& f) {
       if (run.step_outputs[i++] >= f.batch_size) break;
     }
     prefill_s.push_back(prefill);
-    for (; i < run.step_s.size(); ++i) decode_s.push_back(run.step_s[i]);
+    for (; i < run.step_s.size(); ++i) {
+      decode_s.push_back(run.step_s[i]);
+      decode_device_s.push_back(run.step_device_s[i]);
+    }
   }
   const double decode_p50 = percentile(decode_s, 50);
   nlohmann::json report = header(f, m, "latency");
@@ -244,6 +255,7 @@ int run_latency(const BenchFlags& f) {
   report["iterations"] = f.iterations;
   report["prefill_s"] = percentiles(prefill_s);
   report["decode_step_s"] = percentiles(decode_s);
+  report["decode_step_device_s"] = percentiles(decode_device_s);
   report["e2e_s"] = percentiles(e2e_s);
   report["decode_tokens_per_s"] = decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0;
   const double weight_bytes = roofline(m.config, {}, {}, 1, m.device == "cuda" ? 2 : 4, 2).weight_bytes;
@@ -256,6 +268,9 @@ int run_latency(const BenchFlags& f) {
               1e3 * percentile(prefill_s, 90), 1e3 * percentile(prefill_s, 99));
   std::printf("decode step ms    p50 %.3f  p90 %.3f  p99 %.3f   (weights-read bound %.3f)\n", 1e3 * decode_p50,
               1e3 * percentile(decode_s, 90), 1e3 * percentile(decode_s, 99), 1e3 * weight_bytes / f.peak_bandwidth);
+  if (percentile(decode_device_s, 50) > 0)
+    std::printf("  of which GPU    p50 %.3f (the rest is the host: scheduling, batch packing, launch)\n",
+                1e3 * percentile(decode_device_s, 50));
   std::printf("decode            %.1f tok/s\n", decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0);
   emit(f, report);
   return 0;

@@ -69,6 +69,9 @@ class Runner {
   // KV cache capacity in blocks of `block_size` tokens, fixed after construction.
   virtual int num_kv_blocks() const = 0;
   virtual const char* name() const = 0;
+  // Device time of the last execute(), from the first copy in to the last copy out (GPU
+  // runners; 0 where not measured). Wall time minus this is the host's share of a step.
+  virtual double last_step_device_seconds() const { return 0; }
 };
 
 }  // namespace nvllm

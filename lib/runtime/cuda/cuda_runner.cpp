@@ -136,8 +136,12 @@ cudaGraphExec_t CudaRunner::find_graph(int seqs, int max_context, int* size, int
   return it->second.get();
 }
 
+bool CudaRunner::use_gemv(int m, int k) const {
+  return m <= std::min(opt_.gemv_max_batch, kernels::kGemvMaxBatch) && k % 8 == 0;
+}
+
 void CudaRunner::linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream) {
-  if (m <= std::min(opt_.gemv_max_batch, kernels::kGemvMaxBatch) && k % 8 == 0)
+  if (use_gemv(m, k))
     kernels::gemv(x, w, y, m, n, k, stream);
   else
     gemm_.matmul(x, w, y, m, n, k, false, stream);
@@ -180,8 +184,12 @@ void CudaRunner::forward(const Step& st) {
     linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
     kernels::add_rmsnorm(x, res, w.post_norm, T, H, eps, s);
     linear(x, w.gate_up, gate_up_.as<bf16>(), T, 2 * I, H, s);
-    kernels::silu_mul(gate_up_.as<bf16>(), act_.as<bf16>(), T, I, s);
-    linear(act_.as<bf16>(), w.down, x, T, H, I, s);
+    if (use_gemv(T, I)) {  // silu_mul fused into the down projection's input
+      kernels::gemv_silu(gate_up_.as<bf16>(), w.down, x, T, H, I, s);
+    } else {
+      kernels::silu_mul(gate_up_.as<bf16>(), act_.as<bf16>(), T, I, s);
+      linear(act_.as<bf16>(), w.down, x, T, H, I, s);
+    }
   }
   // Final norm and LM head only over the rows that sample.
   bf16 *fx = x, *fr = res;
@@ -195,7 +203,10 @@ void CudaRunner::forward(const Step& st) {
     fr = rg_.as<bf16>();
   }
   kernels::add_rmsnorm(fx, fr, final_norm_, rows, H, eps, s);
-  gemm_.matmul(fx, lm_head_, logits_.get(), rows, c_.vocab_size, H, true, s);
+  if (use_gemv(rows, H))
+    kernels::gemv_f32(fx, lm_head_, logits_.as<float>(), rows, c_.vocab_size, H, s);
+  else
+    gemm_.matmul(fx, lm_head_, logits_.get(), rows, c_.vocab_size, H, true, s);
 }
 
 void CudaRunner::execute(const Batch& b, StepOutput& out) {
@@ -227,6 +238,7 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   PackedStep packed = pack_step(b, use_graph ? graph_size : S, width, use_graph, kMaxTopLogprobs,
                                 staging_host_.get(), staging_host_.bytes(), extras_);
   const int R = static_cast<int>(packed.sampled_seqs.size());
+  CUDA_CHECK(cudaEventRecord(step_begin_.get(), st));
   CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
 
   if (use_graph) {
@@ -281,7 +293,11 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   }
   const size_t copy_bytes = packed.any_top_logprobs ? out_dev_.bytes() : out_top_ids_;
   CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_dev_.get(), copy_bytes, cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaEventRecord(step_end_.get(), st));
   CUDA_CHECK(cudaStreamSynchronize(st));
+  float device_ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&device_ms, step_begin_.get(), step_end_.get()));
+  last_step_device_s_ = device_ms * 1e-3;
 
   last_logits_rows_.clear();
   for (int r = 0; r < R; ++r) last_logits_rows_.push_back(use_graph ? packed.sampled_seqs[r] : r);

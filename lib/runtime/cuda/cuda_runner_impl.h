@@ -35,6 +35,7 @@ class CudaRunner final : public Runner {
   void execute(const Batch& batch, StepOutput& out) override;
   int num_kv_blocks() const override { return num_blocks_; }
   const char* name() const override { return "cuda"; }
+  double last_step_device_seconds() const override { return last_step_device_s_; }
   std::vector<float> last_logits();
 
  private:
@@ -51,6 +52,8 @@ class CudaRunner final : public Runner {
   void size_kv_cache();
   void capture_graphs();
   void forward(const Step& step);
+  // Whether an m-row projection with k inputs goes to the small-batch gemv.
+  bool use_gemv(int m, int k) const;
   // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt.
   void linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream);
   // The graph for a decode step of `seqs` sequences whose longest context is `max_context`,
@@ -96,6 +99,8 @@ class CudaRunner final : public Runner {
   SamplerExtras extras_;
   std::vector<int> last_logits_rows_;  // logits row of each sampled sequence in the last step
   bool warned_top_clamp_ = false;
+  CudaEvent step_begin_, step_end_;
+  double last_step_device_s_ = 0;
 };
 
 }  // namespace nvllm::cuda_detail

@@ -95,6 +95,21 @@ class CudaStream {
   cudaStream_t stream_ = nullptr;
 };
 
+// A CUDA event for timing (cudaEventDefault: it records time).
+class CudaEvent {
+ public:
+  CudaEvent() { CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~CudaEvent() {
+    if (event_) cudaEventDestroy(event_);
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 // An instantiated CUDA graph (the executable form; the captured template is dropped at once).
 class CudaGraphExec {
  public:

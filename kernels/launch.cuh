@@ -1,0 +1,67 @@
+// Programmatic dependent launch (PDL, sm_90+): a kernel launched with launch_pdl() may be
+// scheduled while the kernel before it in the stream is still running, so its launch latency
+// and prologue (a gemv's weight prefetch) hide behind the other's tail. Decode steps are chains
+// of ~250 small kernels; each boundary otherwise costs a few microseconds of idle SMs.
+//
+// The contract for every kernel launched this way:
+//  - call pdl_wait() before reading anything an earlier kernel wrote or writing anything an
+//    earlier kernel reads (only constants, such as weights, may be touched before it);
+//  - call pdl_wait() on every path, early exits included, so that a kernel's completion
+//    still implies the completion of all kernels before it (the next kernel relies on that);
+//  - call pdl_launch_dependents() once it no longer needs SM room for itself (we call it right
+//    after pdl_wait(): then at most two kernels of the chain are resident at a time).
+// Both are no-ops when the kernel was launched normally or on GPUs before sm_90.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "kernels/cuda_check.h"
+
+namespace nvllm::kernels {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Both together, at the top of a kernel with nothing to do before its inputs are ready.
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
+// Whether launches ask for PDL: on for sm_90+ devices unless NVLLM_PDL=0 (for A/B timing).
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when pdl_enabled().
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  if (!pdl_enabled()) {
+    kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace nvllm::kernels
