@@ -10,11 +10,6 @@
 namespace nvllm::kernels {
 namespace {
 
-// As Hugging Face computes act_fn(gate) * up in bf16: silu rounded to bf16, then the product.
-__device__ __forceinline__ float silu_mul_one(float g, float u) {
-  return round_bf16(g / (1.f + __expf(-g))) * u;
-}
-
 // gate_up [num_tokens, 2 * intermediate]; out [num_tokens, intermediate]. One grid-stride loop
 // over groups of 8 outputs (intermediate % 8 == 0 keeps every group 16-byte aligned).
 __global__ void silu_mul_vec_kernel(const bf16* __restrict__ gate_up, bf16* __restrict__ out,

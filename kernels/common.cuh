@@ -43,6 +43,13 @@ __device__ __forceinline__ Bf16x8 from_float8(const float f[8]) {
 // Rounds through bf16 and back: where Hugging Face keeps an intermediate in bf16, we do too.
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
+// One output of silu_mul as Hugging Face computes act_fn(gate) * up in bf16: silu rounded to
+// bf16, then the product (the caller rounds it when it stores bf16). Shared by silu_mul and the
+// down projection's gemv, which must agree bitwise.
+__device__ __forceinline__ float silu_mul_one(float g, float u) {
+  return round_bf16(g / (1.f + __expf(-g))) * u;
+}
+
 template <int kWidth = 32>
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

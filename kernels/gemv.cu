@@ -35,7 +35,7 @@ __device__ __forceinline__ void load_x8(const bf16* __restrict__ x, int b, int k
     to_float8(load8(row + c * 8), g);
     to_float8(load8(row + k + c * 8), u);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) xf[i] = round_bf16(round_bf16(g[i] / (1.f + __expf(-g[i]))) * u[i]);
+    for (int i = 0; i < 8; ++i) xf[i] = round_bf16(silu_mul_one(g[i], u[i]));
   } else {
     to_float8(load8(x + size_t(b) * k + c * 8), xf);
   }
