@@ -92,4 +92,49 @@ void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf
                       int block_size, float scale, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream);
 
+// --- The batch-1 decode step as one persistent kernel (decode_persistent.cu) ---
+
+constexpr int kPersistentMaxGroup = 4;         // q heads per kv head it supports
+constexpr size_t kPersistentSyncBytes = 1024;  // the grid barrier's counter, zeroed once
+
+// One layer's weights and caches, as the kernel reads them from a device array.
+struct PersistentLayer {
+  const bf16 *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o_proj, *post_norm, *gate_up, *down;
+  bf16 *k_cache, *v_cache;
+};
+
+struct PersistentDecode {
+  const PersistentLayer* layers;  // device, [num_layers]
+  const bf16 *embed, *final_norm, *lm_head;
+  const float* inv_freq;          // [head_dim / 2]
+  int num_layers, hidden, intermediate, num_heads, num_kv_heads, vocab, block_size;
+  float eps, scale;
+  // The step's one sequence (device): its new token, position, cache slot (< 0: not written),
+  // context length (the new token included) and block-table row.
+  const int32_t *token_id, *position, *slot, *context_len, *block_table;
+  // Scratch (device): h [hidden] (the residual stream), qkv [(H + 2 KVH) * D], attn [H * D],
+  // act [intermediate]; logits [vocab] fp32 out; workspace of
+  // persistent_decode_workspace_bytes(), its first kPersistentSyncBytes zeroed before first use
+  // (every launch leaves them zero again).
+  bf16 *h, *qkv, *attn, *act;
+  float* logits;
+  void* workspace;
+  // Timing experiments only (wrong results): kPersistentSkip* bits leave parts out.
+  int skip = 0;
+};
+constexpr int kPersistentSkipLmHead = 2, kPersistentSkipGridBarrier = 4, kPersistentSkipAttention = 8,
+              kPersistentSkipDots = 16;
+
+// Experimental, off by default (slower than the separate kernels so far; see its file).
+// Whether the kernel can run this model on the current device (head_dim 128, at most
+// kPersistentMaxGroup q heads per kv head, sm_90+, cooperative launch, one block per SM, a
+// block's share of the largest projections in shared memory):
+// null when it can (and then it is ready to launch), else the reason.
+const char* persistent_decode_setup(int hidden, int intermediate, int num_heads, int num_kv_heads, int head_dim,
+                                    int block_size);
+size_t persistent_decode_workspace_bytes(int num_sms);
+// Embedding, every layer, final norm and LM head of one decode token: logits of the sequence.
+// A cooperative launch of num_sms blocks (the device's multiprocessor count).
+void persistent_decode(const PersistentDecode& params, int num_sms, cudaStream_t stream);
+
 }  // namespace nvllm::kernels

@@ -7,7 +7,9 @@
 #   scripts/gpu_session.sh prefix     nvllm bench on 10 shuffled shared prefixes: input vs prefix-aware order
 #   scripts/gpu_session.sh compare    bench/hf_compare.py (transformers on the same workload)
 #   scripts/gpu_session.sh ncu        per-kernel times of one batch-1 decode step (ncu, eager)
+#   scripts/gpu_session.sh ncu256     the same for a batch-256 decode step at context ~800
 #   scripts/gpu_session.sh pdl        batch-1 decode and the gemv timing case with PDL off, then on
+#   scripts/gpu_session.sh persistent batch-1 decode with the persistent kernel off, then on
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -105,22 +107,14 @@ PY
       ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 3000 --launch-count 290 \
         "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 64 --iterations 1 \
         --no-warmup --enforce-eager >"$out/ncu.csv" 2>"$out/ncu.err"
-      python3 - "$out/ncu.csv" <<'PY' | tee "$out/ncu_summary.txt"
-import collections, csv, re, sys
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-head, rows = rows[0], rows[1:]
-name, unit, value = head.index("Kernel Name"), head.index("Metric Unit"), head.index("Metric Value")
-scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
-total, count = collections.Counter(), collections.Counter()
-for r in rows:
-    m = re.search(r"(\w+)[<(]", r[name])
-    k = m.group(1) if m else r[name][:60]
-    total[k] += float(r[value].replace(",", "")) * scale[r[unit]]
-    count[k] += 1
-print(f"{len(rows)} kernels, {sum(total.values()):.0f} us (each alone, caches flushed)")
-for k, t in total.most_common():
-    print(f"{t:8.1f} us  {count[k]:4d} x {t / count[k]:6.2f} us  {k}")
-PY
+      python3 scripts/ncu_summary.py "$out/ncu.csv" | tee "$out/ncu_summary.txt"
+      ;;
+    ncu256)  # per-kernel times of one decode step at batch 256, context ~800 (nano-vLLM's middle)
+      make_model
+      ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-9000} --launch-count 320 \
+        "$bin/nvllm" bench latency --model $model --batch-size 256 --input-len 768 --output-len 64 --iterations 1 \
+        --no-warmup --enforce-eager >"$out/ncu256.csv" 2>"$out/ncu256.err"
+      python3 scripts/ncu_summary.py "$out/ncu256.csv" | tee "$out/ncu256_summary.txt"
       ;;
     pdl)
       make_model
@@ -128,6 +122,20 @@ PY
         NVLLM_PDL=$pdl "$bin/nvllm_gpu_tests" -ns -tc='bench.gemv*' 2>&1 | grep "gemv decode" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
         NVLLM_PDL=$pdl "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 512 \
           --output-json "$out/bench_latency_pdl$pdl.json" 2>&1 | grep -E "decode|GPU" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
+      done
+      ;;
+    persistent)
+      make_model
+      for p in 0 1; do
+        NVLLM_PERSISTENT=$p "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 512 \
+          --output-json "$out/bench_latency_persistent$p.json" >"$out/persistent$p.log" 2>&1
+        grep -iE "decode|GPU|tok/s" "$out/persistent$p.log" | sed "s/^/PERSISTENT=$p /" | tee -a "$out/persistent.log"
+      done
+      # Timing-only variants (wrong outputs): 1 no prefetch, 2 no LM head, 4 no grid barriers,
+      # 8 no attention, 16 no projections; sums of bits combine them.
+      for skip in ${PERSISTENT_SKIPS:-}; do
+        NVLLM_PERSISTENT_SKIP=$skip "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 \
+          --output-len 512 --iterations 1 2>&1 | grep "of which GPU" | sed "s/^/SKIP=$skip /" | tee -a "$out/persistent.log"
       done
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;

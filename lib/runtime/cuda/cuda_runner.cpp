@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -83,7 +85,35 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
 
   allocate_buffers();
   size_kv_cache();
+  setup_persistent_decode();
   if (!opt_.enforce_eager) capture_graphs();
+}
+
+// The persistent batch-1 decode kernel, where the model and device allow it; after the KV
+// cache exists (its layer array holds the cache addresses), before the graphs capture it.
+void CudaRunner::setup_persistent_decode() {
+  const char* env = std::getenv("NVLLM_PERSISTENT");
+  const bool on = env != nullptr ? std::string_view(env) != "0" : opt_.persistent_decode;
+  if (!on) return;
+  const char* why = kernels::persistent_decode_setup(c_.hidden_size, c_.intermediate_size, c_.num_heads,
+                                                     c_.num_kv_heads, c_.head_dim, opt_.block_size);
+  if (why != nullptr) {
+    log_info("batch-1 decode runs as separate kernels: the persistent kernel does not apply (", why, ")");
+    return;
+  }
+  std::vector<kernels::PersistentLayer> host;
+  for (int l = 0; l < c_.num_layers; ++l) {
+    const DeviceLayer& d = layers_[l];
+    host.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up, d.down,
+                    k_cache_[l], v_cache_[l]});
+  }
+  persistent_layers_ = DeviceBuffer(host.size() * sizeof(kernels::PersistentLayer));
+  CUDA_CHECK(cudaMemcpy(persistent_layers_.get(), host.data(), persistent_layers_.bytes(), cudaMemcpyHostToDevice));
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, opt_.device));
+  persistent_ws_ = DeviceBuffer(kernels::persistent_decode_workspace_bytes(sms));
+  CUDA_CHECK(cudaMemset(persistent_ws_.get(), 0, persistent_ws_.bytes()));
+  persistent_sms_ = sms;
 }
 
 const bf16* CudaRunner::upload(const HostTensor& t, const char* what) {
@@ -162,6 +192,42 @@ void CudaRunner::forward(const Step& st) {
   const kernels::AttentionBatch ab{dev<int32_t>(L.query_start), dev<int32_t>(L.context_lens),
                                    dev<int32_t>(L.block_tables), L.width, L.seqs, st.max_query_len,
                                    st.max_context_len};
+
+  if (st.decode && T == 1 && persistent_sms_ > 0) {
+    kernels::PersistentDecode p{};
+    p.layers = persistent_layers_.as<kernels::PersistentLayer>();
+    p.embed = embed_;
+    p.final_norm = final_norm_;
+    p.lm_head = lm_head_;
+    p.inv_freq = inv_freq_.as<float>();
+    p.num_layers = c_.num_layers;
+    p.hidden = H;
+    p.intermediate = I;
+    p.num_heads = c_.num_heads;
+    p.num_kv_heads = c_.num_kv_heads;
+    p.vocab = c_.vocab_size;
+    p.block_size = opt_.block_size;
+    p.eps = eps;
+    p.scale = scale;
+    p.token_id = dev<int32_t>(L.token_ids);
+    p.position = positions;
+    p.slot = slots;
+    p.context_len = ab.context_lens;
+    p.block_table = ab.block_tables;
+    p.h = res;
+    p.qkv = qkv;
+    p.attn = attn;
+    p.act = act_.as<bf16>();
+    p.logits = logits_.as<float>();
+    p.workspace = persistent_ws_.get();
+    static const int skip = [] {  // timing experiments: see kernels::kPersistentSkip*
+      const char* e = std::getenv("NVLLM_PERSISTENT_SKIP");
+      return e != nullptr ? std::atoi(e) : 0;
+    }();
+    p.skip = skip;
+    kernels::persistent_decode(p, persistent_sms_, s);
+    return;
+  }
 
   kernels::embedding(dev<int32_t>(L.token_ids), embed_, x, T, H, s);
   // The first add_rmsnorm then sets residual = embedding (0 + x is exact in bf16).

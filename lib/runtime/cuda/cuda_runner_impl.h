@@ -51,6 +51,7 @@ class CudaRunner final : public Runner {
   void allocate_buffers();
   void size_kv_cache();
   void capture_graphs();
+  void setup_persistent_decode();
   void forward(const Step& step);
   // Whether an m-row projection with k inputs goes to the small-batch gemv.
   bool use_gemv(int m, int k) const;
@@ -94,6 +95,10 @@ class CudaRunner final : public Runner {
   DeviceBuffer kv_;  // [layers][k, v][blocks, block_size, kv_heads, head_dim]
   std::vector<bf16*> k_cache_, v_cache_;
   int num_blocks_ = 0;
+
+  // The batch-1 persistent decode kernel: on when persistent_sms_ > 0.
+  int persistent_sms_ = 0;
+  DeviceBuffer persistent_layers_, persistent_ws_;
 
   std::map<std::pair<int, int>, CudaGraphExec> graphs_;  // (context bound, padded size) -> graph
   SamplerExtras extras_;
