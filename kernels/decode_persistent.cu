@@ -32,6 +32,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -730,17 +731,10 @@ size_t persistent_decode_workspace_bytes(int num_sms) {
 
 void persistent_decode(const PersistentDecode& p, int num_sms, cudaStream_t stream) {
   const size_t smem = smem_layout(p.hidden, p.intermediate, p.num_heads, p.num_kv_heads, num_sms).total;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(num_sms);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, persistent_decode_kernel, p));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;  // every block resident: the grid barriers rely on it
+  attr.val.cooperative = 1;
+  launch_with({&attr, 1}, persistent_decode_kernel, dim3(num_sms), dim3(kThreads), smem, stream, p);
 }
 
 }  // namespace nvllm::kernels

@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include <span>
 #include <utility>
 
 #include "kernels/cuda_check.h"
@@ -42,6 +43,20 @@ __device__ __forceinline__ void pdl_enter() {
 // Whether launches ask for PDL: on for sm_90+ devices unless NVLLM_PDL=0 (for A/B timing).
 bool pdl_enabled();
 
+// kernel<<<grid, block, smem, stream>>>(args...) with launch attributes (cudaLaunchKernelEx).
+template <typename... Params, typename... Args>
+void launch_with(std::span<const cudaLaunchAttribute> attrs, void (*kernel)(Params...), dim3 grid, dim3 block,
+                 size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = const_cast<cudaLaunchAttribute*>(attrs.data());
+  cfg.numAttrs = static_cast<unsigned>(attrs.size());
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when pdl_enabled().
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
@@ -51,17 +66,10 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
     CUDA_CHECK(cudaGetLastError());
     return;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  launch_with({&attr, 1}, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace nvllm::kernels
