@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <string_view>
 #include <thread>
 
 #include "runtime/cpu_ops.h"
@@ -42,21 +43,9 @@ TEST_CASE("cpu_runner bench: 0.5B model prefill and decode" * doctest::skip()) {
   c.attention_bias = true;
   c.tie_word_embeddings = true;
   uint32_t st = 1;
-  ModelWeights w;
-  const int64_t hid = c.hidden_size, inter = c.intermediate_size;
-  w.embed = fast_tensor(st, {c.vocab_size, hid}, 0.05f);
-  for (int l = 0; l < c.num_layers; ++l) {
-    LayerWeights L;
-    L.input_norm = fast_tensor(st, {hid}, 0.1f, 1.0f);
-    L.qkv = fast_tensor(st, {c.qkv_size(), hid}, 0.05f);
-    L.qkv_bias = fast_tensor(st, {c.qkv_size()}, 0.05f);
-    L.o_proj = fast_tensor(st, {hid, c.q_size()}, 0.05f);
-    L.post_norm = fast_tensor(st, {hid}, 0.1f, 1.0f);
-    L.gate_up = fast_tensor(st, {2 * inter, hid}, 0.05f);
-    L.down = fast_tensor(st, {hid, inter}, 0.05f);
-    w.layers.push_back(std::move(L));
-  }
-  w.final_norm = fast_tensor(st, {hid}, 0.1f, 1.0f);
+  ModelWeights w = test::make_weights(c, [&](std::string_view name, std::vector<int64_t> shape) {
+    return name.ends_with("norm") ? fast_tensor(st, std::move(shape), 0.1f, 1.0f) : fast_tensor(st, std::move(shape), 0.05f);
+  });
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   CpuRunner r(c, std::move(w), 16, 256, threads);
   SamplingParams greedy;

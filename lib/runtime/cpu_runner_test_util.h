@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -51,29 +52,42 @@ inline ModelConfig tiny_config(Arch arch, int layers = 2) {
   return c;
 }
 
-inline ModelWeights random_weights(const ModelConfig& c, uint32_t seed) {
-  std::mt19937 rng(seed);
+// Every weight tensor that config c has, in a fixed order, each made by
+// tensor(name, shape); names are Hugging Face's ("embed_tokens", "input_layernorm", "qkv_proj",
+// "qkv_bias", "q_norm", "k_norm", "o_proj", "post_attention_layernorm", "gate_up_proj",
+// "down_proj", "norm", "lm_head"), so a factory tells norms by the "norm" ending.
+template <typename MakeTensor>
+ModelWeights make_weights(const ModelConfig& c, MakeTensor&& tensor) {
   const int64_t hid = c.hidden_size, inter = c.intermediate_size;
   ModelWeights w;
-  w.embed = random_tensor(rng, {c.vocab_size, hid}, 1.0f);
+  w.embed = tensor("embed_tokens", {c.vocab_size, hid});
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights L;
-    L.input_norm = random_tensor(rng, {hid}, 0.2f, 1.0f);
-    L.qkv = random_tensor(rng, {c.qkv_size(), hid}, 0.3f);
-    if (c.attention_bias) L.qkv_bias = random_tensor(rng, {c.qkv_size()}, 0.2f);
+    L.input_norm = tensor("input_layernorm", {hid});
+    L.qkv = tensor("qkv_proj", {c.qkv_size(), hid});
+    if (c.attention_bias) L.qkv_bias = tensor("qkv_bias", {c.qkv_size()});
     if (c.qk_norm) {
-      L.q_norm = random_tensor(rng, {c.head_dim}, 0.2f, 1.0f);
-      L.k_norm = random_tensor(rng, {c.head_dim}, 0.2f, 1.0f);
+      L.q_norm = tensor("q_norm", {c.head_dim});
+      L.k_norm = tensor("k_norm", {c.head_dim});
     }
-    L.o_proj = random_tensor(rng, {hid, c.q_size()}, 0.3f);
-    L.post_norm = random_tensor(rng, {hid}, 0.2f, 1.0f);
-    L.gate_up = random_tensor(rng, {2 * inter, hid}, 0.3f);
-    L.down = random_tensor(rng, {hid, inter}, 0.3f);
+    L.o_proj = tensor("o_proj", {hid, c.q_size()});
+    L.post_norm = tensor("post_attention_layernorm", {hid});
+    L.gate_up = tensor("gate_up_proj", {2 * inter, hid});
+    L.down = tensor("down_proj", {hid, inter});
     w.layers.push_back(std::move(L));
   }
-  w.final_norm = random_tensor(rng, {hid}, 0.2f, 1.0f);
-  if (!c.tie_word_embeddings) w.lm_head = random_tensor(rng, {c.vocab_size, hid}, 0.5f);
+  w.final_norm = tensor("norm", {hid});
+  if (!c.tie_word_embeddings) w.lm_head = tensor("lm_head", {c.vocab_size, hid});
   return w;
+}
+
+inline ModelWeights random_weights(const ModelConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  return make_weights(c, [&](std::string_view name, std::vector<int64_t> shape) {
+    if (name.ends_with("norm")) return random_tensor(rng, std::move(shape), 0.2f, 1.0f);
+    const float scale = name == "embed_tokens" ? 1.0f : name == "lm_head" ? 0.5f : name == "qkv_bias" ? 0.2f : 0.3f;
+    return random_tensor(rng, std::move(shape), scale);
+  });
 }
 
 // One sequence's share of a step: `tokens` at positions start.., stored in `blocks`.

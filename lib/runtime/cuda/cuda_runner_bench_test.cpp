@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
+#include "runtime/cpu_runner_test_util.h"
 #include "runtime/cuda/cuda_runner.h"
 
 namespace nvllm {
@@ -48,22 +50,10 @@ TEST_CASE("gpu.bench.qwen3_0_6b_shape" * doctest::skip()) {
   c.qk_norm = true;
   c.tie_word_embeddings = true;
   uint64_t state = 88172645463325252ull;
-  ModelWeights w;
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
-  w.embed = random_bf16({c.vocab_size, H}, 0.05f, 0.0f, state);
-  for (int l = 0; l < c.num_layers; ++l) {
-    LayerWeights L;
-    L.input_norm = random_bf16({H}, 0.1f, 1.0f, state);
-    L.qkv = random_bf16({c.qkv_size(), H}, 0.05f, 0.0f, state);
-    L.q_norm = random_bf16({c.head_dim}, 0.1f, 1.0f, state);
-    L.k_norm = random_bf16({c.head_dim}, 0.1f, 1.0f, state);
-    L.o_proj = random_bf16({H, c.q_size()}, 0.05f, 0.0f, state);
-    L.post_norm = random_bf16({H}, 0.1f, 1.0f, state);
-    L.gate_up = random_bf16({2 * I, H}, 0.05f, 0.0f, state);
-    L.down = random_bf16({H, I}, 0.03f, 0.0f, state);
-    w.layers.push_back(std::move(L));
-  }
-  w.final_norm = random_bf16({H}, 0.1f, 1.0f, state);
+  ModelWeights w = test::make_weights(c, [&](std::string_view name, std::vector<int64_t> shape) {
+    if (name.ends_with("norm")) return random_bf16(std::move(shape), 0.1f, 1.0f, state);
+    return random_bf16(std::move(shape), name == "down_proj" ? 0.03f : 0.05f, 0.0f, state);
+  });
 
   const int bs = 16, prompt = 512, blocks_per_seq = 1024 / 16;  // 256 x 64 blocks
   SamplingParams greedy;
