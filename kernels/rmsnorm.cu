@@ -11,66 +11,56 @@
 namespace nvllm::kernels {
 namespace {
 
-// Each thread owns the same 8-element groups in both passes, so the second pass reads back
-// only values it wrote itself and needs no barrier beyond the reduction's.
-// x [rows, hidden] (updated in place when kAdd: x = norm(residual + x) * w, residual += x);
-// out [rows, hidden] when !kAdd. hidden % 8 == 0. x_in and out alias in add_rmsnorm, hence
-// no __restrict__ on them.
-template <bool kAdd>
-__global__ void rmsnorm_vec_kernel(const bf16* x_in, bf16* __restrict__ residual,
-                                   const bf16* __restrict__ weight, bf16* out,
-                                   int hidden, float eps) {
-  pdl_enter();
-  __shared__ float scratch[32];
-  const size_t row = size_t(blockIdx.x) * hidden;
-  float sum_sq = 0.f;
-  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
-    float v[8];
-    to_float8(load8(x_in + row + i), v);
-    if constexpr (kAdd) {
-      float r[8];
-      to_float8(load8(residual + row + i), r);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = round_bf16(v[j] + r[j]);  // residual is kept in bf16
-      store8(residual + row + i, from_float8(v));
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
-  }
-  const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
-  const bf16* src = kAdd ? residual : x_in;
-  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
-    float v[8], w[8];
-    to_float8(load8(src + row + i), v);
-    to_float8(load8(weight + i), w);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = w[j] * round_bf16(v[j] * rstd);  // HF: weight * x.to(bf16)
-    store8(out + row + i, from_float8(v));
-  }
+// kWidth values of a row as one access: a 16-byte vector for 8, a single element for 1.
+template <int kWidth>
+__device__ __forceinline__ void load_vals(const bf16* p, float v[kWidth]) {
+  if constexpr (kWidth == 8)
+    to_float8(load8(p), v);
+  else
+    v[0] = __bfloat162float(*p);
+}
+template <int kWidth>
+__device__ __forceinline__ void store_vals(bf16* p, const float v[kWidth]) {
+  if constexpr (kWidth == 8)
+    store8(p, from_float8(v));
+  else
+    *p = __float2bfloat16(v[0]);
 }
 
-// The same for any hidden size, one element per access.
-template <bool kAdd>
-__global__ void rmsnorm_scalar_kernel(const bf16* x_in, bf16* __restrict__ residual,
-                                      const bf16* __restrict__ weight, bf16* out,
-                                      int hidden, float eps) {
+// Each thread owns the same kWidth-element groups in both passes, so the second pass reads
+// back only values it wrote itself and needs no barrier beyond the reduction's.
+// x [rows, hidden] (updated in place when kAdd: x = norm(residual + x) * w, residual += x);
+// out [rows, hidden] when !kAdd. hidden % kWidth == 0. x_in and out alias in add_rmsnorm,
+// hence no __restrict__ on them.
+template <int kWidth, bool kAdd>
+__global__ void rmsnorm_kernel(const bf16* x_in, bf16* __restrict__ residual, const bf16* __restrict__ weight,
+                               bf16* out, int hidden, float eps) {
   pdl_enter();
   __shared__ float scratch[32];
   const size_t row = size_t(blockIdx.x) * hidden;
   float sum_sq = 0.f;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    float v = __bfloat162float(x_in[row + i]);
+  for (int i = threadIdx.x * kWidth; i < hidden; i += blockDim.x * kWidth) {
+    float v[kWidth];
+    load_vals<kWidth>(x_in + row + i, v);
     if constexpr (kAdd) {
-      v = round_bf16(v + __bfloat162float(residual[row + i]));
-      residual[row + i] = __float2bfloat16(v);
+      float r[kWidth];
+      load_vals<kWidth>(residual + row + i, r);
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j) v[j] = round_bf16(v[j] + r[j]);  // residual is kept in bf16
+      store_vals<kWidth>(residual + row + i, v);
     }
-    sum_sq += v * v;
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) sum_sq += v[j] * v[j];
   }
   const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
   const bf16* src = kAdd ? residual : x_in;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    const float v = __bfloat162float(src[row + i]);
-    out[row + i] = __float2bfloat16(__bfloat162float(weight[i]) * round_bf16(v * rstd));
+  for (int i = threadIdx.x * kWidth; i < hidden; i += blockDim.x * kWidth) {
+    float v[kWidth], w[kWidth];
+    load_vals<kWidth>(src + row + i, v);
+    load_vals<kWidth>(weight + i, w);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) v[j] = w[j] * round_bf16(v[j] * rstd);  // HF: weight * x.to(bf16)
+    store_vals<kWidth>(out + row + i, v);
   }
 }
 
@@ -82,7 +72,7 @@ void launch(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int nu
   const int per_thread = vec ? 8 : 1;
   // One thread per 8-element group, whole warps, at most 1024 threads (larger rows loop).
   const int threads = std::clamp((hidden / per_thread + 31) / 32 * 32, 32, 1024);
-  launch_pdl(vec ? rmsnorm_vec_kernel<kAdd> : rmsnorm_scalar_kernel<kAdd>, dim3(num_tokens), dim3(threads), 0, stream,
+  launch_pdl(vec ? rmsnorm_kernel<8, kAdd> : rmsnorm_kernel<1, kAdd>, dim3(num_tokens), dim3(threads), 0, stream,
              x, residual, weight, out, hidden, eps);
 }
 

@@ -25,7 +25,7 @@ std::vector<float> rmsnorm_ref(const std::vector<float>& x, const std::vector<fl
 }  // namespace
 
 TEST_CASE("gpu.kernels.rmsnorm matches the CPU reference") {
-  for (int hidden : {1024, 4096, 8192, 200}) {
+  for (int hidden : {1024, 4096, 8192, 200, 100}) {  // 100: the one-element-access path
     std::mt19937 rng(7 + hidden);
     const int rows = 33;
     const float eps = 1e-6f;
@@ -42,7 +42,7 @@ TEST_CASE("gpu.kernels.rmsnorm matches the CPU reference") {
 }
 
 TEST_CASE("gpu.kernels.add_rmsnorm updates the residual and normalises it") {
-  for (int hidden : {1024, 5120, 200}) {
+  for (int hidden : {1024, 5120, 200, 100}) {
     std::mt19937 rng(11 + hidden);
     const int rows = 17;
     const float eps = 1e-5f;
