@@ -50,6 +50,21 @@ __device__ __forceinline__ float silu_mul_one(float g, float u) {
   return round_bf16(g / (1.f + __expf(-g))) * u;
 }
 
+// One rotation pair (i, i + head_dim / 2) of a q or k head as Hugging Face computes it in bf16:
+// the head's RMSNorm when norm_w is non-null (x * rstd rounded to bf16, times the weight,
+// rounded again), then the neox rotation by pos * inv_freq_i. Returns the two rotated values
+// rounded to bf16. Shared by qk_norm_rope_cache and the fused batch-1 attention kernel.
+__device__ __forceinline__ float2 norm_rope_pair(float a, float b, float rstd, const __nv_bfloat16* norm_w, int i,
+                                                 int half, float pos, float inv_freq) {
+  if (norm_w != nullptr) {
+    a = round_bf16(__bfloat162float(norm_w[i]) * round_bf16(a * rstd));
+    b = round_bf16(__bfloat162float(norm_w[i + half]) * round_bf16(b * rstd));
+  }
+  float s, c;
+  sincosf(pos * inv_freq, &s, &c);  // accurate sincos: positions reach tens of thousands
+  return make_float2(round_bf16(a * c - b * s), round_bf16(b * c + a * s));
+}
+
 template <int kWidth = 32>
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

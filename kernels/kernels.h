@@ -92,49 +92,53 @@ void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf
                       int block_size, float scale, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream);
 
-// --- The batch-1 decode step as one persistent kernel (decode_persistent.cu) ---
+// --- Batch-1 decode as four fused kernels per layer (decode_fused.cu) ---
 
-constexpr int kPersistentMaxGroup = 4;         // q heads per kv head it supports
-constexpr size_t kPersistentSyncBytes = 1024;  // the grid barrier's counter, zeroed once
+constexpr int kFusedMaxGroup = 4;  // q heads per kv head the fused attention kernel supports
 
-// One layer's weights and caches, as the kernel reads them from a device array.
-struct PersistentLayer {
+struct FusedDecodeShape {
+  int hidden, intermediate, num_heads, num_kv_heads, head_dim, block_size;
+};
+
+// How the fused path runs on this device; cluster == 0 when it does not apply (`why` says why).
+struct FusedDecodePlan {
+  FusedDecodeShape shape{};
+  int cluster = 0;  // CTAs per kv head in the attention kernel (a thread-block cluster)
+  int grid = 0;     // CTAs of the projection kernels (the SM count)
+  const char* why = nullptr;
+};
+
+// One layer's weights and caches, and the next layer's first two projections (null after the
+// last layer), which this layer's kernels ask L2 for ahead of time.
+struct FusedDecodeLayer {
   const bf16 *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o_proj, *post_norm, *gate_up, *down;
   bf16 *k_cache, *v_cache;
+  const bf16 *next_qkv, *next_o_proj;
 };
 
-struct PersistentDecode {
-  const PersistentLayer* layers;  // device, [num_layers]
-  const bf16 *embed, *final_norm, *lm_head;
-  const float* inv_freq;          // [head_dim / 2]
-  int num_layers, hidden, intermediate, num_heads, num_kv_heads, vocab, block_size;
+// The step's one sequence (device pointers): its position, cache slot (< 0: not written),
+// context length (the new token included) and block-table row; the residual stream h [hidden]
+// (updated in place), and scratch for the attention output [num_heads * head_dim] and the MLP
+// activation [intermediate].
+struct FusedDecodeStep {
+  const int32_t *position, *slot, *context_len, *block_table;
+  const float* inv_freq;  // [head_dim / 2]
   float eps, scale;
-  // The step's one sequence (device): its new token, position, cache slot (< 0: not written),
-  // context length (the new token included) and block-table row.
-  const int32_t *token_id, *position, *slot, *context_len, *block_table;
-  // Scratch (device): h [hidden] (the residual stream), qkv [(H + 2 KVH) * D], attn [H * D],
-  // act [intermediate]; logits [vocab] fp32 out; workspace of
-  // persistent_decode_workspace_bytes(), its first kPersistentSyncBytes zeroed before first use
-  // (every launch leaves them zero again).
-  bf16 *h, *qkv, *attn, *act;
-  float* logits;
-  void* workspace;
-  // Timing experiments only (wrong results): kPersistentSkip* bits leave parts out.
-  int skip = 0;
+  bf16 *h, *attn, *act;
+  // Timing only (null otherwise): the four kernels of this layer record, per CTA, globaltimer
+  // stamps at start, after the PDL wait, once the weights landed, at the end, and the SM id, at
+  // trace + (kernel * kFusedTraceCtas + cta) * kFusedTraceFields.
+  unsigned long long* trace = nullptr;
 };
-constexpr int kPersistentSkipLmHead = 2, kPersistentSkipGridBarrier = 4, kPersistentSkipAttention = 8,
-              kPersistentSkipDots = 16;
+constexpr int kFusedTraceCtas = 256, kFusedTraceFields = 8;
 
-// Experimental, off by default (slower than the separate kernels so far; see its file).
-// Whether the kernel can run this model on the current device (head_dim 128, at most
-// kPersistentMaxGroup q heads per kv head, sm_90+, cooperative launch, one block per SM, a
-// block's share of the largest projections in shared memory):
-// null when it can (and then it is ready to launch), else the reason.
-const char* persistent_decode_setup(int hidden, int intermediate, int num_heads, int num_kv_heads, int head_dim,
-                                    int block_size);
-size_t persistent_decode_workspace_bytes(int num_sms);
-// Embedding, every layer, final norm and LM head of one decode token: logits of the sequence.
-// A cooperative launch of num_sms blocks (the device's multiprocessor count).
-void persistent_decode(const PersistentDecode& params, int num_sms, cudaStream_t stream);
+// Checks the model and device (head_dim 128, 1, 2 or 4 q heads per kv head, sm_90+,
+// a CTA's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable) and prepares the
+// kernels. Throws only on CUDA errors.
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape);
+// One layer of one decode token: h = layer(h), the new k/v written to the cache. Four kernels,
+// launched with PDL.
+void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
+                        cudaStream_t stream);
 
 }  // namespace nvllm::kernels

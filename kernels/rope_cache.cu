@@ -52,14 +52,9 @@ __global__ void qk_norm_rope_cache_kernel(bf16* __restrict__ qkv, const int32_t*
   const float pos = float(positions[t]);
   bf16* cache = (!is_q && slot >= 0) ? k_cache + cache_row + (head - num_heads) * head_dim : nullptr;
   for (int i = lane; i < half; i += 32) {
-    float a = __bfloat162float(x[i]), b = __bfloat162float(x[i + half]);
-    if (norm_w != nullptr) {  // HF rounds the normed head to bf16 before multiplying the weight
-      a = round_bf16(__bfloat162float(norm_w[i]) * round_bf16(a * rstd));
-      b = round_bf16(__bfloat162float(norm_w[i + half]) * round_bf16(b * rstd));
-    }
-    float s, c;
-    sincosf(pos * inv_freq[i], &s, &c);  // accurate sincos: positions reach tens of thousands
-    const bf16 ra = __float2bfloat16(a * c - b * s), rb = __float2bfloat16(b * c + a * s);
+    const float2 r = norm_rope_pair(__bfloat162float(x[i]), __bfloat162float(x[i + half]), rstd, norm_w, i, half,
+                                    pos, inv_freq[i]);
+    const bf16 ra = __float2bfloat16(r.x), rb = __float2bfloat16(r.y);
     x[i] = ra;
     x[i + half] = rb;
     if (cache != nullptr) {

@@ -9,7 +9,8 @@
 #   scripts/gpu_session.sh ncu        per-kernel times of one batch-1 decode step (ncu, eager)
 #   scripts/gpu_session.sh ncu256     the same for a batch-256 decode step at context ~800
 #   scripts/gpu_session.sh pdl        batch-1 decode and the gemv timing case with PDL off, then on
-#   scripts/gpu_session.sh persistent batch-1 decode with the persistent kernel off, then on
+#   scripts/gpu_session.sh fused      batch-1 decode: separate kernels vs the fused path (and long contexts)
+#   scripts/gpu_session.sh nsys       the kernel timeline of one batch-1 decode step (nsys)
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -124,19 +125,30 @@ PY
           --output-json "$out/bench_latency_pdl$pdl.json" 2>&1 | grep -E "decode|GPU" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
       done
       ;;
-    persistent)
+    fused)  # batch-1 decode: separate kernels, the fused path, the fused path with early PDL triggers;
+            # then the fused path at long contexts (LONG_CTX="4096 16384" input lengths)
       make_model
-      for p in 0 1; do
-        NVLLM_PERSISTENT=$p "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 512 \
-          --output-json "$out/bench_latency_persistent$p.json" >"$out/persistent$p.log" 2>&1
-        grep -iE "decode|GPU|tok/s" "$out/persistent$p.log" | sed "s/^/PERSISTENT=$p /" | tee -a "$out/persistent.log"
+      for v in separate:0: fused:1: early:1:early; do
+        IFS=: read -r name on trig <<<"$v"
+        NVLLM_FUSED_DECODE=$on NVLLM_FUSED_TRIGGER=$trig "$bin/nvllm" bench latency --model $model --batch-size 1 \
+          --input-len 128 --output-len 512 --output-json "$out/bench_latency_$name.json" >"$out/fused_$name.log" 2>&1
+        grep -iE "decode|GPU|tok/s" "$out/fused_$name.log" | sed "s/^/$name /" | tee -a "$out/fused.log"
       done
-      # Timing-only variants (wrong outputs): 1 no prefetch, 2 no LM head, 4 no grid barriers,
-      # 8 no attention, 16 no projections; sums of bits combine them.
-      for skip in ${PERSISTENT_SKIPS:-}; do
-        NVLLM_PERSISTENT_SKIP=$skip "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 \
-          --output-len 512 --iterations 1 2>&1 | grep "of which GPU" | sed "s/^/SKIP=$skip /" | tee -a "$out/persistent.log"
+      for len in ${LONG_CTX:-}; do
+        for on in 0 1; do
+          NVLLM_FUSED_DECODE=$on "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len $len --output-len 128 \
+            --max-model-len $((len + 256)) --iterations 1 2>&1 | grep -E "decode|of which GPU" | sed "s/^/ctx=$len fused=$on /" | tee -a "$out/fused.log"
+        done
       done
+      ;;
+    nsys)  # the kernel timeline of one batch-1 decode step (graph nodes traced one by one)
+      make_model
+      command -v nsys >/dev/null || { echo "no nsys on this machine" | tee "$out/nsys.txt"; continue; }
+      nsys profile -o /tmp/step --force-overwrite true --cuda-graph-trace=node \
+        "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 32 --iterations 1 \
+        >"$out/nsys_run.log" 2>&1
+      nsys stats --report cuda_gpu_trace --format csv --output /tmp/step /tmp/step.nsys-rep >/dev/null 2>&1
+      python3 scripts/nsys_step.py /tmp/step_cuda_gpu_trace.csv --rows ${NSYS_ROWS:-40} | tee "$out/nsys.txt"
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <numbers>
 #include <string_view>
@@ -85,35 +86,57 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
 
   allocate_buffers();
   size_kv_cache();
-  setup_persistent_decode();
+  setup_fused_decode();
   if (!opt_.enforce_eager) capture_graphs();
 }
 
-// The persistent batch-1 decode kernel, where the model and device allow it; after the KV
-// cache exists (its layer array holds the cache addresses), before the graphs capture it.
-void CudaRunner::setup_persistent_decode() {
-  const char* env = std::getenv("NVLLM_PERSISTENT");
-  const bool on = env != nullptr ? std::string_view(env) != "0" : opt_.persistent_decode;
+// The fused batch-1 decode path, where the model and device allow it; after the KV cache
+// exists (the layers hold the cache addresses), before the graphs capture it.
+void CudaRunner::setup_fused_decode() {
+  const char* env = std::getenv("NVLLM_FUSED_DECODE");
+  const bool on = env != nullptr ? std::string_view(env) != "0" : opt_.fused_decode;
   if (!on) return;
-  const char* why = kernels::persistent_decode_setup(c_.hidden_size, c_.intermediate_size, c_.num_heads,
-                                                     c_.num_kv_heads, c_.head_dim, opt_.block_size);
-  if (why != nullptr) {
-    log_info("batch-1 decode runs as separate kernels: the persistent kernel does not apply (", why, ")");
+  fused_ = kernels::fused_decode_plan(
+      {c_.hidden_size, c_.intermediate_size, c_.num_heads, c_.num_kv_heads, c_.head_dim, opt_.block_size});
+  if (fused_.cluster == 0) {
+    log_info("batch-1 decode runs as separate kernels: the fused path does not apply (", fused_.why, ")");
     return;
   }
-  std::vector<kernels::PersistentLayer> host;
   for (int l = 0; l < c_.num_layers; ++l) {
     const DeviceLayer& d = layers_[l];
-    host.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up, d.down,
-                    k_cache_[l], v_cache_[l]});
+    const DeviceLayer* next = l + 1 < c_.num_layers ? &layers_[l + 1] : nullptr;
+    fused_layers_.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up,
+                             d.down, k_cache_[l], v_cache_[l], next ? next->qkv : nullptr,
+                             next ? next->o_proj : nullptr});
   }
-  persistent_layers_ = DeviceBuffer(host.size() * sizeof(kernels::PersistentLayer));
-  CUDA_CHECK(cudaMemcpy(persistent_layers_.get(), host.data(), persistent_layers_.bytes(), cudaMemcpyHostToDevice));
-  int sms = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, opt_.device));
-  persistent_ws_ = DeviceBuffer(kernels::persistent_decode_workspace_bytes(sms));
-  CUDA_CHECK(cudaMemset(persistent_ws_.get(), 0, persistent_ws_.bytes()));
-  persistent_sms_ = sms;
+  if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) {
+    fused_trace_path_ = trace;
+    fused_trace_ = DeviceBuffer(size_t(c_.num_layers) * 4 * kernels::kFusedTraceCtas * kernels::kFusedTraceFields *
+                                sizeof(unsigned long long));
+    CUDA_CHECK(cudaMemset(fused_trace_.get(), 0, fused_trace_.bytes()));
+  }
+}
+
+// One line per CTA of each fused kernel of the latest step: kernel index (layer * 4 + which),
+// CTA, SM, then the stamps in ns relative to the step's first: start, waited, weights, end and
+// three phase marks inside the attention kernel (-1 where a kernel has none).
+void CudaRunner::write_fused_trace() {
+  std::vector<unsigned long long> t(fused_trace_.bytes() / sizeof(unsigned long long));
+  CUDA_CHECK(cudaMemcpy(t.data(), fused_trace_.get(), fused_trace_.bytes(), cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull;
+  for (size_t i = 0; i < t.size(); i += kernels::kFusedTraceFields)
+    if (t[i] != 0) t0 = std::min(t0, t[i]);
+  std::FILE* f = std::fopen(fused_trace_path_.c_str(), "w");
+  NVLLM_CHECK(f != nullptr, "NVLLM_FUSED_TRACE: cannot write ", fused_trace_path_);
+  for (size_t r = 0; r * kernels::kFusedTraceFields < t.size(); ++r) {
+    const unsigned long long* e = t.data() + r * kernels::kFusedTraceFields;
+    if (e[0] == 0) continue;
+    std::fprintf(f, "%zu %zu %llu", r / kernels::kFusedTraceCtas, r % kernels::kFusedTraceCtas, e[4]);
+    for (int i : {0, 1, 2, 3, 5, 6, 7}) std::fprintf(f, " %lld", e[i] != 0 ? (long long)(e[i] - t0) : -1ll);
+    std::fprintf(f, "\n");
+  }
+  std::fclose(f);
+  CUDA_CHECK(cudaMemset(fused_trace_.get(), 0, fused_trace_.bytes()));
 }
 
 const bf16* CudaRunner::upload(const HostTensor& t, const char* what) {
@@ -193,39 +216,20 @@ void CudaRunner::forward(const Step& st) {
                                    dev<int32_t>(L.block_tables), L.width, L.seqs, st.max_query_len,
                                    st.max_context_len};
 
-  if (st.decode && T == 1 && persistent_sms_ > 0) {
-    kernels::PersistentDecode p{};
-    p.layers = persistent_layers_.as<kernels::PersistentLayer>();
-    p.embed = embed_;
-    p.final_norm = final_norm_;
-    p.lm_head = lm_head_;
-    p.inv_freq = inv_freq_.as<float>();
-    p.num_layers = c_.num_layers;
-    p.hidden = H;
-    p.intermediate = I;
-    p.num_heads = c_.num_heads;
-    p.num_kv_heads = c_.num_kv_heads;
-    p.vocab = c_.vocab_size;
-    p.block_size = opt_.block_size;
-    p.eps = eps;
-    p.scale = scale;
-    p.token_id = dev<int32_t>(L.token_ids);
-    p.position = positions;
-    p.slot = slots;
-    p.context_len = ab.context_lens;
-    p.block_table = ab.block_tables;
-    p.h = res;
-    p.qkv = qkv;
-    p.attn = attn;
-    p.act = act_.as<bf16>();
-    p.logits = logits_.as<float>();
-    p.workspace = persistent_ws_.get();
-    static const int skip = [] {  // timing experiments: see kernels::kPersistentSkip*
-      const char* e = std::getenv("NVLLM_PERSISTENT_SKIP");
-      return e != nullptr ? std::atoi(e) : 0;
-    }();
-    p.skip = skip;
-    kernels::persistent_decode(p, persistent_sms_, s);
+  if (st.decode && T == 1 && fused_.cluster > 0) {
+    // One sequence decoding: embedding straight into the residual stream, four fused kernels
+    // per layer, the final norm and the LM head (kernels/decode_fused.cu).
+    kernels::embedding(dev<int32_t>(L.token_ids), embed_, res, 1, H, s);
+    kernels::FusedDecodeStep fs{positions, slots, ab.context_lens, ab.block_tables, inv_freq_.as<float>(),
+                                      eps, scale, res, attn, act_.as<bf16>()};
+    for (int l = 0; l < c_.num_layers; ++l) {
+      if (!fused_trace_path_.empty())
+        fs.trace = fused_trace_.as<unsigned long long>() +
+                   size_t(l) * 4 * kernels::kFusedTraceCtas * kernels::kFusedTraceFields;
+      kernels::fused_decode_layer(fused_, fs, fused_layers_[l], s);
+    }
+    kernels::rmsnorm(res, final_norm_, x, 1, H, eps, s);
+    kernels::gemv_f32(x, lm_head_, logits_.as<float>(), 1, c_.vocab_size, H, s);
     return;
   }
 
@@ -364,6 +368,7 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   float device_ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&device_ms, step_begin_.get(), step_end_.get()));
   last_step_device_s_ = device_ms * 1e-3;
+  if (!fused_trace_path_.empty() && b.decode_only && T == 1) write_fused_trace();
 
   last_logits_rows_.clear();
   for (int r = 0; r < R; ++r) last_logits_rows_.push_back(use_graph ? packed.sampled_seqs[r] : r);

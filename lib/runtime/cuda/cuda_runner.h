@@ -24,10 +24,10 @@ struct CudaRunnerOptions {
   // decode step from a graph, gemv vs cuBLASLt): batch 1 1.27 vs 1.36 ms, batch 2 1.39 vs 1.39,
   // batch 4 1.64 vs 1.44, batch 8 2.05 vs 1.54; hence 1.
   int gemv_max_batch = 1;
-  // Decode steps of one sequence run as one persistent kernel (kernels/decode_persistent.cu)
-  // where the model and device allow it (NVLLM_PERSISTENT=1 turns it on too). Off by default: on
-  // the H100 it is still slower than the separate kernels (bench/NOTES.md).
-  bool persistent_decode = false;
+  // Decode steps of one sequence run as four fused kernels per layer (kernels/decode_fused.cu)
+  // where the model and device allow it (head_dim 128, sm_90+, weight slices that fit in shared
+  // memory); NVLLM_FUSED_DECODE=0 turns it off. The separate kernels otherwise.
+  bool fused_decode = true;
   int device = 0;
 };
 

@@ -7,9 +7,11 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "runtime/cuda/cuda_runner.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/gemm.h"
@@ -51,7 +53,7 @@ class CudaRunner final : public Runner {
   void allocate_buffers();
   void size_kv_cache();
   void capture_graphs();
-  void setup_persistent_decode();
+  void setup_fused_decode();
   void forward(const Step& step);
   // Whether an m-row projection with k inputs goes to the small-batch gemv.
   bool use_gemv(int m, int k) const;
@@ -96,9 +98,14 @@ class CudaRunner final : public Runner {
   std::vector<bf16*> k_cache_, v_cache_;
   int num_blocks_ = 0;
 
-  // The batch-1 persistent decode kernel: on when persistent_sms_ > 0.
-  int persistent_sms_ = 0;
-  DeviceBuffer persistent_layers_, persistent_ws_;
+  // The fused batch-1 decode path: on when fused_.cluster > 0.
+  kernels::FusedDecodePlan fused_;
+  std::vector<kernels::FusedDecodeLayer> fused_layers_;
+  // NVLLM_FUSED_TRACE=FILE: the fused kernels' timestamps (kernels::FusedDecodeStep::trace) of
+  // the latest batch-1 step, rewritten to FILE after each one. A timing tool.
+  std::string fused_trace_path_;
+  DeviceBuffer fused_trace_;
+  void write_fused_trace();
 
   std::map<std::pair<int, int>, CudaGraphExec> graphs_;  // (context bound, padded size) -> graph
   SamplerExtras extras_;

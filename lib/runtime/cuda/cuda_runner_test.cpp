@@ -218,11 +218,11 @@ RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool
 }
 
 // One sequence: a prompt of 20 tokens, then `decodes` single-token decode steps (the batch-1
-// path: the persistent kernel when `persistent`), the CUDA runner's greedy tokens fed back to
+// path: the fused kernels when `fused`), the CUDA runner's greedy tokens fed back to
 // both runners, or the tokens of `forced` when given (so that two runs see the same inputs).
 // Its cache blocks are scattered (a shuffled block list). Checks every step's logits and
 // greedy token against the CPU runner.
-RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool persistent, int decodes,
+RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool fused, int decodes,
                      const std::vector<int32_t>* forced, double* worst_rel, int* checked_tokens) {
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
@@ -236,7 +236,7 @@ RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bo
   opt.max_model_len = 512;
   opt.num_kv_blocks = num_blocks;
   opt.enforce_eager = enforce_eager;
-  opt.persistent_decode = persistent;
+  opt.fused_decode = fused;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
 
   std::mt19937 rng(seed + 7);
@@ -279,10 +279,11 @@ RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bo
 
 }  // namespace
 
-TEST_CASE("gpu.cuda_runner batch-1 decode: the persistent kernel matches the CPU runner and the separate kernels") {
-  // head_dim 128 (what the persistent kernel supports), q heads per kv head 4 / 2 / 1, o_proj
-  // input (q heads x 128) wider than hidden; 150 decode steps take the context from 21 (one split)
-  // to 170 tokens (six splits of the context).
+TEST_CASE("gpu.cuda_runner batch-1 decode: the fused kernels match the CPU runner and the separate kernels") {
+  // head_dim 128 (what the fused path supports), q heads per kv head 4 / 2 / 1 (so a CTA's rows of
+  // the q/k/v group straddle the q, k and v blocks for some), o_proj input (q heads x 128) wider
+  // than hidden, hidden 256 over ~132 CTAs (one or two rows each: warps share a row). 150 decode
+  // steps take the context from 21 tokens (some CTAs of a cluster get no split) to 170.
   for (Arch arch : {Arch::kQwen3, Arch::kLlama, Arch::kQwen2}) {
     ModelConfig c = gpu_tiny_config(arch);
     c.hidden_size = 256;
@@ -293,21 +294,21 @@ TEST_CASE("gpu.cuda_runner batch-1 decode: the persistent kernel matches the CPU
     const std::string name = arch == Arch::kQwen3 ? "qwen3" : arch == Arch::kLlama ? "llama" : "qwen2";
     INFO(name);
     for (bool eager : {false, true}) {
-      double rel_p = 0, rel_s = 0;
-      int checked_p = 0, checked_s = 0;
-      const RunResult persistent = run_single(c, 11, eager, true, 150, nullptr, &rel_p, &checked_p);
+      double rel_f = 0, rel_s = 0;
+      int checked_f = 0, checked_s = 0;
+      const RunResult fused = run_single(c, 11, eager, true, 150, nullptr, &rel_f, &checked_f);
       std::vector<int32_t> fed;
-      for (const auto& t : persistent.tokens) fed.push_back(t[0]);
-      // The separate kernels on the same inputs: the persistent run's tokens.
+      for (const auto& t : fused.tokens) fed.push_back(t[0]);
+      // The separate kernels on the same inputs: the fused run's tokens.
       const RunResult separate = run_single(c, 11, eager, false, 150, &fed, &rel_s, &checked_s);
       double worst_between = 0;
-      for (size_t step = 0; step < persistent.logits.size(); ++step)
-        worst_between = std::max(worst_between, rel_error(persistent.logits[step].data(), separate.logits[step].data(),
+      for (size_t step = 0; step < fused.logits.size(); ++step)
+        worst_between = std::max(worst_between, rel_error(fused.logits[step].data(), separate.logits[step].data(),
                                                           static_cast<int>(separate.logits[step].size())));
       const std::string mode = eager ? "eager" : "graphs";
-      MESSAGE(name, " ", mode, ": worst logits relative error vs the CPU: persistent ", rel_p, ", separate kernels ",
-              rel_s, "; between them ", worst_between, "; tokens checked against the CPU ", checked_p);
-      CHECK(checked_p >= 75);  // the rest are near-ties of the reference
+      MESSAGE(name, " ", mode, ": worst logits relative error vs the CPU: fused ", rel_f, ", separate kernels ", rel_s,
+              "; between them ", worst_between, "; tokens checked against the CPU ", checked_f);
+      CHECK(checked_f >= 75);  // the rest are near-ties of the reference
       CHECK(worst_between < 1e-2);
     }
   }

@@ -1,0 +1,724 @@
+// Batch-1 decode as four fused kernels per layer: the single-stream latency path.
+//
+// At batch 1 a decode step reads every weight once (1.19 GB for Qwen3-0.6B) and does almost no
+// arithmetic: the floor is the weight stream, 0.39 ms at 3.03 TB/s. As ~255 separate kernels
+// (norms, projections, RoPE, attention and its reduce) the step took 1.14 ms on the H100: every
+// kernel boundary and every dependent L2 round trip of a small kernel sits on the critical path.
+// Here a layer is four kernels, each a grid of about one CTA per SM that owns a contiguous run of
+// weight rows:
+//   attention  x = rmsnorm(h); qkv = x W_qkv^T (+ bias); q/k norm + RoPE; the new k/v into the
+//              cache; attention over the context. One thread-block cluster per kv head: its CTAs
+//              share the head's q/k/v rows, exchange their outputs through distributed shared
+//              memory, split the context among themselves and merge the splits the same way.
+//   o_proj     h += attn W_o^T
+//   gate_up    x = rmsnorm(h); act = silu(x W_gate^T) * (x W_up^T)
+//   down       h += act W_down^T
+// Every kernel is launched with PDL (launch.cuh) and, before it waits for the kernel ahead of it,
+// starts a TMA copy of its weight rows into shared memory (and the attention kernel asks L2 for
+// its part of the cached K/V): the weights of one kernel stream in while the one before it still
+// runs, and after the wait a CTA reads only a few KB of activations. The residual stream h is
+// updated in place: each of its rows has one writer, and every reader waits for that writer.
+// Values that the separate kernels (and Hugging Face) keep in bf16 are rounded at the same points.
+//
+// Activations written by an earlier kernel of the chain are read with ld.global.cg (L2, not the
+// SM's L1): with PDL a CTA can be resident before its producer finishes.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
+#include "kernels/common.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+#include "kernels/launch.cuh"
+#include "kernels/tma.cuh"
+
+namespace nvllm::kernels {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kD = 128;                      // head_dim
+[[maybe_unused]] constexpr int kTokenGroups = kThreads / 16;  // attention: 16 lanes hold one token's 128 dims
+[[maybe_unused]] constexpr int kPrefetchTokens = 64;          // per CTA: cached K/V asked into L2 before the wait
+constexpr int kScratchFloats = 64;
+constexpr int kFlagEarly = 1, kFlagEvict = 2;  // kernel `flags`: PDL trigger before the wait; weights evict-first           // block_sum (32) and block_dots (2 per warp)
+[[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kThreads == 2 * kD, "the cache write gives one thread to each new k and v value");
+
+__host__ __device__ inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// --- shared memory (byte offsets, computed the same way on host and device) ---
+
+// A projection kernel: its weight rows, the input vector, the residual rows it updates, scratch,
+// the mbarrier of the copy.
+struct ProjLayout {
+  size_t w, x, res, red, bar, total;
+};
+
+__host__ __device__ inline ProjLayout proj_layout(size_t weight_bytes, int k, int res_rows) {
+  ProjLayout L;
+  L.w = 0;
+  L.x = align_up(weight_bytes, 128);
+  L.res = align_up(L.x + size_t(k) * 2, 16);
+  L.red = align_up(L.res + size_t(res_rows) * 4, 16);
+  L.bar = L.red + kScratchFloats * 4;
+  L.total = L.bar + 8;
+  return L;
+}
+
+// The attention kernel: its rows of the kv head's q/k/v weights, the normed input, its rows'
+// outputs, the group's q (roped, scaled) / new k / new v (filled by every CTA of the cluster),
+// per-warp attention partials, the inbox where each split's CTA leaves its partial result of the
+// outputs this CTA finishes, scratch, the mbarrier.
+struct AttnLayout {
+  int rows;  // rows of the group's (G + 2) * 128 per CTA
+  int outs;  // outputs of the group (G * 128) this CTA finishes
+  size_t w, x, mine, qkv, acc, ml, inbox, red, bar, total;
+};
+
+__host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster) {
+  AttnLayout L;
+  L.rows = (group + 2) * kD / cluster;
+  L.outs = group * kD / cluster;
+  L.w = 0;
+  L.x = align_up(size_t(L.rows) * hidden * 2, 128);
+  L.mine = align_up(L.x + size_t(hidden) * 2, 16);
+  L.qkv = align_up(L.mine + size_t(L.rows) * 4, 16);
+  L.acc = L.qkv + size_t(group + 2) * kD * 4;
+  L.ml = L.acc + size_t(kWarps) * group * kD * 4;
+  L.inbox = L.ml + size_t(kWarps) * group * 2 * 4;
+  L.red = align_up(L.inbox + size_t(cluster) * (L.outs + 2) * 4, 16);
+  L.bar = L.red + kScratchFloats * 4;
+  L.total = L.bar + 8;
+  return L;
+}
+
+// --- building blocks ---
+
+__device__ __forceinline__ Bf16x8 load8_cg(const bf16* p) {
+  const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p));
+  return *reinterpret_cast<const Bf16x8*>(&v);
+}
+
+// This CTA's rows of an n-row matrix split evenly over the grid.
+__device__ __forceinline__ void my_rows(int n, int* r0, int* r1) {
+  *r0 = int(int64_t(n) * blockIdx.x / gridDim.x);
+  *r1 = int(int64_t(n) * (blockIdx.x + 1) / gridDim.x);
+}
+
+// Timing (FusedDecodeStep::trace): thread 0 of each CTA stamps the moments of its life.
+struct Tracer {
+  unsigned long long* p;  // this kernel's records, or null
+  enum { kStart, kWaited, kWeights, kEnd, kSm, kPhase1, kPhase2, kPhase3 };
+  __device__ Tracer(unsigned long long* base, int kernel)
+      : p(base != nullptr && blockIdx.x < kFusedTraceCtas
+              ? base + (size_t(kernel) * kFusedTraceCtas + blockIdx.x) * kFusedTraceFields
+              : nullptr) {
+    mark(kStart);
+  }
+  __device__ void mark(int what) const {
+    if (p == nullptr || threadIdx.x != 0) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    p[what] = t;
+    if (what == kStart) {
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      p[kSm] = sm;
+    }
+  }
+  __device__ void end() const {
+    if (p == nullptr) return;
+    __syncthreads();
+    mark(kEnd);
+  }
+};
+
+// Weight copies: evict-first in L2 unless NVLLM_FUSED_EVICT=0 (timing experiments).
+__device__ __forceinline__ void bulk_copy_w(void* dst, const void* src, unsigned bytes, uint64_t* bar, int evict) {
+  if (evict)
+    bulk_copy<true>(dst, src, bytes, bar);
+  else
+    bulk_copy<false>(dst, src, bytes, bar);
+}
+
+// Starts the copy of `bytes` at src into shared dst, completing on bar (thread 0 only).
+__device__ __forceinline__ void start_copy(bf16* dst, const bf16* src, unsigned bytes, uint64_t* bar, int flags) {
+  if (threadIdx.x != 0) return;
+  mbar_init(bar);
+  mbar_expect(bar, bytes);
+  if (bytes > 0) bulk_copy_w(dst, src, bytes, bar, flags & kFlagEvict);
+}
+
+// The PDL handshake. `early`: let the next kernel launch (and start its weight copy) before
+// waiting for this kernel's inputs, rather than after.
+__device__ __forceinline__ void wait_inputs(int early) {
+  if (early) pdl_launch_dependents();
+  pdl_wait();
+  if (!early) pdl_launch_dependents();
+}
+
+// x = src [n] (written by the previous kernel).
+__device__ void load_vector(const bf16* src, int n, bf16* x) {
+  for (int i = threadIdx.x * 8; i < n; i += kThreads * 8) store8(x + i, load8_cg(src + i));
+  __syncthreads();
+}
+
+// x = rmsnorm(h) * w [n], rounded as the rmsnorm kernel rounds it.
+__device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16* x, float* scratch) {
+  float ss = 0.f;
+  for (int i = threadIdx.x * 8; i < n; i += kThreads * 8) {
+    const Bf16x8 v8 = load8_cg(h + i);
+    store8(x + i, v8);
+    float v[8];
+    to_float8(v8, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+  }
+  const float rstd = rsqrtf(block_sum(ss, scratch) / n + eps);
+  for (int i = threadIdx.x * 8; i < n; i += kThreads * 8) {  // the elements this thread stored
+    float wf[8], v[8];
+    to_float8(load8(w + i), wf);
+    to_float8(load8(x + i), v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = wf[j] * round_bf16(v[j] * rstd);  // HF: weight * x.to(bf16)
+    store8(x + i, from_float8(v));
+  }
+  __syncthreads();
+}
+
+// Dot products of `units` weight rows in shared memory (row u at w + u * k) with x (shared, k
+// values); kPair: row u pairs with row units + u (gate with up). out(u, s, s_pair) is called once
+// per unit, by one thread. A warp takes whole rows, several at a time so that each chunk of x is
+// read once for all of them; with fewer units than warps, warps share a unit along k.
+template <bool kPair, typename Out>
+__device__ void block_dots(const bf16* w, const bf16* x, int units, int k, float* scratch, Out out) {
+  constexpr int kPerPass = kPair ? 2 : 4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunks = k / 8;
+  auto accumulate = [&](const float xf[8], const bf16* row, float& s) {
+    float wf[8];
+    to_float8(load8(row), wf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s = fmaf(xf[i], wf[i], s);
+  };
+  if (units >= kWarps) {
+    for (int u0 = warp; u0 < units; u0 += kWarps * kPerPass) {  // uniform in the warp
+      float s[kPerPass][2] = {};
+#pragma unroll 2
+      for (int c = lane; c < chunks; c += 32) {
+        float xf[8];
+        to_float8(load8(x + c * 8), xf);
+#pragma unroll
+        for (int j = 0; j < kPerPass; ++j) {
+          const int u = u0 + j * kWarps;
+          if (u >= units) continue;
+          accumulate(xf, w + size_t(u) * k + c * 8, s[j][0]);
+          if constexpr (kPair) accumulate(xf, w + size_t(units + u) * k + c * 8, s[j][1]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPerPass; ++j) {
+        const int u = u0 + j * kWarps;
+        if (u >= units) continue;
+        const float a = warp_sum(s[j][0]), b = kPair ? warp_sum(s[j][1]) : 0.f;
+        if (lane == 0) out(u, a, b);
+      }
+    }
+    return;
+  }
+  const int slices = kWarps / max(units, 1), per = ceil_div(chunks, slices);
+  float a = 0.f, b = 0.f;
+  if (warp < units * slices) {
+    const int u = warp / slices, sl = warp % slices;
+    for (int c = sl * per + lane; c < min(chunks, (sl + 1) * per); c += 32) {
+      float xf[8];
+      to_float8(load8(x + c * 8), xf);
+      accumulate(xf, w + size_t(u) * k + c * 8, a);
+      if constexpr (kPair) accumulate(xf, w + size_t(units + u) * k + c * 8, b);
+    }
+  }
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (lane == 0) {
+    scratch[2 * warp] = a;
+    scratch[2 * warp + 1] = b;
+  }
+  __syncthreads();
+  if (int(threadIdx.x) < units) {
+    float sa = 0.f, sb = 0.f;
+    for (int j = 0; j < slices; ++j) {
+      sa += scratch[2 * (threadIdx.x * slices + j)];
+      sb += scratch[2 * (threadIdx.x * slices + j) + 1];
+    }
+    out(int(threadIdx.x), sa, sb);
+  }
+}
+
+// --- the kernels ---
+
+// Cluster barrier halves (sm_90): arrive (release: this CTA's shared-memory writes, remote ones
+// included, become visible to the others) and wait (acquire).
+[[maybe_unused]] __device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+[[maybe_unused]] __device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// Asks L2 for this CTA's 1/gridDim.x share of [p, p + bytes) (p 16-byte aligned, bytes a
+// multiple of 16): the weights of the kernel after next, so that its TMA copy reads L2. Off by
+// default (NVLLM_FUSED_PREFETCH=1): 7% slower on the H100, the prefetches compete with the
+// copies that are on the critical path.
+__device__ void prefetch_share(const bf16* p, size_t bytes) {
+  if (p == nullptr) return;
+  const size_t per = align_up((bytes + gridDim.x - 1) / gridDim.x, 16);
+  const size_t b0 = min(bytes, per * blockIdx.x), b1 = min(bytes, b0 + per);
+  constexpr size_t kPiece = 16384;
+  for (size_t o = b0 + threadIdx.x * kPiece; o < b1; o += kThreads * kPiece)
+    prefetch_l2_bytes(reinterpret_cast<const char*>(p) + o, unsigned(min(kPiece, b1 - o)));
+}
+
+// One cluster per kv head g; CTA `rank` of C owns rows [rank * rows, (rank + 1) * rows) of the
+// group's q heads, k and v (G + 2 heads of 128 rows), the rank-th of C context splits, and the
+// outputs [rank * outs, (rank + 1) * outs) of the group. Exchanges go by remote stores into the
+// consumer's shared memory followed by one cluster barrier: two barriers in all (2.5% faster a
+// step on the H100 than reading the producers' shared memory after a barrier, which needs three).
+__global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
+                                                             FusedDecodeLayer w, int prefetch, int flags) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) char smem[];
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster_arrive();  // "started": paired with the wait before the first remote store
+  const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int G = shape.num_heads / shape.num_kv_heads, H = shape.hidden, g = blockIdx.x / C;
+  const AttnLayout L = attn_layout(H, G, C);
+  bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
+  bf16* x = reinterpret_cast<bf16*>(smem + L.x);
+  float* mine = reinterpret_cast<float*>(smem + L.mine);
+  float* q = reinterpret_cast<float*>(smem + L.qkv);  // [G][kD], then the new k [kD] and v [kD]
+  float* k_new = q + G * kD;
+  float* v_new = k_new + kD;
+  float* acc = reinterpret_cast<float*>(smem + L.acc);
+  float* ml = reinterpret_cast<float*>(smem + L.ml);
+  float* inbox = reinterpret_cast<float*>(smem + L.inbox);  // [C splits][outs values, m, l]
+  float* red = reinterpret_cast<float*>(smem + L.red);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const Tracer trace(st.trace, 0);
+
+  // Group row i (the G q heads, then k, then v) -> its row of the fused qkv matrix.
+  const int q_rows = G * kD, q_size = shape.num_heads * kD, kv_size = shape.num_kv_heads * kD;
+  auto matrix_row = [&](int i) {
+    return i < q_rows ? g * q_rows + i : i < q_rows + kD ? q_size + g * kD + (i - q_rows)
+                                                         : q_size + kv_size + g * kD + (i - q_rows - kD);
+  };
+  const int i0 = rank * L.rows;
+  if (tid == 0) {
+    mbar_init(bar);
+    mbar_expect(bar, unsigned(L.rows) * H * 2);
+    for (int i = i0; i < i0 + L.rows;) {  // up to three runs: rows of q, k, v
+      const int seg_end = i < q_rows ? q_rows : i < q_rows + kD ? q_rows + kD : q_rows + 2 * kD;
+      const int n = min(seg_end, i0 + L.rows) - i;
+      bulk_copy_w(ws + size_t(i - i0) * H, w.qkv + size_t(matrix_row(i)) * H, unsigned(n) * H * 2, bar,
+                  flags & kFlagEvict);
+      i += n;
+    }
+  }
+  if (prefetch) prefetch_share(w.gate_up, size_t(2) * shape.intermediate * H * 2);
+
+  // This CTA's context split. The cached K/V of its tokens were written by earlier steps, so
+  // they are constants here: the first tokens' go into registers before the wait, the next ones
+  // into L2. 16 groups of 16 lanes walk the tokens, lane `sub` holding dims sub*8 .. sub*8+7.
+  const int ctx = st.context_len[0], bs = shape.block_size;
+  const int per = ceil_div(ctx, C), start = min(ctx, rank * per), end = min(ctx, start + per);
+  const size_t row_stride = size_t(kv_size);  // elements per cache slot: [slot][kv head][kD]
+  auto cache_row = [&](int t) {
+    return (size_t(st.block_table[t / bs]) * bs + t % bs) * row_stride + size_t(g) * kD;
+  };
+  const int grp = tid >> 4, sub = tid & 15;
+  constexpr int kU = 3;  // tokens per group and iteration: 48 per CTA
+  Bf16x8 kv[kU], vv[kU];
+  auto load_tokens = [&](int t0) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int t = t0 + u * kTokenGroups;
+      if (t < end && t != ctx - 1) {
+        kv[u] = load8_cg(w.k_cache + cache_row(t) + sub * 8);
+        vv[u] = load8_cg(w.v_cache + cache_row(t) + sub * 8);
+      }
+    }
+  };
+  load_tokens(start + grp);
+  const int ahead = start + kTokenGroups * kU;  // tokens the first loads do not cover
+  for (int j = tid; j < 2 * min(end - ahead, kPrefetchTokens); j += kThreads) {
+    const int t = ahead + j / 2;
+    if (t != ctx - 1) prefetch_l2_bytes(((j & 1) ? w.v_cache : w.k_cache) + cache_row(t), kD * 2);
+  }
+  wait_inputs(flags & kFlagEarly);
+  trace.mark(Tracer::kWaited);
+
+  load_normed(st.h, w.input_norm, H, st.eps, x, red);
+  mbar_wait(bar, 0);
+  trace.mark(Tracer::kWeights);
+  block_dots<false>(ws, x, L.rows, H, red, [&](int r, float s, float) {
+    float v = round_bf16(s);
+    if (w.qkv_bias != nullptr) v = round_bf16(v + __bfloat162float(w.qkv_bias[matrix_row(i0 + r)]));
+    mine[r] = v;
+  });
+  __syncthreads();
+  cluster_wait();  // every CTA of the cluster has started: remote stores may go
+  for (int i = tid; i < L.rows * C; i += kThreads)  // my rows' outputs into every CTA's q/k/v
+    cluster.map_shared_rank(q, i / L.rows)[i0 + i % L.rows] = mine[i % L.rows];
+  cluster_arrive();
+  cluster_wait();
+  trace.mark(Tracer::kPhase1);
+
+  // Warps 0..G-1: the q heads (normed, roped, scaled for exp2); warp G: the new k.
+  if (warp <= G) {
+    float* head = warp < G ? q + warp * kD : k_new;
+    const bf16* norm_w = warp < G ? w.q_norm : w.k_norm;
+    const float a0 = head[lane], a1 = head[lane + 32], b0 = head[lane + 64], b1 = head[lane + 96];
+    const float rstd = norm_w != nullptr ? rsqrtf(warp_sum(a0 * a0 + a1 * a1 + b0 * b0 + b1 * b1) / kD + st.eps) : 1.f;
+    const float pos = float(st.position[0]);
+    const float2 r0 = norm_rope_pair(a0, b0, rstd, norm_w, lane, kD / 2, pos, st.inv_freq[lane]);
+    const float2 r1 = norm_rope_pair(a1, b1, rstd, norm_w, lane + 32, kD / 2, pos, st.inv_freq[lane + 32]);
+    const float m = warp < G ? st.scale * kLog2e : 1.f;
+    head[lane] = r0.x * m;
+    head[lane + 64] = r0.y * m;
+    head[lane + 32] = r1.x * m;
+    head[lane + 96] = r1.y * m;
+  }
+  __syncthreads();
+  if (rank == 0 && st.slot[0] >= 0) {  // the new token's k and v into the cache
+    const bool is_k = tid < kD;
+    (is_k ? w.k_cache : w.v_cache)[size_t(st.slot[0]) * row_stride + size_t(g) * kD + tid % kD] =
+        __float2bfloat16(is_k ? k_new[tid] : v_new[tid - kD]);
+  }
+  trace.mark(Tracer::kPhase2);
+
+  // Online softmax over the split; the new token's k/v come from shared memory.
+  float m[kFusedMaxGroup], l[kFusedMaxGroup], o[kFusedMaxGroup][8];
+#pragma unroll
+  for (int h = 0; h < kFusedMaxGroup; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[h][i] = 0.f;
+  }
+  // The same trip count for the whole block (the 16-lane shuffles need both half-warps).
+  for (int t0 = start + grp; t0 - grp < end; t0 += kTokenGroups * kU) {
+    if (t0 != start + grp) load_tokens(t0);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int t = t0 + u * kTokenGroups;
+      float kf[8], vf[8];
+      if (t == ctx - 1) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          kf[i] = k_new[sub * 8 + i];
+          vf[i] = v_new[sub * 8 + i];
+        }
+      } else if (t < end) {
+        to_float8(kv[u], kf);
+        to_float8(vv[u], vf);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) kf[i] = vf[i] = 0.f;
+      }
+#pragma unroll
+      for (int h = 0; h < kFusedMaxGroup; ++h) {
+        if (h >= G) continue;
+        const float4 qa = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[0];
+        const float4 qb = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[1];
+        const float qf[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        float d = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d = fmaf(qf[i], kf[i], d);
+        d = warp_sum<16>(d);
+        if (t >= end) continue;
+        const float m_new = fmaxf(m[h], d);
+        const float alpha = exp2f(m[h] - m_new);  // 0 while m[h] is -inf
+        const float p = exp2f(d - m_new);
+        m[h] = m_new;
+        l[h] = l[h] * alpha + p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[h][i] = fmaf(p, vf[i], o[h][i] * alpha);
+      }
+    }
+  }
+  // Merge the two half-warps, then the warps through shared memory.
+#pragma unroll
+  for (int h = 0; h < kFusedMaxGroup; ++h) {
+    if (h >= G) continue;
+    const float mo = __shfl_xor_sync(0xffffffffu, m[h], 16), lo = __shfl_xor_sync(0xffffffffu, l[h], 16);
+    const float mx = fmaxf(m[h], mo);
+    const float a = mx == -INFINITY ? 0.f : exp2f(m[h] - mx), b = mx == -INFINITY ? 0.f : exp2f(mo - mx);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[h][i] = o[h][i] * a + __shfl_xor_sync(0xffffffffu, o[h][i], 16) * b;
+    if (lane < 16) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[(warp * G + h) * kD + sub * 8 + i] = o[h][i];
+      if (lane == 0) {
+        ml[(warp * G + h) * 2] = mx;
+        ml[(warp * G + h) * 2 + 1] = l[h] * a + lo * b;
+      }
+    }
+  }
+  __syncthreads();
+  // This split's result for output i of the group goes to the inbox of the CTA that finishes i.
+  for (int i = tid; i < G * kD; i += kThreads) {
+    const int h = i / kD, d = i % kD;
+    float M = -INFINITY, S = 0.f, A = 0.f;
+    for (int j = 0; j < kWarps; ++j) M = fmaxf(M, ml[(j * G + h) * 2]);
+    for (int j = 0; j < kWarps; ++j) {
+      const float mj = ml[(j * G + h) * 2];
+      if (mj == -INFINITY) continue;  // a warp that saw no token
+      const float sc = exp2f(mj - M);
+      S += ml[(j * G + h) * 2 + 1] * sc;
+      A += acc[(j * G + h) * kD + d] * sc;
+    }
+    float* box = cluster.map_shared_rank(inbox, i / L.outs) + rank * (L.outs + 2);
+    box[i % L.outs] = A;
+    if (i % L.outs == 0) {  // an owner's outputs lie within one head
+      box[L.outs] = M;
+      box[L.outs + 1] = S;
+    }
+  }
+  cluster_arrive();
+  cluster_wait();  // after this no CTA touches another's shared memory: each may leave when done
+  trace.mark(Tracer::kPhase3);
+
+  // Merge the C splits of this CTA's outputs.
+  if (tid < L.outs) {
+    const int oi = rank * L.outs + tid, h = oi / kD, d = oi % kD;
+    float M = -INFINITY;
+    for (int j = 0; j < C; ++j) M = fmaxf(M, inbox[j * (L.outs + 2) + L.outs]);
+    float S = 0.f, A = 0.f;
+    for (int j = 0; j < C; ++j) {
+      const float* box = inbox + j * (L.outs + 2);
+      if (box[L.outs] == -INFINITY) continue;  // a split with no tokens
+      const float sc = exp2f(box[L.outs] - M);
+      S += box[L.outs + 1] * sc;
+      A += box[tid] * sc;
+    }
+    st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(S > 0.f ? A / S : 0.f);
+  }
+  trace.end();
+#endif
+}
+
+// h[r] += x W^T [r] for this CTA's rows (o_proj with x = attn, down with x = act).
+__global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_in, int k, const bf16* w, int n,
+                                                                 bf16* h, const bf16* prefetch, size_t prefetch_bytes,
+                                                                 int flags, unsigned long long* trace_base,
+                                                                 int trace_kernel) {
+  extern __shared__ __align__(128) char smem[];
+  const Tracer trace(trace_base, trace_kernel);
+  int r0, r1;
+  my_rows(n, &r0, &r1);
+  const int max_rows = ceil_div(n, int(gridDim.x));
+  const ProjLayout L = proj_layout(size_t(max_rows) * k * 2, k, max_rows);
+  bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
+  bf16* x = reinterpret_cast<bf16*>(smem + L.x);
+  float* res = reinterpret_cast<float*>(smem + L.res);
+  float* red = reinterpret_cast<float*>(smem + L.red);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
+  start_copy(ws, w + size_t(r0) * k, unsigned(r1 - r0) * k * 2, bar, flags);
+  prefetch_share(prefetch, prefetch_bytes);
+  wait_inputs(flags & kFlagEarly);
+  trace.mark(Tracer::kWaited);
+  if (int(threadIdx.x) < r1 - r0) res[threadIdx.x] = __bfloat162float(__ldcg(h + r0 + threadIdx.x));  // with x
+  load_vector(x_in, k, x);
+  mbar_wait(bar, 0);
+  trace.mark(Tracer::kWeights);
+  block_dots<false>(ws, x, r1 - r0, k, red, [&](int r, float s, float) {
+    h[r0 + r] = __float2bfloat16(res[r] + round_bf16(s));  // the residual is kept in bf16
+  });
+  trace.end();
+}
+
+// act[r] = silu(x W_gate^T [r]) * (x W_up^T [r]) with x = rmsnorm(h), for this CTA's rows.
+__global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const bf16* norm_w, int hidden,
+                                                           const bf16* gate_up, int inter, bf16* act, float eps,
+                                                           const bf16* prefetch, size_t prefetch_bytes, int flags,
+                                                           unsigned long long* trace_base) {
+  extern __shared__ __align__(128) char smem[];
+  const Tracer trace(trace_base, 2);
+  int r0, r1;
+  my_rows(inter, &r0, &r1);
+  const int rows = r1 - r0;
+  const ProjLayout L = proj_layout(2 * size_t(ceil_div(inter, int(gridDim.x))) * hidden * 2, hidden, 0);
+  bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
+  bf16* x = reinterpret_cast<bf16*>(smem + L.x);
+  float* red = reinterpret_cast<float*>(smem + L.red);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
+  if (threadIdx.x == 0) {  // gate rows, then the matching up rows
+    const unsigned bytes = unsigned(rows) * hidden * 2;
+    mbar_init(bar);
+    mbar_expect(bar, 2 * bytes);
+    bulk_copy_w(ws, gate_up + size_t(r0) * hidden, bytes, bar, flags & kFlagEvict);
+    bulk_copy_w(ws + size_t(rows) * hidden, gate_up + size_t(inter + r0) * hidden, bytes, bar, flags & kFlagEvict);
+  }
+  prefetch_share(prefetch, prefetch_bytes);
+  wait_inputs(flags & kFlagEarly);
+  trace.mark(Tracer::kWaited);
+  load_normed(h, norm_w, hidden, eps, x, red);
+  mbar_wait(bar, 0);
+  trace.mark(Tracer::kWeights);
+  block_dots<true>(ws, x, rows, hidden, red, [&](int r, float gs, float us) {
+    act[r0 + r] = __float2bfloat16(silu_mul_one(round_bf16(gs), round_bf16(us)));
+  });
+  trace.end();
+}
+
+// --- host side ---
+
+// NVLLM_FUSED_TRIGGER=early: every kernel lets its successor launch before waiting itself (for
+// A/B timing; the default lets it launch right after).
+int trigger_early() {
+  static const int early = [] {
+    const char* e = std::getenv("NVLLM_FUSED_TRIGGER");
+    return e != nullptr && std::string_view(e) == "early" ? 1 : 0;
+  }();
+  return early;
+}
+
+// Timing experiments: NVLLM_FUSED_PREFETCH=0 leaves out the L2 prefetch of the kernel after
+// next's weights; NVLLM_FUSED_CLUSTER=8 forces clusters of 8.
+int env_int(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e != nullptr ? std::atoi(e) : fallback;
+}
+bool prefetch_ahead() {
+  static const bool on = env_int("NVLLM_FUSED_PREFETCH", 0) != 0;
+  return on;
+}
+
+// NVLLM_FUSED_MIN_SMEM_KB (timing experiments): every fused kernel asks for at least this much
+// shared memory, which caps how many of their CTAs share an SM.
+size_t min_smem() {
+  static const size_t kb = [] {
+    const char* e = std::getenv("NVLLM_FUSED_MIN_SMEM_KB");
+    return e != nullptr ? size_t(std::atoi(e)) : size_t(0);
+  }();
+  return kb * 1024;
+}
+
+// Projection kernels of n rows with k inputs on `grid` CTAs (pairs: gate and up rows, which
+// update no residual).
+size_t proj_smem(int n, int k, int grid, bool pairs) {
+  const int rows = ceil_div(n, grid);
+  return std::max(min_smem(), proj_layout((pairs ? 2 : 1) * size_t(rows) * k * 2, k, pairs ? 0 : rows).total);
+}
+
+size_t attention_smem(const FusedDecodeShape& s, int cluster) {
+  return std::max(min_smem(), attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster).total);
+}
+
+cudaLaunchAttribute cluster_attr(int cluster) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = unsigned(cluster);
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
+}  // namespace
+
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
+  FusedDecodePlan p;
+  p.shape = s;
+  auto no = [&](const char* why) {
+    p.cluster = 0;
+    p.why = why;
+    return p;
+  };
+  if (s.head_dim != kD) return no("head_dim is not 128");
+  if (s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0 || s.num_heads / s.num_kv_heads > kFusedMaxGroup)
+    return no("more than 4 query heads per kv head");
+  if (s.hidden % 8 != 0 || s.intermediate % 8 != 0) return no("hidden or intermediate size not a multiple of 8");
+  if (s.block_size < 1) return no("block size below 1");
+  int device = 0, major = 0, max_smem = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (major < 9) return no("needs sm_90 or newer (clusters, TMA)");
+  p.grid = sms;
+  const int H = s.hidden, I = s.intermediate, q_size = s.num_heads * kD;
+  const size_t o = proj_smem(H, q_size, std::min(H, sms), false), gu = proj_smem(I, H, std::min(I, sms), true),
+               down = proj_smem(H, I, std::min(H, sms), false);
+  if (std::max({o, gu, down}) > size_t(max_smem))
+    return no("a CTA's share of a projection does not fit in shared memory");
+  CUDA_CHECK(cudaFuncSetAttribute(residual_proj_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(std::max(o, down))));
+  CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(gu)));
+  // One shared-memory carveout for all three kernels: an SM runs CTAs of different carveouts
+  // only after draining, which would undo the overlap PDL gives.
+  const char* carve = std::getenv("NVLLM_FUSED_CARVEOUT");
+  if (carve == nullptr || std::string_view(carve) != "0")
+    for (const void* f : {reinterpret_cast<const void*>(attention_kernel), reinterpret_cast<const void*>(residual_proj_kernel),
+                          reinterpret_cast<const void*>(gate_up_kernel)})
+      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  // Clusters of 16 CTAs (non-portable, but H100 has them) put ~one CTA per SM on the attention
+  // kernel's weights and context; 8 where 16 cannot be scheduled.
+  for (int cluster : {16, 8}) {
+    if (cluster > env_int("NVLLM_FUSED_CLUSTER", 16)) continue;
+    const size_t smem = attention_smem(s, cluster);
+    const int outs = s.num_heads / s.num_kv_heads * kD / cluster;
+    if (smem > size_t(max_smem) || kD % outs != 0) continue;  // a CTA's outputs must lie in one head
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(s.num_kv_heads * cluster);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr = cluster_attr(cluster);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int active = 0;
+    if (cudaOccupancyMaxActiveClusters(&active, attention_kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: this size is just not available
+      continue;
+    }
+    if (active >= 1) {
+      p.cluster = cluster;
+      return p;
+    }
+  }
+  return no("no cluster of 16 or 8 CTAs fits the attention kernel (shared memory, or q heads per kv head not 1, 2 or 4)");
+}
+
+void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, const FusedDecodeLayer& w,
+                        cudaStream_t stream) {
+  NVLLM_CHECK(p.cluster > 0, "internal: fused decode without a plan (", p.why ? p.why : "none", ")");
+  const FusedDecodeShape& s = p.shape;
+  const int flags = trigger_early() | (env_int("NVLLM_FUSED_EVICT", 1) ? kFlagEvict : 0), H = s.hidden, I = s.intermediate, q_size = s.num_heads * kD;
+  const int grid_h = std::min(H, p.grid), grid_i = std::min(I, p.grid);
+
+  cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), {}};
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_kernel, dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
+              attention_smem(s, p.cluster), stream, s, st, w, int(prefetch_ahead()), flags);
+  launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), proj_smem(H, q_size, grid_h, false), stream,
+             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, prefetch_ahead() ? w.down : nullptr, size_t(H) * I * 2, flags, st.trace,
+             1);
+  launch_pdl(gate_up_kernel, dim3(grid_i), dim3(kThreads), proj_smem(I, H, grid_i, true), stream,
+             static_cast<const bf16*>(st.h), w.post_norm, H, w.gate_up, I, st.act, st.eps, prefetch_ahead() ? w.next_qkv : nullptr,
+             size_t(q_size + 2 * s.num_kv_heads * kD) * H * 2, flags, st.trace);
+  launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), proj_smem(H, I, grid_h, false), stream,
+             static_cast<const bf16*>(st.act), I, w.down, H, st.h, prefetch_ahead() ? w.next_o_proj : nullptr, size_t(H) * q_size * 2, flags,
+             st.trace, 3);
+}
+
+}  // namespace nvllm::kernels

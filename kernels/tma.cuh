@@ -1,0 +1,82 @@
+// Hopper (sm_90) bulk asynchronous copies: the TMA engine moves a contiguous run of global
+// memory into shared memory and counts the bytes on an mbarrier, so one thread starts a copy of
+// a whole weight slice and the block waits for it later; and bulk L2 prefetches. Every function
+// compiles to nothing before sm_90 (the kernels that use them are only launched on sm_90+).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nvllm::kernels {
+
+[[maybe_unused]] __device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// An mbarrier expecting one arrival (the thread that posts the byte count).
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// One thread: the barrier's current phase completes once `bytes` have landed.
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+
+// One thread: [src, src + bytes) to shared dst, in 32 KB pieces, counted on bar. Both 16-byte
+// aligned, bytes a multiple of 16. kStream: data read once per step (weights), marked
+// evict-first in L2 so that it does not push out what is reused (code, activations, K/V).
+template <bool kStream = false>
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr unsigned kPiece = 32768;
+  uint64_t policy = 0;
+  if constexpr (kStream) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  for (unsigned o = 0; o < bytes; o += kPiece) {
+    if constexpr (kStream) {
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+              smem_addr(dst) + o),
+          "l"(static_cast<const char*>(src) + o), "r"(min(kPiece, bytes - o)), "r"(smem_addr(bar)), "l"(policy)
+          : "memory");
+    } else {
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                       smem_addr(dst) + o),
+                   "l"(static_cast<const char*>(src) + o), "r"(min(kPiece, bytes - o)), "r"(smem_addr(bar))
+                   : "memory");
+    }
+  }
+#endif
+}
+
+// Every thread that reads the copied data: until the phase with this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+
+// Asks L2 for [p, p + bytes): p 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void prefetch_l2_bytes(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#else
+  for (unsigned o = 0; o < bytes; o += 128)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(p) + o));
+#endif
+}
+
+}  // namespace nvllm::kernels

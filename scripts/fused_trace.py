@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Reads the file NVLLM_FUSED_TRACE writes (one line per CTA of each fused batch-1 kernel:
+kernel, cta, sm, start, waited, weights, end, three attention phase marks, in ns) and says where a step's time goes: per kernel
+kind (attention, o_proj, gate_up, down), averaged over the layers after the first,
+  span     its last CTA's end minus the previous kernel's last end (its share of the chain)
+  launch   its first CTA's start minus the previous kernel's last end (negative: launched early)
+  resolve  its first CTA past the PDL wait minus the previous kernel's last end
+  weights  the latest CTA's weights landing minus its wait (positive: the copy was late)
+  work     its last end minus its first CTA past the wait"""
+import collections
+import sys
+
+KINDS = ["attention", "o_proj", "gate_up", "down"]
+
+
+def main():
+    ks = collections.defaultdict(list)
+    for line in open(sys.argv[1]):
+        k, cta, sm, s, w, g, e, p1, p2, p3 = map(int, line.split())
+        ks[k].append((s, w, g, e, sm, p1, p2, p3))
+    order = sorted(ks)
+    stats = collections.defaultdict(lambda: collections.defaultdict(list))
+    prev_end = None
+    for k in order:
+        rows = ks[k]
+        first_start = min(r[0] for r in rows)
+        first_wait = min(r[1] for r in rows)
+        last_end = max(r[3] for r in rows)
+        late = max(r[2] - r[1] for r in rows)
+        if prev_end is not None and k >= 4:
+            st = stats[KINDS[k % 4]]
+            st["span"].append(last_end - prev_end)
+            st["launch"].append(first_start - prev_end)
+            st["resolve"].append(first_wait - prev_end)
+            st["weights"].append(late)
+            st["work"].append(last_end - first_wait)
+            st["ctas"].append(len(rows))
+            st["sms"].append(len(set(r[4] for r in rows)))
+        prev_end = last_end
+    total = max(max(r[3] for r in ks[k]) for k in order) - min(min(r[0] for r in ks[k]) for k in order)
+    print(f"{len(order)} kernels, {total / 1000:.1f} us from the first CTA start to the last end")
+    print(f"{'kernel':10s} {'span':>7s} {'launch':>7s} {'resolve':>7s} {'weights':>7s} {'work':>7s} {'ctas':>5s} {'sms':>5s}   (us, mean over layers 1..)")
+    # Inside the attention kernel: weights -> qkv dots + cluster sync -> gather, RoPE, cache write
+    # -> attention over the split, merges, cluster sync -> final merge, cluster sync.
+    att = [k for k in order if k % 4 == 0 and k >= 4]
+    if att and ks[att[0]][0][5] >= 0:
+        ph = [0.0] * 4
+        for k in att:
+            rows = ks[k]
+            n = len(rows)
+            ph[0] += sum(r[5] - r[2] for r in rows) / n
+            ph[1] += sum(r[6] - r[5] for r in rows) / n
+            ph[2] += sum(r[7] - r[6] for r in rows) / n
+            ph[3] += sum(r[3] - r[7] for r in rows) / n
+        ph = [p / len(att) / 1e3 for p in ph]
+        print(f"attention after its weights (us): dots + sync {ph[0]:.2f}, gather + rope + cache {ph[1]:.2f}, "
+              f"attention + merge + sync {ph[2]:.2f}, final merge + sync {ph[3]:.2f}")
+    for kind in KINDS:
+        st = stats[kind]
+        mean = lambda key: sum(st[key]) / len(st[key]) if st[key] else float("nan")
+        print(f"{kind:10s} {mean('span') / 1e3:7.2f} {mean('launch') / 1e3:7.2f} {mean('resolve') / 1e3:7.2f} "
+              f"{mean('weights') / 1e3:7.2f} {mean('work') / 1e3:7.2f} {mean('ctas'):5.0f} {mean('sms'):5.0f}")
+
+
+if __name__ == "__main__":
+    main()
