@@ -10,7 +10,7 @@
 #   scripts/gpu_session.sh ncu256     the same for a batch-256 decode step at context ~800
 #   scripts/gpu_session.sh pdl        batch-1 decode and the gemv timing case with PDL off, then on
 #   scripts/gpu_session.sh fused      batch-1 decode: separate kernels vs the fused path (and long contexts)
-#   scripts/gpu_session.sh nsys       the kernel timeline of one batch-1 decode step (nsys)
+#   scripts/gpu_session.sh trace      per-CTA timestamps of one fused batch-1 step, summarised
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -141,14 +141,12 @@ PY
         done
       done
       ;;
-    nsys)  # the kernel timeline of one batch-1 decode step (graph nodes traced one by one)
+    trace)  # where a fused batch-1 step's time goes: per-CTA timestamps (NVLLM_FUSED_TRACE)
       make_model
-      command -v nsys >/dev/null || { echo "no nsys on this machine" | tee "$out/nsys.txt"; continue; }
-      nsys profile -o /tmp/step --force-overwrite true --cuda-graph-trace=node \
-        "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 32 --iterations 1 \
-        >"$out/nsys_run.log" 2>&1
-      nsys stats --report cuda_gpu_trace --format csv --output /tmp/step /tmp/step.nsys-rep >/dev/null 2>&1
-      python3 scripts/nsys_step.py /tmp/step_cuda_gpu_trace.csv --rows ${NSYS_ROWS:-40} | tee "$out/nsys.txt"
+      NVLLM_FUSED_TRACE=/tmp/fused_trace.txt "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 \
+        --output-len 256 --iterations 1 >"$out/trace_run.log" 2>&1
+      cp /tmp/fused_trace.txt "$out/"
+      python3 scripts/fused_trace.py /tmp/fused_trace.txt | tee "$out/trace.txt"
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
