@@ -67,6 +67,13 @@ WorkloadSpec spec_from_flags(const BenchFlags& f) {
   return spec;
 }
 
+// Random prompts for this model: token ids are drawn below 10,000 as nano-vLLM does, or below the
+// vocabulary size where that is smaller (small test models).
+std::vector<EngineRequest> random_requests(const LoadedModel& m, WorkloadSpec spec) {
+  spec.token_id_limit = std::min(spec.token_id_limit, m.config.vocab_size);
+  return make_workload(spec);
+}
+
 std::vector<EngineRequest> requests_from_file(const BenchFlags& f, const Tokenizer& tokenizer) {
   std::ifstream in(f.input);
   NVLLM_CHECK(in, "--input ", f.input, ": cannot open the file");
@@ -119,7 +126,7 @@ void warm_up(LoadedModel& m, const BenchFlags& f) {
   spec.input_len = {64, 64};
   spec.output_len = {16, 16};
   spec.seed = f.model.seed + 12345;
-  run_requests(m, make_workload(spec));
+  run_requests(m, random_requests(m, spec));
 }
 
 void emit(const BenchFlags& f, const nlohmann::json& report) {
@@ -139,7 +146,7 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
 int run_throughput(const BenchFlags& f) {
   LoadedModel m = load_model(f.model);
   std::vector<EngineRequest> requests =
-      f.input.empty() ? make_workload(spec_from_flags(f)) : requests_from_file(f, *m.tokenizer);
+      f.input.empty() ? random_requests(m, spec_from_flags(f)) : requests_from_file(f, *m.tokenizer);
   if (f.schedule == "prefix-aware") {
     std::vector<std::span<const int32_t>> prompts;
     for (const EngineRequest& r : requests) prompts.emplace_back(r.prompt_ids);
@@ -231,7 +238,7 @@ int run_latency(const BenchFlags& f) {
   std::vector<double> prefill_s, decode_s, decode_device_s, e2e_s;
   for (int it = 0; it < f.iterations; ++it) {
     spec.seed = f.model.seed + it;
-    RunResult run = run_requests(m, make_workload(spec));
+    RunResult run = run_requests(m, random_requests(m, spec));
     e2e_s.push_back(run.seconds);
     // Prefill is every step up to the one that samples the last sequence's first token; the
     // rest decode one token per sequence.

@@ -34,4 +34,17 @@ assert lat["batch_size"] == 2 and lat["input_len"] == 16 and lat["output_len"] =
 assert lat["decode_step_s"]["p50"] > 0 and lat["prefill_s"]["p50"] > 0, lat
 PY
 grep -q "tok/s" "$tmp/tp.txt"
+
+# A model whose vocabulary is smaller than the 10,000 ids random prompts are drawn from.
+mkdir "$tmp/small"
+cp "$testdata/tiny-qwen3/"* "$tmp/small/"
+python3 - "$tmp/small" <<'PY'
+import json, sys
+for name in ("config.json", "generation_config.json"):
+    c = json.load(open(f"{sys.argv[1]}/{name}"))
+    c.update(vocab_size=300, bos_token_id=1, eos_token_id=2) if name == "config.json" else c.update(bos_token_id=1, eos_token_id=2)
+    json.dump(c, open(f"{sys.argv[1]}/{name}", "w"))
+PY
+"$nvllm" bench latency "${common[@]/$testdata\/tiny-qwen3/$tmp/small}" --batch-size 2 --input-len 16 --output-len 4 \
+  --iterations 1 >"$tmp/small.txt"
 echo "bench_test: ok"
