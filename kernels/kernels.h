@@ -108,12 +108,10 @@ struct FusedDecodePlan {
   const char* why = nullptr;
 };
 
-// One layer's weights and caches, and the next layer's first two projections (null after the
-// last layer), which this layer's kernels ask L2 for ahead of time.
+// One layer's weights and caches.
 struct FusedDecodeLayer {
   const bf16 *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o_proj, *post_norm, *gate_up, *down;
   bf16 *k_cache, *v_cache;
-  const bf16 *next_qkv, *next_o_proj;
 };
 
 // The step's one sequence (device pointers): its position, cache slot (< 0: not written),
@@ -126,11 +124,12 @@ struct FusedDecodeStep {
   float eps, scale;
   bf16 *h, *attn, *act;
   // Timing only (null otherwise): the four kernels of this layer record, per CTA, globaltimer
-  // stamps at start, after the PDL wait, once the weights landed, at the end, and the SM id, at
+  // stamps at start, after the PDL wait, once the weights landed, at the end, phase marks, once
+  // the activations are read, the SM id and clock64 at start and end, at
   // trace + (kernel * kFusedTraceCtas + cta) * kFusedTraceFields.
   unsigned long long* trace = nullptr;
 };
-constexpr int kFusedTraceCtas = 256, kFusedTraceFields = 8;
+constexpr int kFusedTraceCtas = 256, kFusedTraceFields = 12;
 
 // Checks the model and device (head_dim 128, 1, 2 or 4 q heads per kv head, sm_90+,
 // a CTA's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable) and prepares the

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Reads the file NVLLM_FUSED_TRACE writes (one line per CTA of each fused batch-1 kernel:
-kernel, cta, sm, start, waited, weights, end, three attention phase marks, in ns) and says where a step's time goes: per kernel
-kind (attention, o_proj, gate_up, down), averaged over the layers after the first,
+kernel, cta, sm, start, waited, weights, end, three attention phase marks, inputs read, in ns;
+then SM clock cycles from start to end) and says where a step's time goes: per kernel
+kind (attention, o_proj, gate_up, down), averaged over the kernels after the first,
   span     its last CTA's end minus the previous kernel's last end (its share of the chain)
   launch   its first CTA's start minus the previous kernel's last end (negative: launched early)
   resolve  its first CTA past the PDL wait minus the previous kernel's last end
   weights  the latest CTA's weights landing minus its wait (positive: the copy was late)
-  work     its last end minus its first CTA past the wait"""
+  work     its last end minus its first CTA past the wait
+  inputs   the latest CTA's activations read, minus its wait (an L2 round trip or two)
+  MHz      SM clock cycles over nanoseconds, all CTAs"""
 import collections
 import sys
 
@@ -16,8 +19,8 @@ KINDS = ["attention", "o_proj", "gate_up", "down"]
 def main():
     ks = collections.defaultdict(list)
     for line in open(sys.argv[1]):
-        k, cta, sm, s, w, g, e, p1, p2, p3 = map(int, line.split())
-        ks[k].append((s, w, g, e, sm, p1, p2, p3))
+        k, cta, sm, s, w, g, e, p1, p2, p3, inp, cyc = map(int, line.split())
+        ks[k].append((s, w, g, e, sm, p1, p2, p3, inp, cyc))
     order = sorted(ks)
     stats = collections.defaultdict(lambda: collections.defaultdict(list))
     prev_end = None
@@ -27,7 +30,7 @@ def main():
         first_wait = min(r[1] for r in rows)
         last_end = max(r[3] for r in rows)
         late = max(r[2] - r[1] for r in rows)
-        if prev_end is not None and k >= 4:
+        if prev_end is not None and k >= 1:
             st = stats[KINDS[k % 4]]
             st["span"].append(last_end - prev_end)
             st["launch"].append(first_start - prev_end)
@@ -36,10 +39,12 @@ def main():
             st["work"].append(last_end - first_wait)
             st["ctas"].append(len(rows))
             st["sms"].append(len(set(r[4] for r in rows)))
+            st["inputs"].append(max(r[8] - r[1] for r in rows))
+            st["MHz"].append(1e3 * sum(r[9] for r in rows) / max(1, sum(r[3] - r[0] for r in rows)))
         prev_end = last_end
     total = max(max(r[3] for r in ks[k]) for k in order) - min(min(r[0] for r in ks[k]) for k in order)
     print(f"{len(order)} kernels, {total / 1000:.1f} us from the first CTA start to the last end")
-    print(f"{'kernel':10s} {'span':>7s} {'launch':>7s} {'resolve':>7s} {'weights':>7s} {'work':>7s} {'ctas':>5s} {'sms':>5s}   (us, mean over layers 1..)")
+    print(f"{'kernel':10s} {'span':>7s} {'launch':>7s} {'resolve':>7s} {'weights':>7s} {'work':>7s} {'ctas':>5s} {'sms':>5s} {'inputs':>7s} {'MHz':>6s}   (us, mean over kernels after the first)")
     # Inside the attention kernel: weights -> qkv dots + cluster sync -> gather, RoPE, cache write
     # -> attention over the split, merges, cluster sync -> final merge, cluster sync.
     att = [k for k in order if k % 4 == 0 and k >= 4]
@@ -59,7 +64,8 @@ def main():
         st = stats[kind]
         mean = lambda key: sum(st[key]) / len(st[key]) if st[key] else float("nan")
         print(f"{kind:10s} {mean('span') / 1e3:7.2f} {mean('launch') / 1e3:7.2f} {mean('resolve') / 1e3:7.2f} "
-              f"{mean('weights') / 1e3:7.2f} {mean('work') / 1e3:7.2f} {mean('ctas'):5.0f} {mean('sms'):5.0f}")
+              f"{mean('weights') / 1e3:7.2f} {mean('work') / 1e3:7.2f} {mean('ctas'):5.0f} {mean('sms'):5.0f} "
+              f"{mean('inputs') / 1e3:7.2f} {mean('MHz'):6.0f}")
 
 
 if __name__ == "__main__":

@@ -104,10 +104,8 @@ void CudaRunner::setup_fused_decode() {
   }
   for (int l = 0; l < c_.num_layers; ++l) {
     const DeviceLayer& d = layers_[l];
-    const DeviceLayer* next = l + 1 < c_.num_layers ? &layers_[l + 1] : nullptr;
     fused_layers_.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up,
-                             d.down, k_cache_[l], v_cache_[l], next ? next->qkv : nullptr,
-                             next ? next->o_proj : nullptr});
+                             d.down, k_cache_[l], v_cache_[l]});
   }
   if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) {
     fused_trace_path_ = trace;
@@ -118,8 +116,9 @@ void CudaRunner::setup_fused_decode() {
 }
 
 // One line per CTA of each fused kernel of the latest step: kernel index (layer * 4 + which),
-// CTA, SM, then the stamps in ns relative to the step's first: start, waited, weights, end and
-// three phase marks inside the attention kernel (-1 where a kernel has none).
+// CTA, SM, then the stamps in ns relative to the step's first: start, waited, weights, end,
+// three phase marks inside the attention kernel (-1 where a kernel has none), inputs read; then
+// the SM clock cycles from start to end.
 void CudaRunner::write_fused_trace() {
   std::vector<unsigned long long> t(fused_trace_.bytes() / sizeof(unsigned long long));
   CUDA_CHECK(cudaMemcpy(t.data(), fused_trace_.get(), fused_trace_.bytes(), cudaMemcpyDeviceToHost));
@@ -132,8 +131,8 @@ void CudaRunner::write_fused_trace() {
     const unsigned long long* e = t.data() + r * kernels::kFusedTraceFields;
     if (e[0] == 0) continue;
     std::fprintf(f, "%zu %zu %llu", r / kernels::kFusedTraceCtas, r % kernels::kFusedTraceCtas, e[4]);
-    for (int i : {0, 1, 2, 3, 5, 6, 7}) std::fprintf(f, " %lld", e[i] != 0 ? (long long)(e[i] - t0) : -1ll);
-    std::fprintf(f, "\n");
+    for (int i : {0, 1, 2, 3, 5, 6, 7, 8}) std::fprintf(f, " %lld", e[i] != 0 ? (long long)(e[i] - t0) : -1ll);
+    std::fprintf(f, " %lld\n", (long long)(e[10] - e[9]));
   }
   std::fclose(f);
   CUDA_CHECK(cudaMemset(fused_trace_.get(), 0, fused_trace_.bytes()));
