@@ -115,10 +115,10 @@ __device__ __forceinline__ Bf16x8 load8_cg(const bf16* p) {
   return *reinterpret_cast<const Bf16x8*>(&v);
 }
 
-// This CTA's rows of an n-row matrix split evenly over the grid.
+// This CTA's rows of an n-row matrix split evenly over the grid (n * grid < 2^32).
 __device__ __forceinline__ void my_rows(int n, int* r0, int* r1) {
-  *r0 = int(int64_t(n) * blockIdx.x / gridDim.x);
-  *r1 = int(int64_t(n) * (blockIdx.x + 1) / gridDim.x);
+  *r0 = int(unsigned(n) * blockIdx.x / gridDim.x);
+  *r1 = int(unsigned(n) * (blockIdx.x + 1) / gridDim.x);
 }
 
 // Timing (FusedDecodeStep::trace): thread 0 of each CTA stamps the moments of its life.
@@ -269,6 +269,7 @@ __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float*
 // outputs [rank * outs, (rank + 1) * outs) of the group. Exchanges go by remote stores into the
 // consumer's shared memory followed by one cluster barrier: two barriers in all (2.5% faster a
 // step on the H100 than reading the producers' shared memory after a barrier, which needs three).
+template <int G>  // q heads per kv head: 1, 2 or 4 (a template so that only one group's code is fetched)
 __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
                                                              FusedDecodeLayer w, int flags) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   cg::cluster_group cluster = cg::this_cluster();
   cluster_arrive();  // "started": paired with the wait before the first remote store
   const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  const int G = shape.num_heads / shape.num_kv_heads, H = shape.hidden, g = blockIdx.x / C;
+  const int H = shape.hidden, g = blockIdx.x / C;
   const AttnLayout L = attn_layout(H, G, C);
   bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
@@ -374,9 +375,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   trace.mark(Tracer::kPhase2);
 
   // Online softmax over the split; the new token's k/v come from shared memory.
-  float m[kFusedMaxGroup], l[kFusedMaxGroup], o[kFusedMaxGroup][8];
+  float m[G], l[G], o[G][8];
 #pragma unroll
-  for (int h = 0; h < kFusedMaxGroup; ++h) {
+  for (int h = 0; h < G; ++h) {
     m[h] = -INFINITY;
     l[h] = 0.f;
 #pragma unroll
@@ -403,8 +404,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
         for (int i = 0; i < 8; ++i) kf[i] = vf[i] = 0.f;
       }
 #pragma unroll
-      for (int h = 0; h < kFusedMaxGroup; ++h) {
-        if (h >= G) continue;
+      for (int h = 0; h < G; ++h) {
         const float4 qa = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[0];
         const float4 qb = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[1];
         const float qf[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
@@ -425,8 +425,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   }
   // Merge the two half-warps, then the warps through shared memory.
 #pragma unroll
-  for (int h = 0; h < kFusedMaxGroup; ++h) {
-    if (h >= G) continue;
+  for (int h = 0; h < G; ++h) {
     const float mo = __shfl_xor_sync(0xffffffffu, m[h], 16), lo = __shfl_xor_sync(0xffffffffu, l[h], 16);
     const float mx = fmaxf(m[h], mo);
     const float a = mx == -INFINITY ? 0.f : exp2f(m[h] - mx), b = mx == -INFINITY ? 0.f : exp2f(mo - mx);
@@ -576,6 +575,11 @@ size_t attention_smem(const FusedDecodeShape& s, int cluster) {
   return attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster).total;
 }
 
+using AttentionKernel = void (*)(FusedDecodeShape, FusedDecodeStep, FusedDecodeLayer, int);
+AttentionKernel attention_for(int group) {
+  return group == 1 ? attention_kernel<1> : group == 2 ? attention_kernel<2> : attention_kernel<4>;
+}
+
 cudaLaunchAttribute cluster_attr(int cluster) {
   cudaLaunchAttribute a{};
   a.id = cudaLaunchAttributeClusterDimension;
@@ -596,8 +600,9 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
     return p;
   };
   if (s.head_dim != kD) return no("head_dim is not 128");
-  if (s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0 || s.num_heads / s.num_kv_heads > kFusedMaxGroup)
-    return no("more than 4 query heads per kv head");
+  const int group = s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0 ? s.num_heads / s.num_kv_heads : 0;
+  if (group != 1 && group != 2 && group != 4) return no("q heads per kv head not 1, 2 or 4");
+  const AttentionKernel attention = attention_for(group);
   if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0) return no("hidden or intermediate size not a multiple of 32");
   if (s.block_size < 1) return no("block size below 1");
   int device = 0, major = 0, max_smem = 0, sms = 0;
@@ -617,7 +622,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
   CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(gu)));
   // One shared-memory carveout for all three kernels: an SM runs CTAs of different carveouts
   // only after draining, which would undo the overlap PDL gives.
-  for (const void* f : {reinterpret_cast<const void*>(attention_kernel), reinterpret_cast<const void*>(residual_proj_kernel),
+  for (const void* f : {reinterpret_cast<const void*>(attention), reinterpret_cast<const void*>(residual_proj_kernel),
                         reinterpret_cast<const void*>(gate_up_kernel)})
     CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   // Clusters of 16 CTAs (non-portable, but H100 has them) put ~one CTA per SM on the attention
@@ -626,8 +631,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
     const size_t smem = attention_smem(s, cluster);
     const int outs = s.num_heads / s.num_kv_heads * kD / cluster;
     if (smem > size_t(max_smem) || kD % outs != 0) continue;  // a CTA's outputs must lie in one head
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
+    CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(s.num_kv_heads * cluster);
     cfg.blockDim = dim3(kThreads);
@@ -636,7 +641,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int active = 0;
-    if (cudaOccupancyMaxActiveClusters(&active, attention_kernel, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&active, attention, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();  // clear it: this size is just not available
       continue;
     }
@@ -645,7 +650,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
       return p;
     }
   }
-  return no("no cluster of 16 or 8 CTAs fits the attention kernel (shared memory, or q heads per kv head not 1, 2 or 4)");
+  return no("no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
 }
 
 void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, const FusedDecodeLayer& w,
@@ -658,7 +663,7 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), {}};
   attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_kernel, dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
+  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s.num_heads / s.num_kv_heads), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
               attention_smem(s, p.cluster), stream, s, st, w, flags);
   launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), proj_smem(H, q_size, grid_h, false), stream,
              static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, flags, st.trace, 1);

@@ -94,8 +94,6 @@ void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf
 
 // --- Batch-1 decode as four fused kernels per layer (decode_fused.cu) ---
 
-constexpr int kFusedMaxGroup = 4;  // q heads per kv head the fused attention kernel supports
-
 struct FusedDecodeShape {
   int hidden, intermediate, num_heads, num_kv_heads, head_dim, block_size;
 };
