@@ -124,30 +124,29 @@ __device__ __forceinline__ void my_rows(int n, int* r0, int* r1) {
 // Timing (FusedDecodeStep::trace): thread 0 of each CTA stamps the moments of its life.
 struct Tracer {
   unsigned long long* p;  // this kernel's records, or null
-  enum { kStart, kWaited, kWeights, kEnd, kSm, kPhase1, kPhase2, kPhase3, kInputs, kClockStart, kClockEnd };
   __device__ Tracer(unsigned long long* base, int kernel)
       : p(base != nullptr && blockIdx.x < kFusedTraceCtas
               ? base + (size_t(kernel) * kFusedTraceCtas + blockIdx.x) * kFusedTraceFields
               : nullptr) {
-    mark(kStart);
+    mark(kTraceStart);
   }
   __device__ void mark(int what) const {
     if (p == nullptr || threadIdx.x != 0) return;
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     p[what] = t;
-    if (what == kStart) {
+    if (what == kTraceStart) {
       unsigned sm;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-      p[kSm] = sm;
-      p[kClockStart] = clock64();
+      p[kTraceSm] = sm;
+      p[kTraceClockStart] = clock64();
     }
-    if (what == kEnd) p[kClockEnd] = clock64();
+    if (what == kTraceEnd) p[kTraceClockEnd] = clock64();
   }
   __device__ void end() const {
     if (p == nullptr) return;
     __syncthreads();
-    mark(kEnd);
+    mark(kTraceEnd);
   }
 };
 
@@ -331,12 +330,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     if (t != ctx - 1) prefetch_l2_bytes(((j & 1) ? w.v_cache : w.k_cache) + cache_row(t), kD * 2);
   }
   wait_inputs(flags & kFlagEarly);
-  trace.mark(Tracer::kWaited);
+  trace.mark(kTraceWaited);
 
   load_normed(st.h, w.input_norm, H, st.eps, x, red);
-  trace.mark(Tracer::kInputs);
+  trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
-  trace.mark(Tracer::kWeights);
+  trace.mark(kTraceWeights);
   block_dots(ws, x, L.rows, H, dots);
   for (int r = tid; r < L.rows; r += kThreads) {
     float v = round_bf16(dots[r]);
@@ -349,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     cluster.map_shared_rank(q, i / L.rows)[i0 + i % L.rows] = dots[i % L.rows];
   cluster_arrive();
   cluster_wait();
-  trace.mark(Tracer::kPhase1);
+  trace.mark(kTracePhase1);
 
   // Warps 0..G-1: the q heads (normed, roped, scaled for exp2); warp G: the new k.
   if (warp <= G) {
@@ -372,7 +371,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     (is_k ? w.k_cache : w.v_cache)[size_t(st.slot[0]) * row_stride + size_t(g) * kD + tid % kD] =
         __float2bfloat16(is_k ? k_new[tid] : v_new[tid - kD]);
   }
-  trace.mark(Tracer::kPhase2);
+  trace.mark(kTracePhase2);
 
   // Online softmax over the split; the new token's k/v come from shared memory.
   float m[G], l[G], o[G][8];
@@ -462,7 +461,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   }
   cluster_arrive();
   cluster_wait();  // after this no CTA touches another's shared memory: each may leave when done
-  trace.mark(Tracer::kPhase3);
+  trace.mark(kTracePhase3);
 
   // Merge the C splits of this CTA's outputs.
   if (tid < L.outs) {
@@ -500,12 +499,12 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
   copy_rows(ws, k, rows, [&](int i) { return w + size_t(r0 + i) * k; }, bar, flags);
   wait_inputs(flags & kFlagEarly);
-  trace.mark(Tracer::kWaited);
+  trace.mark(kTraceWaited);
   for (int r = threadIdx.x; r < rows; r += kThreads) res[r] = __bfloat162float(__ldcg(h + r0 + r));  // with x
   load_vector(x_in, k, x);
-  trace.mark(Tracer::kInputs);
+  trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
-  trace.mark(Tracer::kWeights);
+  trace.mark(kTraceWeights);
   block_dots(ws, x, rows, k, dots);
   for (int r = threadIdx.x; r < rows; r += kThreads)
     h[r0 + r] = __float2bfloat16(res[r] + round_bf16(dots[r]));  // the residual is kept in bf16
@@ -531,11 +530,11 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
     return gate_up + size_t(i < rows ? r0 + i : inter + r0 + i - rows) * hidden;
   }, bar, flags);
   wait_inputs(flags & kFlagEarly);
-  trace.mark(Tracer::kWaited);
+  trace.mark(kTraceWaited);
   load_normed(h, norm_w, hidden, eps, x, red);
-  trace.mark(Tracer::kInputs);
+  trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
-  trace.mark(Tracer::kWeights);
+  trace.mark(kTraceWeights);
   block_dots(ws, x, 2 * rows, hidden, dots);
   for (int r = threadIdx.x; r < rows; r += kThreads)
     act[r0 + r] = __float2bfloat16(silu_mul_one(round_bf16(dots[r]), round_bf16(dots[rows + r])));

@@ -128,6 +128,14 @@ struct FusedDecodeStep {
   unsigned long long* trace = nullptr;
 };
 constexpr int kFusedTraceCtas = 256, kFusedTraceFields = 12;
+// The fields of one CTA's trace record: globaltimer stamps (ns), the SM id, clock64 stamps.
+enum FusedTraceField {
+  kTraceStart, kTraceWaited, kTraceWeights, kTraceEnd, kTraceSm, kTracePhase1, kTracePhase2, kTracePhase3,
+  kTraceInputs, kTraceClockStart, kTraceClockEnd
+};
+static_assert(kTraceClockEnd < kFusedTraceFields);
+// Trace words of one layer (four kernels).
+constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTraceFields;
 
 // Checks the model and device (head_dim 128, 1, 2 or 4 q heads per kv head, sm_90+,
 // a CTA's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable) and prepares the

@@ -8,8 +8,10 @@
 //    earlier kernel reads (only constants, such as weights, may be touched before it);
 //  - call pdl_wait() on every path, early exits included, so that a kernel's completion
 //    still implies the completion of all kernels before it (the next kernel relies on that);
-//  - call pdl_launch_dependents() once it no longer needs SM room for itself (we call it right
-//    after pdl_wait(): then at most two kernels of the chain are resident at a time).
+//  - call pdl_launch_dependents() once it no longer needs SM room for itself. The separate
+//    kernels call it right after pdl_wait() (at most two kernels of the chain resident at a
+//    time); the fused batch-1 kernels call it just before, so that the next kernel's weight copy
+//    starts while this one waits (decode_fused.cu, wait_inputs).
 // Both are no-ops when the kernel was launched normally or on GPUs before sm_90.
 #pragma once
 

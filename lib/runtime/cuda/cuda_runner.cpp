@@ -109,8 +109,7 @@ void CudaRunner::setup_fused_decode() {
   }
   if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) {
     fused_trace_path_ = trace;
-    fused_trace_ = DeviceBuffer(size_t(c_.num_layers) * 4 * kernels::kFusedTraceCtas * kernels::kFusedTraceFields *
-                                sizeof(unsigned long long));
+    fused_trace_ = DeviceBuffer(size_t(c_.num_layers) * kernels::kFusedTraceLayerWords * sizeof(unsigned long long));
     CUDA_CHECK(cudaMemset(fused_trace_.get(), 0, fused_trace_.bytes()));
   }
 }
@@ -123,16 +122,19 @@ void CudaRunner::write_fused_trace() {
   std::vector<unsigned long long> t(fused_trace_.bytes() / sizeof(unsigned long long));
   CUDA_CHECK(cudaMemcpy(t.data(), fused_trace_.get(), fused_trace_.bytes(), cudaMemcpyDeviceToHost));
   unsigned long long t0 = ~0ull;
-  for (size_t i = 0; i < t.size(); i += kernels::kFusedTraceFields)
-    if (t[i] != 0) t0 = std::min(t0, t[i]);
+  using namespace kernels;
+  for (size_t i = 0; i < t.size(); i += kFusedTraceFields)
+    if (t[i + kTraceStart] != 0) t0 = std::min(t0, t[i + kTraceStart]);
   std::FILE* f = std::fopen(fused_trace_path_.c_str(), "w");
   NVLLM_CHECK(f != nullptr, "NVLLM_FUSED_TRACE: cannot write ", fused_trace_path_);
-  for (size_t r = 0; r * kernels::kFusedTraceFields < t.size(); ++r) {
-    const unsigned long long* e = t.data() + r * kernels::kFusedTraceFields;
-    if (e[0] == 0) continue;
-    std::fprintf(f, "%zu %zu %llu", r / kernels::kFusedTraceCtas, r % kernels::kFusedTraceCtas, e[4]);
-    for (int i : {0, 1, 2, 3, 5, 6, 7, 8}) std::fprintf(f, " %lld", e[i] != 0 ? (long long)(e[i] - t0) : -1ll);
-    std::fprintf(f, " %lld\n", (long long)(e[10] - e[9]));
+  for (size_t r = 0; r * kFusedTraceFields < t.size(); ++r) {
+    const unsigned long long* e = t.data() + r * kFusedTraceFields;
+    if (e[kTraceStart] == 0) continue;
+    std::fprintf(f, "%zu %zu %llu", r / kFusedTraceCtas, r % kFusedTraceCtas, e[kTraceSm]);
+    for (int i : {kTraceStart, kTraceWaited, kTraceWeights, kTraceEnd, kTracePhase1, kTracePhase2, kTracePhase3,
+                  kTraceInputs})
+      std::fprintf(f, " %lld", e[i] != 0 ? (long long)(e[i] - t0) : -1ll);
+    std::fprintf(f, " %lld\n", (long long)(e[kTraceClockEnd] - e[kTraceClockStart]));
   }
   std::fclose(f);
   CUDA_CHECK(cudaMemset(fused_trace_.get(), 0, fused_trace_.bytes()));
@@ -223,8 +225,7 @@ void CudaRunner::forward(const Step& st) {
                                       eps, scale, res, attn, act_.as<bf16>()};
     for (int l = 0; l < c_.num_layers; ++l) {
       if (!fused_trace_path_.empty())
-        fs.trace = fused_trace_.as<unsigned long long>() +
-                   size_t(l) * 4 * kernels::kFusedTraceCtas * kernels::kFusedTraceFields;
+        fs.trace = fused_trace_.as<unsigned long long>() + size_t(l) * kernels::kFusedTraceLayerWords;
       kernels::fused_decode_layer(fused_, fs, fused_layers_[l], s);
     }
     kernels::rmsnorm(res, final_norm_, x, 1, H, eps, s);
