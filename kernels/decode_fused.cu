@@ -14,9 +14,10 @@
 //   gate_up    x = rmsnorm(h); act = silu(x W_gate^T) * (x W_up^T)
 //   down       h += act W_down^T
 // Every kernel is launched with PDL (launch.cuh) and, before it waits for the kernel ahead of it,
-// starts a TMA copy of its weight rows into shared memory (and the attention kernel asks L2 for
-// its part of the cached K/V): the weights of one kernel stream in while the one before it still
-// runs, and after the wait a CTA reads only a few KB of activations. The dot products run on the
+// starts a TMA copy of its weight rows into shared memory, copies its constants (norm weights,
+// RoPE frequencies) there by cp.async, and the attention kernel asks L2 for its part of the cached
+// K/V: the weights of one kernel stream in while the one before it still runs, and after the wait
+// a CTA reads only a few KB of activations. The dot products run on the
 // tensor cores (mma.sync, the weights as A, x as a column of B) in about a fifth of the
 // instructions FMAs take; that bought only 1% of the step (bench/NOTES.md, sixth session): what
 // a kernel spends after its data has landed is mostly not arithmetic. The residual stream h is
@@ -63,17 +64,18 @@ __host__ __device__ inline int row_stride(int k) { return int(align_up(size_t(k)
 // block_dots' per-warp partial sums: kWarps x rows rounded up to whole 16-row tiles.
 __host__ __device__ inline size_t dots_bytes(int rows) { return size_t(kWarps) * align_up(size_t(rows), 16) * 4; }
 
-// A projection kernel: its weight rows, the input vector, the residual rows it updates, the
-// partial dot products, scratch, the mbarrier of the copy.
+// A projection kernel: its weight rows, the input vector, the norm weights of the input (gate_up),
+// the residual rows it updates, the partial dot products, scratch, the mbarrier of the copy.
 struct ProjLayout {
-  size_t w, x, res, dots, red, bar, total;
+  size_t w, x, norm, res, dots, red, bar, total;
 };
 
-__host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows) {
+__host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows, bool normed) {
   ProjLayout L;
   L.w = 0;
   L.x = align_up(size_t(rows) * row_stride(k) * 2, 128);
-  L.res = align_up(L.x + size_t(k) * 2, 16);
+  L.norm = align_up(L.x + size_t(k) * 2, 16);
+  L.res = align_up(L.norm + (normed ? size_t(k) * 2 : 0), 16);
   L.dots = align_up(L.res + size_t(res_rows) * 4, 16);
   L.red = L.dots + dots_bytes(rows);
   L.bar = L.red + kScratchFloats * 4;
@@ -81,14 +83,16 @@ __host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows)
   return L;
 }
 
-// The attention kernel: its rows of the kv head's q/k/v weights, the normed input, its rows'
-// outputs, the group's q (roped, scaled) / new k / new v (filled by every CTA of the cluster),
-// per-warp attention partials, the inbox where each split's CTA leaves its partial result of the
-// outputs this CTA finishes, scratch, the mbarrier.
+// The attention kernel: its rows of the kv head's q/k/v weights, the normed input, the constants
+// it stages before its inputs are ready (input norm weights [hidden], q and k norm weights [kD]
+// each, RoPE frequencies [kD / 2] floats), its rows' outputs, the group's q (roped, scaled) / new
+// k / new v (filled by every CTA of the cluster), per-warp attention partials, the inbox where
+// each split's CTA leaves its partial result of the outputs this CTA finishes, scratch, the
+// mbarrier.
 struct AttnLayout {
   int rows;  // rows of the group's (G + 2) * 128 per CTA
   int outs;  // outputs of the group (G * 128) this CTA finishes
-  size_t w, x, dots, qkv, acc, ml, inbox, red, bar, total;
+  size_t w, x, norm, qk_norm, freq, dots, qkv, acc, ml, inbox, red, bar, total;
 };
 
 __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster) {
@@ -97,7 +101,10 @@ __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int clu
   L.outs = group * kD / cluster;
   L.w = 0;
   L.x = align_up(size_t(L.rows) * row_stride(hidden) * 2, 128);
-  L.dots = align_up(L.x + size_t(hidden) * 2, 16);
+  L.norm = align_up(L.x + size_t(hidden) * 2, 16);
+  L.qk_norm = L.norm + size_t(hidden) * 2;
+  L.freq = L.qk_norm + size_t(2 * kD) * 2;
+  L.dots = align_up(L.freq + size_t(kD / 2) * 4, 16);
   L.qkv = align_up(L.dots + dots_bytes(L.rows), 16);
   L.acc = L.qkv + size_t(group + 2) * kD * 4;
   L.ml = L.acc + size_t(kWarps) * group * kD * 4;
@@ -173,12 +180,21 @@ __device__ void copy_rows(bf16* dst, int k, int rows, Src src, uint64_t* bar, in
     bulk_copy_w(dst + size_t(i) * stride, src(i), unsigned(k) * 2, bar, flags & kFlagEvict);
 }
 
-// The PDL handshake. `early`: let the next kernel launch (and start its weight copy) before
-// waiting for this kernel's inputs, rather than after.
-__device__ __forceinline__ void wait_inputs(int early) {
-  if (early) pdl_launch_dependents();
+// The PDL handshake. kFlagEarly: let the next kernel launch (and start its weight copy) before
+// waiting for this kernel's inputs, rather than after. (At the kernel's very top, before the
+// weight copy and staging are issued, it was 3% slower a step on the H100.)
+__device__ __forceinline__ void wait_inputs(int flags) {
+  if (flags & kFlagEarly) pdl_launch_dependents();
   pdl_wait();
-  if (!early) pdl_launch_dependents();
+  if (!(flags & kFlagEarly)) pdl_launch_dependents();
+}
+
+// Every thread: its 16-byte pieces of [src, src + bytes) (constants) into shared dst by cp.async,
+// which needs no registers: the thread goes on to the PDL trigger and wait at once. Before use:
+// cp_async_wait<0>() and a block barrier.
+__device__ __forceinline__ void stage(void* dst, const void* src, int bytes) {
+  for (int o = threadIdx.x * 16; o < bytes; o += kThreads * 16)
+    cp_async16(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, true);
 }
 
 // x = src [n] (written by the previous kernel).
@@ -187,7 +203,8 @@ __device__ void load_vector(const bf16* src, int n, bf16* x) {
   __syncthreads();
 }
 
-// x = rmsnorm(h) * w [n], rounded as the rmsnorm kernel rounds it.
+// x = rmsnorm(h) * w [n], rounded as the rmsnorm kernel rounds it. w: staged in shared memory
+// (this thread's pieces waited for here; block_sum's barrier publishes everyone's).
 __device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16* x, float* scratch) {
   float ss = 0.f;
   for (int i = threadIdx.x * 8; i < n; i += kThreads * 8) {
@@ -198,6 +215,7 @@ __device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16
 #pragma unroll
     for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
   }
+  cp_async_wait<0>();
   const float rstd = rsqrtf(block_sum(ss, scratch) / n + eps);
   for (int i = threadIdx.x * 8; i < n; i += kThreads * 8) {  // the elements this thread stored
     float wf[8], v[8];
@@ -300,6 +318,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   };
   const int i0 = rank * L.rows;
   copy_rows(ws, H, L.rows, [&](int i) { return w.qkv + size_t(matrix_row(i0 + i)) * H; }, bar, flags);
+  bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
+  bf16* q_norm_s = reinterpret_cast<bf16*>(smem + L.qk_norm);
+  bf16* k_norm_s = q_norm_s + kD;
+  float* freq_s = reinterpret_cast<float*>(smem + L.freq);
+  stage(norm_s, w.input_norm, H * 2);
+  if (w.q_norm != nullptr) stage(q_norm_s, w.q_norm, kD * 2);
+  if (w.k_norm != nullptr) stage(k_norm_s, w.k_norm, kD * 2);
+  stage(freq_s, st.inv_freq, kD / 2 * 4);
+  cp_async_commit();
+  const int position = st.position[0], slot = st.slot[0];  // used after the wait
 
   // This CTA's context split. The cached K/V of its tokens were written by earlier steps, so
   // they are constants here: the first tokens' go into registers before the wait, the next ones
@@ -329,10 +357,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     const int t = ahead + j / 2;
     if (t != ctx - 1) prefetch_l2_bytes(((j & 1) ? w.v_cache : w.k_cache) + cache_row(t), kD * 2);
   }
-  wait_inputs(flags & kFlagEarly);
+  wait_inputs(flags);
   trace.mark(kTraceWaited);
 
-  load_normed(st.h, w.input_norm, H, st.eps, x, red);
+  load_normed(st.h, norm_s, H, st.eps, x, red);
   trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
@@ -353,12 +381,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   // Warps 0..G-1: the q heads (normed, roped, scaled for exp2); warp G: the new k.
   if (warp <= G) {
     float* head = warp < G ? q + warp * kD : k_new;
-    const bf16* norm_w = warp < G ? w.q_norm : w.k_norm;
+    const bf16* norm_w = warp < G ? (w.q_norm != nullptr ? q_norm_s : nullptr) : (w.k_norm != nullptr ? k_norm_s : nullptr);
     const float a0 = head[lane], a1 = head[lane + 32], b0 = head[lane + 64], b1 = head[lane + 96];
     const float rstd = norm_w != nullptr ? rsqrtf(warp_sum(a0 * a0 + a1 * a1 + b0 * b0 + b1 * b1) / kD + st.eps) : 1.f;
-    const float pos = float(st.position[0]);
-    const float2 r0 = norm_rope_pair(a0, b0, rstd, norm_w, lane, kD / 2, pos, st.inv_freq[lane]);
-    const float2 r1 = norm_rope_pair(a1, b1, rstd, norm_w, lane + 32, kD / 2, pos, st.inv_freq[lane + 32]);
+    const float pos = float(position);
+    const float2 r0 = norm_rope_pair(a0, b0, rstd, norm_w, lane, kD / 2, pos, freq_s[lane]);
+    const float2 r1 = norm_rope_pair(a1, b1, rstd, norm_w, lane + 32, kD / 2, pos, freq_s[lane + 32]);
     const float m = warp < G ? st.scale * kLog2e : 1.f;
     head[lane] = r0.x * m;
     head[lane + 64] = r0.y * m;
@@ -366,9 +394,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     head[lane + 96] = r1.y * m;
   }
   __syncthreads();
-  if (rank == 0 && st.slot[0] >= 0) {  // the new token's k and v into the cache
+  if (rank == 0 && slot >= 0) {  // the new token's k and v into the cache
     const bool is_k = tid < kD;
-    (is_k ? w.k_cache : w.v_cache)[size_t(st.slot[0]) * row_stride + size_t(g) * kD + tid % kD] =
+    (is_k ? w.k_cache : w.v_cache)[size_t(slot) * row_stride + size_t(g) * kD + tid % kD] =
         __float2bfloat16(is_k ? k_new[tid] : v_new[tid - kD]);
   }
   trace.mark(kTracePhase2);
@@ -491,14 +519,14 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   int r0, r1;
   my_rows(n, &r0, &r1);
   const int rows = r1 - r0, max_rows = ceil_div(n, int(gridDim.x));
-  const ProjLayout L = proj_layout(max_rows, k, max_rows);
+  const ProjLayout L = proj_layout(max_rows, k, max_rows, false);
   bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* res = reinterpret_cast<float*>(smem + L.res);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
   copy_rows(ws, k, rows, [&](int i) { return w + size_t(r0 + i) * k; }, bar, flags);
-  wait_inputs(flags & kFlagEarly);
+  wait_inputs(flags);
   trace.mark(kTraceWaited);
   for (int r = threadIdx.x; r < rows; r += kThreads) res[r] = __bfloat162float(__ldcg(h + r0 + r));  // with x
   load_vector(x_in, k, x);
@@ -520,7 +548,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   int r0, r1;
   my_rows(inter, &r0, &r1);
   const int rows = r1 - r0;
-  const ProjLayout L = proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0);
+  const ProjLayout L = proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0, true);
   bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
@@ -529,9 +557,12 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   copy_rows(ws, hidden, 2 * rows, [&](int i) {  // gate rows, then the matching up rows
     return gate_up + size_t(i < rows ? r0 + i : inter + r0 + i - rows) * hidden;
   }, bar, flags);
-  wait_inputs(flags & kFlagEarly);
+  bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
+  stage(norm_s, norm_w, hidden * 2);
+  cp_async_commit();
+  wait_inputs(flags);
   trace.mark(kTraceWaited);
-  load_normed(h, norm_w, hidden, eps, x, red);
+  load_normed(h, norm_s, hidden, eps, x, red);
   trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
@@ -549,7 +580,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
 int trigger_early() {
   static const int early = [] {
     const char* e = std::getenv("NVLLM_FUSED_TRIGGER");
-    return e != nullptr && std::string_view(e) == "late" ? 0 : 1;
+    return e != nullptr && std::string_view(e) == "late" ? 0 : kFlagEarly;
   }();
   return early;
 }
@@ -567,7 +598,7 @@ int evict_first() {
 // update no residual).
 size_t proj_smem(int n, int k, int grid, bool pairs) {
   const int rows = ceil_div(n, grid);
-  return pairs ? proj_layout(2 * rows, k, 0).total : proj_layout(rows, k, rows).total;
+  return pairs ? proj_layout(2 * rows, k, 0, true).total : proj_layout(rows, k, rows, false).total;
 }
 
 size_t attention_smem(const FusedDecodeShape& s, int cluster) {
