@@ -284,14 +284,37 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   }
 }
 
+// One row per block. Where vocab % 4 == 0 (every row 16-byte aligned) a thread reads float4s,
+// kLoads of them in flight at a time: a row of 151,936 logits took 40.7 us on the H100 with one
+// dependent 4-byte load per step, a twentieth of a batch-1 decode step.
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ logits, int vocab,
                                                           int32_t* out_ids) {
   __shared__ ArgMax scratch[32];
   const float* row = logits + static_cast<size_t>(blockIdx.x) * vocab;
   ArgMax a{-INFINITY, INT_MAX};
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float v = row[i];
-    if (better(v, i, a.v, a.i)) a = {v, i};
+  if (vocab % 4 == 0) {
+    constexpr int kLoads = 8;
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const int n4 = vocab / 4, stride = static_cast<int>(blockDim.x);
+    for (int base = threadIdx.x; base < n4; base += kLoads * stride) {
+      float4 v[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u)
+        v[u] = base + u * stride < n4 ? row4[base + u * stride] : make_float4(NAN, NAN, NAN, NAN);  // NaN never wins
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int i = 4 * (base + u * stride);
+        if (better(v[u].x, i, a.v, a.i)) a = {v[u].x, i};
+        if (better(v[u].y, i + 1, a.v, a.i)) a = {v[u].y, i + 1};
+        if (better(v[u].z, i + 2, a.v, a.i)) a = {v[u].z, i + 2};
+        if (better(v[u].w, i + 3, a.v, a.i)) a = {v[u].w, i + 3};
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = row[i];
+      if (better(v, i, a.v, a.i)) a = {v, i};
+    }
   }
   a = block_argmax(a, scratch);
   if (threadIdx.x == 0) out_ids[blockIdx.x] = a.i == INT_MAX ? 0 : a.i;

@@ -134,23 +134,36 @@ std::vector<float> random_logits(int rows, int vocab, uint32_t seed, float scale
 }  // namespace
 
 TEST_CASE("gpu.sampling.argmax_rows matches the CPU argmax, lowest id on ties") {
-  const int rows = 5, vocab = 50021;  // odd size: no vector-width assumptions
-  std::vector<float> logits = random_logits(rows, vocab, 1, 2.0f);
-  logits[2 * vocab + 777] = 100.0f;
-  logits[2 * vocab + 50000] = 100.0f;  // tie: 777 must win
-  logits[4 * vocab + vocab - 1] = 100.0f;
-  float* d_logits = to_device(logits);
-  int32_t* d_out = to_device(std::vector<int32_t>(rows, -7));
-  kernels::argmax_rows(d_logits, rows, vocab, d_out, nullptr);
-  const auto out = to_host(d_out, rows);
-  for (int r = 0; r < rows; ++r) {
-    const float* row = logits.data() + static_cast<size_t>(r) * vocab;
-    CHECK(out[r] == std::max_element(row, row + vocab) - row);
+  // An odd vocabulary (scalar loads) and one of 4k (float4 loads, the real models' case).
+  for (const int vocab : {50021, 151936}) {
+    INFO("vocab ", vocab);
+    const int rows = 6;
+    std::vector<float> logits = random_logits(rows, vocab, 1, 2.0f);
+    logits[2 * vocab + 777] = 100.0f;
+    logits[2 * vocab + 50000] = 100.0f;  // tie: 777 must win
+    logits[3 * vocab + 4001] = 50.0f;    // tie inside one float4: 4001 must win over 4002
+    logits[3 * vocab + 4002] = 50.0f;
+    logits[3 * vocab + 4000] = NAN;      // NaN never wins
+    logits[4 * vocab + vocab - 1] = 100.0f;
+    for (int i = 0; i < vocab; ++i) logits[5 * vocab + i] = NAN;  // all NaN: id 0
+    float* d_logits = to_device(logits);
+    int32_t* d_out = to_device(std::vector<int32_t>(rows, -7));
+    kernels::argmax_rows(d_logits, rows, vocab, d_out, nullptr);
+    const auto out = to_host(d_out, rows);
+    for (int r = 0; r < 5; ++r) {
+      const float* row = logits.data() + static_cast<size_t>(r) * vocab;
+      int best = 0;  // the CPU argmax: highest value, lowest id, NaN skipped
+      for (int i = 1; i < vocab; ++i)
+        if (row[i] > row[best] || std::isnan(row[best])) best = i;
+      CHECK(out[r] == best);
+    }
+    CHECK(out[2] == 777);
+    CHECK(out[3] == 4001);
+    CHECK(out[4] == vocab - 1);
+    CHECK(out[5] == 0);
+    cudaFree(d_logits);
+    cudaFree(d_out);
   }
-  CHECK(out[2] == 777);
-  CHECK(out[4] == vocab - 1);
-  cudaFree(d_logits);
-  cudaFree(d_out);
 }
 
 TEST_CASE("gpu.sampling.sample_rows matches the spec's CPU reference") {
