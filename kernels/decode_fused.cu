@@ -319,12 +319,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   const int i0 = rank * L.rows;
   copy_rows(ws, H, L.rows, [&](int i) { return w.qkv + size_t(matrix_row(i0 + i)) * H; }, bar, flags);
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
-  bf16* q_norm_s = reinterpret_cast<bf16*>(smem + L.qk_norm);
-  bf16* k_norm_s = q_norm_s + kD;
+  bf16* q_norm_s = w.q_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) : nullptr;  // null: no q/k norm
+  bf16* k_norm_s = w.k_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) + kD : nullptr;
   float* freq_s = reinterpret_cast<float*>(smem + L.freq);
   stage(norm_s, w.input_norm, H * 2);
-  if (w.q_norm != nullptr) stage(q_norm_s, w.q_norm, kD * 2);
-  if (w.k_norm != nullptr) stage(k_norm_s, w.k_norm, kD * 2);
+  if (q_norm_s != nullptr) stage(q_norm_s, w.q_norm, kD * 2);
+  if (k_norm_s != nullptr) stage(k_norm_s, w.k_norm, kD * 2);
   stage(freq_s, st.inv_freq, kD / 2 * 4);
   cp_async_commit();
   const int position = st.position[0], slot = st.slot[0];  // used after the wait
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   // Warps 0..G-1: the q heads (normed, roped, scaled for exp2); warp G: the new k.
   if (warp <= G) {
     float* head = warp < G ? q + warp * kD : k_new;
-    const bf16* norm_w = warp < G ? (w.q_norm != nullptr ? q_norm_s : nullptr) : (w.k_norm != nullptr ? k_norm_s : nullptr);
+    const bf16* norm_w = warp < G ? q_norm_s : k_norm_s;
     const float a0 = head[lane], a1 = head[lane + 32], b0 = head[lane + 64], b1 = head[lane + 96];
     const float rstd = norm_w != nullptr ? rsqrtf(warp_sum(a0 * a0 + a1 * a1 + b0 * b0 + b1 * b1) / kD + st.eps) : 1.f;
     const float pos = float(position);
