@@ -176,17 +176,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   __syncthreads();
   for (int o = threadIdx.x; o < kHeads * D; o += kThreads) {
     const int h = o / D, d = o % D;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) mx = fmaxf(mx, sm_m[j][h]);
-    float sum = 0.f, a = 0.f;
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) {
-      if (sm_m[j][h] == -INFINITY) continue;  // a group that saw no token
-      const float w = exp2f(sm_m[j][h] - mx);
-      sum += sm_l[j][h] * w;
-      a += sm_acc[j][h][d] * w;
-    }
+    const SoftmaxPart r = merge_softmax(  // a group that saw no token has max -inf
+        kGroups, [&](int j) { return sm_m[j][h]; }, [&](int j) { return sm_l[j][h]; },
+        [&](int j) { return sm_acc[j][h][d]; });
+    const float mx = r.m, sum = r.l, a = r.acc;
     const int head = head0 + h;
     if (used == 1) {
       p.out[size_t(s) * p.num_heads * D + head * D + d] = __float2bfloat16(sum > 0.f ? a / sum : 0.f);

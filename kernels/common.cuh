@@ -65,6 +65,29 @@ __device__ __forceinline__ float2 norm_rope_pair(float a, float b, float rstd, c
   return make_float2(round_bf16(a * c - b * s), round_bf16(b * c + a * s));
 }
 
+// n partial results of one attention output, each from an online softmax over its own tokens
+// (base-2 exponents, as the attention kernels keep them), merged in order: part j has running
+// max m(j) (-inf: it saw no token), sum l(j) and accumulator acc(j). The output is acc / l.
+// Shared by attention_decode and the fused batch-1 attention kernel.
+struct SoftmaxPart {
+  float m, l, acc;
+};
+template <typename M, typename L, typename A>
+__device__ __forceinline__ SoftmaxPart merge_softmax(int n, M m, L l, A acc) {
+  SoftmaxPart r{-INFINITY, 0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < n; ++j) r.m = fmaxf(r.m, m(j));
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    const float mj = m(j);
+    if (mj == -INFINITY) continue;
+    const float w = exp2f(mj - r.m);
+    r.l += l(j) * w;
+    r.acc += acc(j) * w;
+  }
+  return r;
+}
+
 template <int kWidth = 32>
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

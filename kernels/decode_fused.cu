@@ -471,20 +471,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   // This split's result for output i of the group goes to the inbox of the CTA that finishes i.
   for (int i = tid; i < G * kD; i += kThreads) {
     const int h = i / kD, d = i % kD;
-    float M = -INFINITY, S = 0.f, A = 0.f;
-    for (int j = 0; j < kWarps; ++j) M = fmaxf(M, ml[(j * G + h) * 2]);
-    for (int j = 0; j < kWarps; ++j) {
-      const float mj = ml[(j * G + h) * 2];
-      if (mj == -INFINITY) continue;  // a warp that saw no token
-      const float sc = exp2f(mj - M);
-      S += ml[(j * G + h) * 2 + 1] * sc;
-      A += acc[(j * G + h) * kD + d] * sc;
-    }
+    const SoftmaxPart r = merge_softmax(  // a warp that saw no token has max -inf
+        kWarps, [&](int j) { return ml[(j * G + h) * 2]; }, [&](int j) { return ml[(j * G + h) * 2 + 1]; },
+        [&](int j) { return acc[(j * G + h) * kD + d]; });
     float* box = cluster.map_shared_rank(inbox, i / L.outs) + rank * (L.outs + 2);
-    box[i % L.outs] = A;
+    box[i % L.outs] = r.acc;
     if (i % L.outs == 0) {  // an owner's outputs lie within one head
-      box[L.outs] = M;
-      box[L.outs + 1] = S;
+      box[L.outs] = r.m;
+      box[L.outs + 1] = r.l;
     }
   }
   cluster_arrive();
@@ -494,17 +488,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   // Merge the C splits of this CTA's outputs.
   if (tid < L.outs) {
     const int oi = rank * L.outs + tid, h = oi / kD, d = oi % kD;
-    float M = -INFINITY;
-    for (int j = 0; j < C; ++j) M = fmaxf(M, inbox[j * (L.outs + 2) + L.outs]);
-    float S = 0.f, A = 0.f;
-    for (int j = 0; j < C; ++j) {
-      const float* box = inbox + j * (L.outs + 2);
-      if (box[L.outs] == -INFINITY) continue;  // a split with no tokens
-      const float sc = exp2f(box[L.outs] - M);
-      S += box[L.outs + 1] * sc;
-      A += box[tid] * sc;
-    }
-    st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(S > 0.f ? A / S : 0.f);
+    auto box = [&](int j) { return inbox + j * (L.outs + 2); };  // a split with no tokens has max -inf
+    const SoftmaxPart r = merge_softmax(
+        C, [&](int j) { return box(j)[L.outs]; }, [&](int j) { return box(j)[L.outs + 1]; },
+        [&](int j) { return box(j)[tid]; });
+    st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(r.l > 0.f ? r.acc / r.l : 0.f);
   }
   trace.end();
 #endif
