@@ -230,19 +230,6 @@ __device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16
 
 __device__ __forceinline__ uint4 lds16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
 
-// After each warp left its partial sums of `rows` rows at dots[warp * padded + r] (padded: rows
-// rounded up to 16): dots[r] = their sum in warp order, for every thread.
-__device__ void add_warp_dots(int rows, float* dots) {
-  const int padded = int(align_up(size_t(rows), 16));
-  __syncthreads();
-  for (int r = threadIdx.x; r < rows; r += kThreads) {
-    float sum = dots[r];
-    for (int j = 1; j < kWarps; ++j) sum += dots[j * padded + r];
-    dots[r] = sum;
-  }
-  __syncthreads();
-}
-
 // Dot products of `rows` weight rows in shared memory (row r at w + r * row_stride(k)) with x
 // (shared, k values, k a multiple of 32), on the tensor cores; on return dots[r] holds row r's
 // sum, for every thread. mma.sync m16n8k16 takes 16 rows as A and x as B. Lane (g, t) =
@@ -250,23 +237,10 @@ __device__ void add_warp_dots(int rows, float* dots) {
 // fragments of two products: the order of k inside a product is free as long as B follows it, and
 // the lane's B is the same 16 bytes of x. Every column of B holds x; column 0 is read back. A tile
 // of at most 8 rows (o_proj and down: 1,024 rows on 132 CTAs) would leave rows 8..15 of A idle:
-// there they hold the same rows at chunk c + kWarps and column 1 of B holds x there (paired_mma),
-// so a product does 16 rows' worth of work either way. The warps split the chunks of k and add
-// their partial sums in shared memory, in a fixed order.
-__device__ __forceinline__ void paired_mma(float c0[4], float c1[4], uint4 a, uint4 b, const bf16* x, int c, int c2,
-                                           int g, int t) {
-  const uint4 xv = lds16(x + (g == 1 && c2 >= 0 ? c2 : c) * kChunk + 8 * t);  // column g of B
-  const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
-  mma_bf16_16816(c0, first, xv.x, xv.y);
-  mma_bf16_16816(c1, second, xv.z, xv.w);
-}
-
-// The paired products' result for row g of the tile, in lanes with t == 0: column 0 of rows 0..7
-// plus column 1 of rows 8..15.
-__device__ __forceinline__ float paired_sum(const float c0[4], const float c1[4]) {
-  return (c0[0] + c1[0]) + (c0[3] + c1[3]);
-}
-
+// there they hold the same rows at chunk c + kWarps and column 1 of B holds x there, so a
+// product does 16 rows' worth of work either way; the row's sum is then column 0 of rows 0..7
+// plus column 1 of rows 8..15. The warps split the chunks of k and add their partial sums in
+// shared memory, in a fixed order.
 __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float* dots) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int stride = row_stride(k), chunks = k / kChunk, padded = int(align_up(size_t(rows), 16));
@@ -275,17 +249,20 @@ __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float*
     const bf16* hi = w + size_t(min(r0 + 8 + g, rows - 1)) * stride + 8 * t;
     const bool has_hi = r0 + 8 < rows;  // the same for the whole warp
     float c0[4] = {}, c1[4] = {};
-    if (!has_hi) {
+    if (!has_hi) {  // paired: chunk c in rows 0..7 of A and column 0 of B, chunk c2 in rows 8..15 and column 1
       for (int c = warp; c < chunks; c += 2 * kWarps) {
         const int c2 = c + kWarps < chunks ? c + kWarps : -1;
-        paired_mma(c0, c1, lds16(lo + c * kChunk), c2 >= 0 ? lds16(lo + c2 * kChunk) : make_uint4(0, 0, 0, 0), x, c,
-                   c2, g, t);
+        const uint4 a = lds16(lo + c * kChunk), b = c2 >= 0 ? lds16(lo + c2 * kChunk) : make_uint4(0, 0, 0, 0);
+        const uint4 xv = lds16(x + (g == 1 && c2 >= 0 ? c2 : c) * kChunk + 8 * t);  // column g of B
+        const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
+        mma_bf16_16816(c0, first, xv.x, xv.y);
+        mma_bf16_16816(c1, second, xv.z, xv.w);
       }
-      if (t == 0) dots[warp * padded + r0 + g] = paired_sum(c0, c1);
+      if (t == 0) dots[warp * padded + r0 + g] = (c0[0] + c1[0]) + (c0[3] + c1[3]);
       continue;
     }
     for (int c = warp; c < chunks; c += kWarps) {
-      const uint4 a = lds16(lo + c * kChunk), b = has_hi ? lds16(hi + c * kChunk) : a;
+      const uint4 a = lds16(lo + c * kChunk), b = lds16(hi + c * kChunk);
       const uint4 xv = lds16(x + c * kChunk + 8 * t);
       const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
       mma_bf16_16816(c0, first, xv.x, xv.y);
@@ -296,7 +273,13 @@ __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float*
       dots[warp * padded + r0 + 8 + g] = c0[2] + c1[2];
     }
   }
-  add_warp_dots(rows, dots);
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += kThreads) {
+    float sum = dots[r];
+    for (int j = 1; j < kWarps; ++j) sum += dots[j * padded + r];
+    dots[r] = sum;
+  }
+  __syncthreads();
 }
 
 // --- the kernels ---
@@ -436,13 +419,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 
   // Online softmax over the split; the new token's k/v come from shared memory.
   float m[G], l[G], o[G][8];
-#pragma unroll
-  for (int h = 0; h < G; ++h) {
-    m[h] = -INFINITY;
-    l[h] = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) o[h][i] = 0.f;
-  }
+  softmax_start(m, l, o);
   // The same trip count for the whole block (the 16-lane shuffles need both half-warps).
   for (int t0 = start + grp; t0 - grp < end; t0 += kTokenGroups * kU) {
     if (t0 != start + grp) load_tokens(t0);
