@@ -92,13 +92,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
     for (int i = 0; i < 8; ++i) qf[h][i] *= p.scale_log2;
   }
   float m[kHeads], l[kHeads], acc[kHeads][8];
-#pragma unroll
-  for (int h = 0; h < kHeads; ++h) {
-    m[h] = -INFINITY;
-    l[h] = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[h][i] = 0.f;
-  }
+  softmax_start(m, l, acc);
 
   const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
   const int block_mask = (1 << p.block_shift) - 1;

@@ -65,6 +65,19 @@ __device__ __forceinline__ float2 norm_rope_pair(float a, float b, float rstd, c
   return make_float2(round_bf16(a * c - b * s), round_bf16(b * c + a * s));
 }
 
+// The online-softmax state of n heads before their first token: max -inf, sum 0, and the
+// accumulators (D output dims each) 0. Shared by attention_decode and the fused attention kernel.
+template <int N, int D>
+__device__ __forceinline__ void softmax_start(float (&m)[N], float (&l)[N], float (&acc)[N][D]) {
+#pragma unroll
+  for (int h = 0; h < N; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < D; ++i) acc[h][i] = 0.f;
+  }
+}
+
 // n partial results of one attention output, each from an online softmax over its own tokens
 // (base-2 exponents, as the attention kernels keep them), merged in order: part j has running
 // max m(j) (-inf: it saw no token), sum l(j) and accumulator acc(j). The output is acc / l.
