@@ -146,4 +146,22 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape);
 void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
                         cudaStream_t stream);
 
+// --- Batch-1 decode's final norm, LM head and greedy token in one kernel (decode_head.cu) ---
+
+struct DecodeHeadArgs {
+  const bf16* h;       // the residual stream [hidden]
+  const bf16* norm_w;  // the final norm's weight [hidden]
+  const bf16* w;       // the LM head [vocab, hidden]
+  int vocab, hidden;
+  float eps;
+  float* logits;                // [vocab]
+  int32_t* token;               // the argmax of logits, lowest id on ties
+  unsigned long long* scratch;  // 2 words, zero before the first launch; each launch leaves them zero
+};
+// Whether decode_head handles this hidden size (a multiple of 256, at most 2048).
+bool decode_head_supported(int hidden);
+// logits = (rmsnorm(h) * norm_w) W^T and *token = argmax(logits) for one row, on `sms` SMs,
+// launched with PDL.
+void decode_head(const DecodeHeadArgs& args, int sms, cudaStream_t stream);
+
 }  // namespace nvllm::kernels

@@ -107,11 +107,21 @@ void CudaRunner::setup_fused_decode() {
     fused_layers_.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up,
                              d.down, k_cache_[l], v_cache_[l]});
   }
+  setup_fused_head();
   if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) {
     fused_trace_path_ = trace;
     fused_trace_ = DeviceBuffer(size_t(c_.num_layers) * kernels::kFusedTraceLayerWords * sizeof(unsigned long long));
     CUDA_CHECK(cudaMemset(fused_trace_.get(), 0, fused_trace_.bytes()));
   }
+}
+
+// The fused path's last kernel, unless NVLLM_FUSED_HEAD=0 (timing: the three separate kernels).
+void CudaRunner::setup_fused_head() {
+  const char* env = std::getenv("NVLLM_FUSED_HEAD");
+  fused_head_ = kernels::decode_head_supported(c_.hidden_size) && (env == nullptr || std::string_view(env) != "0");
+  if (!fused_head_) return;
+  head_scratch_ = DeviceBuffer(2 * sizeof(unsigned long long));
+  CUDA_CHECK(cudaMemset(head_scratch_.get(), 0, head_scratch_.bytes()));
 }
 
 // One line per CTA of each fused kernel of the latest step: kernel index (layer * 4 + which),
@@ -217,9 +227,10 @@ void CudaRunner::forward(const Step& st) {
                                    dev<int32_t>(L.block_tables), L.width, L.seqs, st.max_query_len,
                                    st.max_context_len};
 
-  if (st.decode && T == 1 && fused_.cluster > 0) {
+  if (fused_step(st.decode, T)) {
     // One sequence decoding: embedding straight into the residual stream, four fused kernels
-    // per layer, the final norm and the LM head (kernels/decode_fused.cu).
+    // per layer (kernels/decode_fused.cu), then the final norm, the LM head and the greedy
+    // token in one kernel (kernels/decode_head.cu) where the hidden size allows.
     kernels::embedding(dev<int32_t>(L.token_ids), embed_, res, 1, H, s);
     kernels::FusedDecodeStep fs{positions, slots, ab.context_lens, ab.block_tables, inv_freq_.as<float>(),
                                       eps, scale, res, attn, act_.as<bf16>()};
@@ -227,6 +238,12 @@ void CudaRunner::forward(const Step& st) {
       if (!fused_trace_path_.empty())
         fs.trace = fused_trace_.as<unsigned long long>() + size_t(l) * kernels::kFusedTraceLayerWords;
       kernels::fused_decode_layer(fused_, fs, fused_layers_[l], s);
+    }
+    if (fused_head_) {
+      kernels::decode_head({res, final_norm_, lm_head_, c_.vocab_size, H, eps, logits_.as<float>(),
+                            out_dev_.as<int32_t>(), head_scratch_.as<unsigned long long>()},
+                           fused_.grid, s);
+      return;
     }
     kernels::rmsnorm(res, final_norm_, x, 1, H, eps, s);
     kernels::gemv_f32(x, lm_head_, logits_.as<float>(), 1, c_.vocab_size, H, s);
@@ -322,7 +339,10 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   int32_t* out_ids = out_dev_.as<int32_t>();
   auto* out_bytes = out_dev_.as<std::byte>();
   const bool fast = packed.all_greedy_plain;
-  if (R > 0 && fast) {
+  const bool token_ready = fused_head_ && fused_step(b.decode_only, use_graph ? graph_size : T);
+  if (R > 0 && fast && token_ready) {
+    // The fused path's last kernel has written the greedy token.
+  } else if (R > 0 && fast) {
     // Graph steps keep logits in sequence order; argmax every real row and pick below.
     kernels::argmax_rows(logits_.as<float>(), use_graph ? S : R, c_.vocab_size, out_ids, st);
   } else if (R > 0) {

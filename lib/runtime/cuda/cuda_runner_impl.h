@@ -54,6 +54,7 @@ class CudaRunner final : public Runner {
   void size_kv_cache();
   void capture_graphs();
   void setup_fused_decode();
+  void setup_fused_head();
   void forward(const Step& step);
   // Whether an m-row projection with k inputs goes to the small-batch gemv.
   bool use_gemv(int m, int k) const;
@@ -101,6 +102,12 @@ class CudaRunner final : public Runner {
   // The fused batch-1 decode path: on when fused_.cluster > 0.
   kernels::FusedDecodePlan fused_;
   std::vector<kernels::FusedDecodeLayer> fused_layers_;
+  // Its last kernel, final norm + LM head + greedy token (kernels/decode_head.cu), where the
+  // hidden size allows: the token lands in out_dev_ and the step needs no argmax_rows.
+  bool fused_head_ = false;
+  DeviceBuffer head_scratch_;
+  // Whether a step of `tokens` tokens takes the fused batch-1 path.
+  bool fused_step(bool decode, int tokens) const { return decode && tokens == 1 && fused_.cluster > 0; }
   // NVLLM_FUSED_TRACE=FILE: the fused kernels' timestamps (kernels::FusedDecodeStep::trace) of
   // the latest batch-1 step, rewritten to FILE after each one. A timing tool.
   std::string fused_trace_path_;

@@ -265,6 +265,9 @@ RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bo
     const double rel = rel_error(got.data(), ref, c.vocab_size);
     *worst_rel = std::max(*worst_rel, rel);
     CHECK(rel < 2e-2);
+    // The greedy token is the argmax of the runner's own logits (lowest id among equal maxima),
+    // whichever kernel picked it.
+    CHECK(out.token_ids[0] == static_cast<int>(std::max_element(got.begin(), got.end()) - got.begin()));
     std::vector<float> sorted(ref, ref + c.vocab_size);
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     const float spread = sorted[0] - *std::min_element(ref, ref + c.vocab_size);
