@@ -86,13 +86,14 @@ __host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows,
 // The attention kernel: its rows of the kv head's q/k/v weights, the normed input, the constants
 // it stages before its inputs are ready (input norm weights [hidden], q and k norm weights [kD]
 // each, RoPE frequencies [kD / 2] floats), its rows' outputs, the group's q (roped, scaled) / new
-// k / new v (filled by every CTA of the cluster), per-warp attention partials, the inbox where
-// each split's CTA leaves its partial result of the outputs this CTA finishes, scratch, the
-// mbarrier.
+// k / new v (filled by every CTA of the cluster), per-warp attention partials, this split's
+// merged partial of every output with (max, sum) per head, the inbox where each split's CTA
+// leaves its partial of the outputs this CTA finishes ([C][outs] values, then [C] (max, sum)),
+// scratch, and three mbarriers: the weight copy, the q/k/v exchange, the inbox.
 struct AttnLayout {
   int rows;  // rows of the group's (G + 2) * 128 per CTA
   int outs;  // outputs of the group (G * 128) this CTA finishes
-  size_t w, x, norm, qk_norm, freq, dots, qkv, acc, ml, inbox, red, bar, total;
+  size_t w, x, norm, qk_norm, freq, dots, qkv, acc, ml, part, inbox, inbox_ml, red, bar, total;
 };
 
 __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster) {
@@ -108,10 +109,12 @@ __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int clu
   L.qkv = align_up(L.dots + dots_bytes(L.rows), 16);
   L.acc = L.qkv + size_t(group + 2) * kD * 4;
   L.ml = L.acc + size_t(kWarps) * group * kD * 4;
-  L.inbox = L.ml + size_t(kWarps) * group * 2 * 4;
-  L.red = align_up(L.inbox + size_t(cluster) * (L.outs + 2) * 4, 16);
+  L.part = L.ml + size_t(kWarps) * group * 2 * 4;
+  L.inbox = align_up(L.part + size_t(group) * (kD + 2) * 4, 16);
+  L.inbox_ml = L.inbox + size_t(cluster) * L.outs * 4;
+  L.red = align_up(L.inbox_ml + size_t(cluster) * 2 * 4, 16);
   L.bar = L.red + kScratchFloats * 4;
-  L.total = L.bar + 8;
+  L.total = L.bar + 3 * 8;
   return L;
 }
 
@@ -299,19 +302,28 @@ __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float*
 
 // One cluster per kv head g; CTA `rank` of C owns rows [rank * rows, (rank + 1) * rows) of the
 // group's q heads, k and v (G + 2 heads of 128 rows), the rank-th of C context splits, and the
-// outputs [rank * outs, (rank + 1) * outs) of the group. Exchanges go by remote stores into the
-// consumer's shared memory followed by one cluster barrier: two barriers in all (2.5% faster a
-// step on the H100 than reading the producers' shared memory after a barrier, which needs three).
+// outputs [rank * outs, (rank + 1) * outs) of the group. Both exchanges are pushes into the
+// consumer's shared memory by st.async, which counts the bytes on the consumer's mbarrier: a CTA
+// waits for exactly the data it needs, and the cluster meets in a barrier only once, at the start
+// (every CTA running, its mbarriers initialised, before the first push). Nothing is read from
+// another CTA's shared memory, and a CTA leaves only after all pushes to it have landed.
 template <int G>  // q heads per kv head: 1, 2 or 4 (a template so that only one group's code is fetched)
 __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
                                                              FusedDecodeLayer w, int flags) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem[];
   cg::cluster_group cluster = cg::this_cluster();
-  cluster_arrive();  // "started": paired with the wait before the first remote store
   const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int H = shape.hidden, g = blockIdx.x / C;
   const AttnLayout L = attn_layout(H, G, C);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);  // weights, exchange, inbox
+  if (threadIdx.x == 0) {
+    mbar_init(bar + 1);
+    mbar_init(bar + 2);
+    mbar_expect(bar + 1, (G + 2) * kD * 4);           // the group's q, k and v
+    mbar_expect(bar + 2, C * (L.outs + 2) * 4);       // every split's partial of my outputs
+  }
+  cluster_arrive();  // "started": paired with the wait before the first push
   bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
@@ -320,9 +332,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   float* v_new = k_new + kD;
   float* acc = reinterpret_cast<float*>(smem + L.acc);
   float* ml = reinterpret_cast<float*>(smem + L.ml);
-  float* inbox = reinterpret_cast<float*>(smem + L.inbox);  // [C splits][outs values, m, l]
+  float* part = reinterpret_cast<float*>(smem + L.part);  // [G * kD], then (m, l) per head
+  float* part_ml = part + G * kD;
+  float* inbox = reinterpret_cast<float*>(smem + L.inbox);  // [C splits][outs]
+  float* inbox_ml = reinterpret_cast<float*>(smem + L.inbox_ml);  // [C splits][m, l]
   float* red = reinterpret_cast<float*>(smem + L.red);
-  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const Tracer trace(st.trace, 0);
 
@@ -387,11 +401,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     dots[r] = v;
   }
   __syncthreads();
-  cluster_wait();  // every CTA of the cluster has started: remote stores may go
-  for (int i = tid; i < L.rows * C; i += kThreads)  // my rows' outputs into every CTA's q/k/v
-    cluster.map_shared_rank(q, i / L.rows)[i0 + i % L.rows] = dots[i % L.rows];
-  cluster_arrive();
-  cluster_wait();
+  cluster_wait();  // every CTA of the cluster has started: pushes may go
+  for (int i = tid; i < L.rows / 4 * C; i += kThreads) {  // my rows' outputs into every CTA's q/k/v
+    const int to = i / (L.rows / 4), piece = i % (L.rows / 4);
+    st_async16(cluster_addr(q + i0 + 4 * piece, to), reinterpret_cast<const float4*>(dots)[piece],
+               cluster_addr(bar + 1, to));
+  }
+  mbar_wait(bar + 1, 0);
   trace.mark(kTracePhase1);
 
   // Warps 0..G-1: the q heads (normed, roped, scaled for exp2); warp G: the new k.
@@ -478,30 +494,42 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     }
   }
   __syncthreads();
-  // This split's result for output i of the group goes to the inbox of the CTA that finishes i.
+  // This split's result for every output of the group (a warp that saw no token has max -inf) ...
   for (int i = tid; i < G * kD; i += kThreads) {
     const int h = i / kD, d = i % kD;
-    const SoftmaxPart r = merge_softmax(  // a warp that saw no token has max -inf
+    const SoftmaxPart r = merge_softmax(
         kWarps, [&](int j) { return ml[(j * G + h) * 2]; }, [&](int j) { return ml[(j * G + h) * 2 + 1]; },
         [&](int j) { return acc[(j * G + h) * kD + d]; });
-    float* box = cluster.map_shared_rank(inbox, i / L.outs) + rank * (L.outs + 2);
-    box[i % L.outs] = r.acc;
-    if (i % L.outs == 0) {  // an owner's outputs lie within one head
-      box[L.outs] = r.m;
-      box[L.outs + 1] = r.l;
+    part[i] = r.acc;
+    if (d == 0) {
+      part_ml[2 * h] = r.m;
+      part_ml[2 * h + 1] = r.l;
     }
   }
-  cluster_arrive();
-  cluster_wait();  // after this no CTA touches another's shared memory: each may leave when done
+  __syncthreads();
+  // ... pushed to the inbox of the CTA that finishes it: 16 bytes at a time, and the (max, sum)
+  // of the head its outputs lie in.
+  const int pieces = L.outs / 4;
+  for (int i = tid; i < C * (pieces + 1); i += kThreads) {
+    const int to = i / (pieces + 1), piece = i % (pieces + 1);
+    const unsigned to_bar = cluster_addr(bar + 2, to);
+    if (piece < pieces) {
+      st_async16(cluster_addr(inbox + rank * L.outs + 4 * piece, to),
+                 reinterpret_cast<const float4*>(part + to * L.outs)[piece], to_bar);
+    } else {
+      const int h = to * L.outs / kD;
+      st_async8(cluster_addr(inbox_ml + 2 * rank, to), make_float2(part_ml[2 * h], part_ml[2 * h + 1]), to_bar);
+    }
+  }
+  mbar_wait(bar + 2, 0);  // every split's partial of my outputs has landed
   trace.mark(kTracePhase3);
 
-  // Merge the C splits of this CTA's outputs.
+  // Merge the C splits of this CTA's outputs (a split with no tokens has max -inf).
   if (tid < L.outs) {
     const int oi = rank * L.outs + tid, h = oi / kD, d = oi % kD;
-    auto box = [&](int j) { return inbox + j * (L.outs + 2); };  // a split with no tokens has max -inf
     const SoftmaxPart r = merge_softmax(
-        C, [&](int j) { return box(j)[L.outs]; }, [&](int j) { return box(j)[L.outs + 1]; },
-        [&](int j) { return box(j)[tid]; });
+        C, [&](int j) { return inbox_ml[2 * j]; }, [&](int j) { return inbox_ml[2 * j + 1]; },
+        [&](int j) { return inbox[j * L.outs + tid]; });
     st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(r.l > 0.f ? r.acc / r.l : 0.f);
   }
   trace.end();

@@ -79,4 +79,33 @@ __device__ __forceinline__ void prefetch_l2_bytes(const void* p, unsigned bytes)
 #endif
 }
 
+// --- Pushes into another CTA's shared memory within a cluster, counted on its mbarrier ---
+
+// The address of `p` (this CTA's shared memory) in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
+  unsigned r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+#endif
+  return r;
+}
+
+// Stores 16 (or 8) bytes at `dst` in another CTA's shared memory (cluster_addr) and counts them
+// on that CTA's mbarrier `bar` (also a cluster_addr): the receiver waits for its expected bytes
+// with mbar_wait and then reads them, with no cluster barrier. dst 16- (8-) byte aligned.
+__device__ __forceinline__ void st_async16(unsigned dst, float4 v, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void st_async8(unsigned dst, float2 v, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(dst),
+               "f"(v.x), "f"(v.y), "r"(bar)
+               : "memory");
+#endif
+}
+
 }  // namespace nvllm::kernels
