@@ -524,13 +524,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   mbar_wait(bar + 2, 0);  // every split's partial of my outputs has landed
   trace.mark(kTracePhase3);
 
-  // Merge the C splits of this CTA's outputs (a split with no tokens has max -inf).
-  if (tid < L.outs) {
-    const int oi = rank * L.outs + tid, h = oi / kD, d = oi % kD;
-    const SoftmaxPart r = merge_softmax(
-        C, [&](int j) { return inbox_ml[2 * j]; }, [&](int j) { return inbox_ml[2 * j + 1]; },
-        [&](int j) { return inbox[j * L.outs + tid]; });
-    st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(r.l > 0.f ? r.acc / r.l : 0.f);
+  // Merge the C splits of this CTA's outputs: C lanes per output, one split each, reduced by
+  // shuffles (a split with no tokens has max -inf). outs * C = G * 128 pairs: whole warps.
+  for (int i = tid; i < L.outs * C; i += kThreads) {
+    const int o = i / C, j = i % C;
+    const float mj = inbox_ml[2 * j];
+    const float mx = C == 16 ? warp_max<16>(mj) : warp_max<8>(mj);
+    const float wj = mj == -INFINITY ? 0.f : exp2f(mj - mx);
+    const float l = inbox_ml[2 * j + 1] * wj, a = inbox[j * L.outs + o] * wj;
+    const float sl = C == 16 ? warp_sum<16>(l) : warp_sum<8>(l), sa = C == 16 ? warp_sum<16>(a) : warp_sum<8>(a);
+    const int oi = rank * L.outs + o, h = oi / kD, d = oi % kD;
+    if (j == 0) st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(sl > 0.f ? sa / sl : 0.f);
   }
   trace.end();
 #endif
