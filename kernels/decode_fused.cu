@@ -436,11 +436,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   // Online softmax over the split; the new token's k/v come from shared memory.
   float m[G], l[G], o[G][8];
   softmax_start(m, l, o);
-  // The same trip count for the whole block (the 16-lane shuffles need both half-warps).
+  // The same trip count for the whole block (the 16-lane shuffles need both half-warps); a slot
+  // u that no group has a token for is skipped by all (t0 - grp is the same for every thread).
   for (int t0 = start + grp; t0 - grp < end; t0 += kTokenGroups * kU) {
     if (t0 != start + grp) load_tokens(t0);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
+      if (t0 - grp + u * kTokenGroups >= end) break;
       const int t = t0 + u * kTokenGroups;
       float kf[8], vf[8];
       if (t == ctx - 1) {
