@@ -154,7 +154,9 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
   if (atomicAdd(a.scratch + 1, 1ull) == gridDim.x - 1) {
     __threadfence();
     const unsigned long long k = atomicExch(a.scratch, 0ull);
-    *a.token = k == 0 ? 0 : int(0xFFFFFFFFu - static_cast<uint32_t>(k));  // all NaN: token 0, as argmax_rows
+    const int token = k == 0 ? 0 : int(0xFFFFFFFFu - static_cast<uint32_t>(k));  // all NaN: 0, as argmax_rows
+    *a.token = token;
+    if (a.next_token != nullptr) *a.next_token = token;
     atomicExch(a.scratch + 1, 0ull);
   }
 }

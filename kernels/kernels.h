@@ -156,6 +156,7 @@ struct DecodeHeadArgs {
   float eps;
   float* logits;                // [vocab]
   int32_t* token;               // the argmax of logits, lowest id on ties
+  int32_t* next_token;          // also written there when not null
   unsigned long long* scratch;  // 2 words, zero before the first launch; each launch leaves them zero
 };
 // Whether decode_head handles this hidden size (a multiple of 256, at most 2048).

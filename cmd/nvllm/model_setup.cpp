@@ -138,6 +138,7 @@ LoadedModel load_model(const ModelFlags& f) {
     options.max_num_seqs = f.max_num_seqs;
     options.max_num_batched_tokens = f.max_num_batched_tokens;
     options.max_model_len = max_model_len;
+    options.chain_decode = true;  // no caller of this runner reads last_logits
     options.gpu_memory_utilization = f.gpu_memory_utilization;
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;

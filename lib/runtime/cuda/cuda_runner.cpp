@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numbers>
 #include <string_view>
 
@@ -180,14 +181,14 @@ void CudaRunner::allocate_buffers() {
 
   const size_t staging = make_step_layout(token_cap_, seq_cap_, width_cap_, seq_cap_).bytes;
   staging_dev_ = DeviceBuffer(staging);
-  staging_host_ = PinnedBuffer(staging);
+  for (PinnedBuffer& h : staging_host_) h = PinnedBuffer(staging);
 
   out_lp_ = S * sizeof(int32_t);
   out_top_ids_ = out_lp_ + S * sizeof(float);
   out_top_lp_ = out_top_ids_ + S * kMaxTopLogprobs * sizeof(int32_t);
   const size_t out_bytes = out_top_lp_ + S * kMaxTopLogprobs * sizeof(float);
   out_dev_ = DeviceBuffer(out_bytes);
-  out_host_ = PinnedBuffer(out_bytes);
+  for (PinnedBuffer& h : out_host_) h = PinnedBuffer(out_bytes);
 }
 
 cudaGraphExec_t CudaRunner::find_graph(int seqs, int max_context, int* size, int* bound) const {
@@ -240,8 +241,10 @@ void CudaRunner::forward(const Step& st) {
       kernels::fused_decode_layer(fused_, fs, fused_layers_[l], s);
     }
     if (fused_head_) {
+      // The token also goes to the staging's token slot: a chained next step reads it there.
+      int32_t* next_token = reinterpret_cast<int32_t*>(staging_dev_.as<std::byte>() + L.token_ids);
       kernels::decode_head({res, final_norm_, lm_head_, c_.vocab_size, H, eps, logits_.as<float>(),
-                            out_dev_.as<int32_t>(), head_scratch_.as<unsigned long long>()},
+                            out_dev_.as<int32_t>(), next_token, head_scratch_.as<unsigned long long>()},
                            fused_.grid, s);
       return;
     }
@@ -320,14 +323,66 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
     const int max_context = *std::max_element(b.context_lens.begin(), b.context_lens.end());
     graph = find_graph(S, max_context, &graph_size, &graph_bound);
   }
-  const bool use_graph = graph != nullptr;
-  const int width = use_graph ? (graph_bound + opt_.block_size - 1) / opt_.block_size : b.max_blocks_per_seq;
-  PackedStep packed = pack_step(b, use_graph ? graph_size : S, width, use_graph, kMaxTopLogprobs,
-                                staging_host_.get(), staging_host_.bytes(), extras_);
-  const int R = static_cast<int>(packed.sampled_seqs.size());
-  CUDA_CHECK(cudaEventRecord(step_begin_.get(), st));
-  CUDA_CHECK(cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
+  PackedStep packed;
+  if (chained_.pending && chained_matches(b)) {  // enqueued by the step before
+    slot_ = chained_.slot;
+    packed = std::move(chained_.packed);
+    ++chained_steps_;
+  } else {
+    if (chained_.pending) CUDA_CHECK(cudaStreamSynchronize(st));  // not this batch: let it finish, unused
+    const bool use_graph = graph != nullptr;
+    const int width = use_graph ? (graph_bound + opt_.block_size - 1) / opt_.block_size : b.max_blocks_per_seq;
+    slot_ ^= 1;
+    packed = pack_step(b, use_graph ? graph_size : S, width, use_graph, kMaxTopLogprobs, staging_host_[slot_].get(),
+                       staging_host_[slot_].bytes(), extras_);
+    enqueue(b, packed, slot_, 0, graph, graph_size);
+  }
+  chained_.pending = false;
+  if (graph != nullptr) chain_next(b, packed, graph_size, graph_bound);
 
+  CUDA_CHECK(cudaEventSynchronize(step_end_[slot_].get()));
+  float device_ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&device_ms, step_begin_[slot_].get(), step_end_[slot_].get()));
+  last_step_device_s_ = device_ms * 1e-3;
+  if (!fused_trace_path_.empty() && b.decode_only && T == 1) write_fused_trace();
+
+  const bool use_graph = graph != nullptr, fast = packed.all_greedy_plain;
+  const int R = static_cast<int>(packed.sampled_seqs.size());
+  last_logits_rows_.clear();
+  for (int r = 0; r < R; ++r) last_logits_rows_.push_back(use_graph ? packed.sampled_seqs[r] : r);
+
+  out.token_ids.assign(S, -1);
+  out.logprobs.assign(S, 0.0f);
+  out.top_logprobs.assign(S, {});
+  const auto* hb = out_host_[slot_].as<std::byte>();
+  const int32_t* ids = reinterpret_cast<const int32_t*>(hb);
+  const float* lps = reinterpret_cast<const float*>(hb + out_lp_);
+  const int32_t* top_ids = reinterpret_cast<const int32_t*>(hb + out_top_ids_);
+  const float* top_lps = reinterpret_cast<const float*>(hb + out_top_lp_);
+  for (int r = 0; r < R; ++r) {
+    const int s = packed.sampled_seqs[r];
+    const int at = (fast && use_graph) ? s : r;
+    out.token_ids[s] = ids[at];
+    if (fast) continue;
+    const SamplingParams& sp = *b.params[s];
+    if (!sp.logprobs) continue;
+    out.logprobs[s] = lps[r];
+    const int n = std::clamp(*sp.logprobs, 0, kMaxTopLogprobs);
+    for (int t = 0; t < n; ++t)
+      out.top_logprobs[s].push_back({top_ids[r * kMaxTopLogprobs + t], top_lps[r * kMaxTopLogprobs + t]});
+  }
+  if (chained_.pending) chained_.token = out.token_ids[0];
+}
+
+void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, cudaGraphExec_t graph,
+                         int graph_size) {
+  cudaStream_t st = stream_.get();
+  const int S = b.num_seqs(), T = b.num_tokens();
+  const bool use_graph = graph != nullptr;
+  const int R = static_cast<int>(packed.sampled_seqs.size());
+  CUDA_CHECK(cudaEventRecord(step_begin_[slot].get(), st));
+  CUDA_CHECK(cudaMemcpyAsync(staging_dev_.as<std::byte>() + from, staging_host_[slot].as<std::byte>() + from,
+                             packed.layout.bytes - from, cudaMemcpyHostToDevice, st));
   if (use_graph) {
     CUDA_CHECK(cudaGraphLaunch(graph, st));
   } else {
@@ -382,40 +437,60 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
                          reinterpret_cast<float*>(out_bytes + out_top_lp_), st);
   }
   const size_t copy_bytes = packed.any_top_logprobs ? out_dev_.bytes() : out_top_ids_;
-  CUDA_CHECK(cudaMemcpyAsync(out_host_.get(), out_dev_.get(), copy_bytes, cudaMemcpyDeviceToHost, st));
-  CUDA_CHECK(cudaEventRecord(step_end_.get(), st));
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  float device_ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&device_ms, step_begin_.get(), step_end_.get()));
-  last_step_device_s_ = device_ms * 1e-3;
-  if (!fused_trace_path_.empty() && b.decode_only && T == 1) write_fused_trace();
+  CUDA_CHECK(cudaMemcpyAsync(out_host_[slot].get(), out_dev_.get(), copy_bytes, cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaEventRecord(step_end_[slot].get(), st));
+}
 
-  last_logits_rows_.clear();
-  for (int r = 0; r < R; ++r) last_logits_rows_.push_back(use_graph ? packed.sampled_seqs[r] : r);
+// The step after `b` for one greedy sequence: the next position, its slot (in a block the
+// sequence already holds), context + 1, the same table; the token comes from the device.
+void CudaRunner::chain_next(const Batch& b, const PackedStep& packed, int graph_size, int graph_bound) {
+  if (!opt_.chain_decode || !fused_head_ || !fused_trace_path_.empty() || !fused_step(b.decode_only, graph_size))
+    return;
+  if (b.num_seqs() != 1 || !packed.all_greedy_plain || packed.sampled_seqs.size() != 1) return;
+  // Not after the sequence's last token by max_tokens or the context limit (the engine stops it
+  // there): a step that is dropped costs a whole step of GPU time.
+  const int bs = opt_.block_size, pos = b.positions[0] + 1, ctx = b.context_lens[0] + 1;
+  if (b.sample_step[0] + 1 >= b.params[0]->max_tokens || ctx >= opt_.max_model_len) return;
+  if (pos / bs >= b.max_blocks_per_seq || b.block_tables[pos / bs] < 0) return;
+  int size = 0, bound = 0;
+  cudaGraphExec_t graph = find_graph(1, ctx, &size, &bound);
+  if (graph == nullptr || size != 1) return;
+  Batch& n = chain_batch_;
+  n = b;
+  n.positions[0] = pos;
+  n.slot_mapping[0] = b.block_tables[pos / bs] * bs + pos % bs;
+  n.context_lens[0] = ctx;
+  n.sample_step[0] += 1;
+  const int next = slot_ ^ 1, width = (bound + bs - 1) / bs;
+  std::memset(staging_host_[next].get(), 0, make_step_layout(1, 1, width, 1).bytes);  // gaps compare equal
+  SamplerExtras extras;
+  PackedStep p = pack_step(n, 1, width, true, kMaxTopLogprobs, staging_host_[next].get(), staging_host_[next].bytes(),
+                           extras);
+  if (!p.all_greedy_plain || !extras.empty()) return;
+  enqueue(n, p, next, p.layout.positions, graph, 1);  // every input but the token, which the device has
+  chained_.pending = true;
+  chained_.slot = next;
+  chained_.packed = std::move(p);
+}
 
-  out.token_ids.assign(S, -1);
-  out.logprobs.assign(S, 0.0f);
-  out.top_logprobs.assign(S, {});
-  const int32_t* ids = out_host_.as<int32_t>();
-  const auto* hb = out_host_.as<std::byte>();
-  const float* lps = reinterpret_cast<const float*>(hb + out_lp_);
-  const int32_t* top_ids = reinterpret_cast<const int32_t*>(hb + out_top_ids_);
-  const float* top_lps = reinterpret_cast<const float*>(hb + out_top_lp_);
-  for (int r = 0; r < R; ++r) {
-    const int s = packed.sampled_seqs[r];
-    const int at = (fast && use_graph) ? s : r;
-    out.token_ids[s] = ids[at];
-    if (fast) continue;
-    const SamplingParams& sp = *b.params[s];
-    if (!sp.logprobs) continue;
-    out.logprobs[s] = lps[r];
-    const int n = std::clamp(*sp.logprobs, 0, kMaxTopLogprobs);
-    for (int t = 0; t < n; ++t)
-      out.top_logprobs[s].push_back({top_ids[r * kMaxTopLogprobs + t], top_lps[r * kMaxTopLogprobs + t]});
-  }
+// `b` packs to the chained step's inputs, byte for byte past the token, and its token is the one
+// the step before sampled.
+bool CudaRunner::chained_matches(const Batch& b) {
+  if (b.num_seqs() != 1 || b.num_tokens() != 1 || !b.decode_only || b.token_ids[0] != chained_.token) return false;
+  int size = 0, bound = 0;
+  if (find_graph(1, b.context_lens[0], &size, &bound) == nullptr || size != 1) return false;
+  const StepLayout& want = chained_.packed.layout;
+  chain_check_.assign(want.bytes, std::byte{0});  // gaps and unread table entries: zero, as there
+  SamplerExtras extras;
+  const PackedStep p = pack_step(b, 1, (bound + opt_.block_size - 1) / opt_.block_size, true, kMaxTopLogprobs,
+                                 chain_check_.data(), chain_check_.size(), extras);
+  const std::byte* host = staging_host_[chained_.slot].as<std::byte>();
+  return p.layout.bytes == want.bytes && p.all_greedy_plain && extras.empty() && p.sampled_seqs == chained_.packed.sampled_seqs &&
+         std::memcmp(chain_check_.data() + want.positions, host + want.positions, want.bytes - want.positions) == 0;
 }
 
 std::vector<float> CudaRunner::last_logits() {
+  NVLLM_CHECK(!opt_.chain_decode, "internal: last_logits needs chain_decode off");
   const size_t V = c_.vocab_size;
   std::vector<float> out(last_logits_rows_.size() * V);
   for (size_t r = 0; r < last_logits_rows_.size(); ++r) {
@@ -431,6 +506,12 @@ std::vector<float> cuda_runner_last_logits(Runner& runner) {
   auto* cuda = dynamic_cast<cuda_detail::CudaRunner*>(&runner);
   NVLLM_CHECK(cuda, "cuda_runner_last_logits: runner '", runner.name(), "' is not the CUDA runner");
   return cuda->last_logits();
+}
+
+int cuda_runner_chained_steps(Runner& runner) {
+  auto* cuda = dynamic_cast<cuda_detail::CudaRunner*>(&runner);
+  NVLLM_CHECK(cuda, "cuda_runner_chained_steps: runner '", runner.name(), "' is not the CUDA runner");
+  return cuda->chained_steps();
 }
 
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,

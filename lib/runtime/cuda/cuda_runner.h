@@ -28,6 +28,10 @@ struct CudaRunnerOptions {
   // where the model and device allow it (head_dim 128, sm_90+, weight slices that fit in shared
   // memory); NVLLM_FUSED_DECODE=0 turns it off. The separate kernels otherwise.
   bool fused_decode = true;
+  // Greedy one-sequence decode steps are chained: the next step is enqueued before this one is
+  // waited for (CudaRunner::Chained), so host work between steps overlaps the GPU. The CLI turns
+  // it on; off by default because cuda_runner_last_logits may then see the next step's logits.
+  bool chain_decode = false;
   int device = 0;
 };
 
@@ -37,7 +41,9 @@ std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelW
                                          const CudaRunnerOptions& options);
 
 // Tests and parity checks: the fp32 logits [rows, vocab] of the last execute() of a runner made
-// by make_cuda_runner, one row per sequence that sampled, in sequence order.
+// by make_cuda_runner, one row per sequence that sampled, in sequence order (chain_decode off).
 std::vector<float> cuda_runner_last_logits(Runner& runner);
+// Tests: how many steps of a runner made by make_cuda_runner ran chained (chain_decode).
+int cuda_runner_chained_steps(Runner& runner);
 
 }  // namespace nvllm

@@ -39,6 +39,7 @@ class CudaRunner final : public Runner {
   const char* name() const override { return "cuda"; }
   double last_step_device_seconds() const override { return last_step_device_s_; }
   std::vector<float> last_logits();
+  int chained_steps() const { return chained_steps_; }
 
  private:
   // Device addresses of one step's inputs (inside staging_dev_) and its shape.
@@ -88,11 +89,11 @@ class CudaRunner final : public Runner {
   int token_cap_ = 0, seq_cap_ = 0, width_cap_ = 0;
   DeviceBuffer x_, residual_, qkv_, attn_, gate_up_, act_, xg_, rg_, logits_, decode_ws_;
   DeviceBuffer staging_dev_;
-  PinnedBuffer staging_host_;
+  PinnedBuffer staging_host_[2];  // one per step in flight (chained steps)
   DeviceBuffer extras_dev_, counts_;
   PinnedBuffer extras_host_;
   DeviceBuffer out_dev_;
-  PinnedBuffer out_host_;
+  PinnedBuffer out_host_[2];
   size_t out_lp_ = 0, out_top_ids_ = 0, out_top_lp_ = 0;  // offsets inside out buffers
 
   DeviceBuffer kv_;  // [layers][k, v][blocks, block_size, kv_heads, head_dim]
@@ -118,7 +119,33 @@ class CudaRunner final : public Runner {
   SamplerExtras extras_;
   std::vector<int> last_logits_rows_;  // logits row of each sampled sequence in the last step
   bool warned_top_clamp_ = false;
-  CudaEvent step_begin_, step_end_;
+  CudaEvent step_begin_[2], step_end_[2];
+  int slot_ = 0;  // the staging / out / event set of the latest step
+
+  // Chained batch-1 decode (CudaRunnerOptions::chain_decode): before waiting for a greedy
+  // one-sequence decode step, the step after it is enqueued with the inputs it will have (the
+  // next position, slot and context; the token is the one this step's last kernel writes into
+  // the device staging), so the GPU runs on while the host finishes the step. The next
+  // execute() uses it when its batch packs to the same inputs, and otherwise waits for it and
+  // drops it (its only effect is the cache write at the sequence's next slot, in a block that
+  // only that sequence holds, which the real step would write the same way or not at all).
+  struct Chained {
+    bool pending = false;
+    int slot = 0;
+    int32_t token = -1;  // the token it decodes (the one the step before sampled)
+    PackedStep packed;
+  };
+  Chained chained_;
+  int chained_steps_ = 0;
+  Batch chain_batch_;                    // the chained step's batch
+  std::vector<std::byte> chain_check_;  // the next batch packed, to compare
+  // Enqueues the step after `b` (just enqueued in slot_) when it qualifies.
+  void chain_next(const Batch& b, const PackedStep& packed, int graph_size, int graph_bound);
+  // Whether `b` is the chained step's batch (its token now known: `token`).
+  bool chained_matches(const Batch& b);
+  // H2D of the step's inputs in `slot` (from `from` bytes on), then the graph or the forward
+  // pass and the sampler, then D2H of the outputs and the slot's end event.
+  void enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, cudaGraphExec_t graph, int graph_size);
   double last_step_device_s_ = 0;
 };
 

@@ -134,10 +134,10 @@ void CudaRunner::capture_graphs() {
       b.query_start.push_back(0);
       b.max_blocks_per_seq = width;
       b.decode_only = true;
-      PackedStep packed = pack_step(b, n, width, true, kMaxTopLogprobs, staging_host_.get(), staging_host_.bytes(),
+      PackedStep packed = pack_step(b, n, width, true, kMaxTopLogprobs, staging_host_[0].get(), staging_host_[0].bytes(),
                                     extras_);
       CUDA_CHECK(
-          cudaMemcpyAsync(staging_dev_.get(), staging_host_.get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
+          cudaMemcpyAsync(staging_dev_.get(), staging_host_[0].get(), packed.layout.bytes, cudaMemcpyHostToDevice, st));
       const Step step{packed.layout, 1, bound, true, false};
       if (bound == bounds.front()) {
         forward(step);

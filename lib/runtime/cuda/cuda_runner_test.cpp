@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -280,6 +281,46 @@ RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bo
   return result;
 }
 
+// The greedy tokens of one sequence (a 20-token prompt, then `decodes` decode steps) on the CUDA
+// runner with chain_decode on or off. At the steps in `swap_at` the next input is not the sampled
+// token but vocab - 1 - token, so a chained step (which decodes the sampled one) must be dropped.
+std::vector<int32_t> chained_run(const ModelConfig& c, bool chain, int decodes, const std::set<int>& swap_at,
+                                 int* chained) {
+  ModelWeights wf = test::random_weights(c, 5), wb;
+  scale_projections(wf, 0.4f);
+  split_weights(wf, wb);
+  const int block_size = 16;
+  CudaRunnerOptions opt;
+  opt.block_size = block_size;
+  opt.max_num_seqs = 4;
+  opt.max_num_batched_tokens = 128;
+  opt.max_model_len = 512;
+  opt.num_kv_blocks = 64;
+  opt.chain_decode = chain;
+  std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
+  std::mt19937 rng(9);
+  std::vector<int32_t> blocks = test::block_range(0, opt.num_kv_blocks);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  blocks.resize(opt.max_model_len / block_size);
+  std::vector<int32_t> hist, sampled;
+  for (int i = 0; i < 20; ++i) hist.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = decodes + 1;  // the last step chains nothing
+  for (int step = 0; step <= decodes; ++step) {
+    const test::SeqChunk chunk = step == 0 ? test::SeqChunk{hist, 0, blocks}
+                                           : test::SeqChunk{{hist.back()}, static_cast<int>(hist.size()) - 1, blocks};
+    Batch b = test::make_batch({chunk}, block_size);
+    add_sampling(b, {1}, {&greedy}, {hist}, step);
+    StepOutput out;
+    gpu->execute(b, out);
+    sampled.push_back(out.token_ids[0]);
+    hist.push_back(swap_at.count(step) ? c.vocab_size - 1 - out.token_ids[0] : out.token_ids[0]);
+  }
+  *chained = cuda_runner_chained_steps(*gpu);
+  return sampled;
+}
+
 }  // namespace
 
 TEST_CASE("gpu.cuda_runner batch-1 decode: the fused kernels match the CPU runner and the separate kernels") {
@@ -314,6 +355,30 @@ TEST_CASE("gpu.cuda_runner batch-1 decode: the fused kernels match the CPU runne
       CHECK(checked_f >= 75);  // the rest are near-ties of the reference
       CHECK(worst_between < 1e-2);
     }
+  }
+}
+
+TEST_CASE("gpu.cuda_runner chained batch-1 decode steps give the tokens of unchained ones") {
+  // The chained step is enqueued before the step ahead of it is waited for, with the token that
+  // step's last kernel leaves on the device; when the next batch is not the predicted one (a
+  // swapped token), it is dropped and the batch runs as usual.
+  for (Arch arch : {Arch::kQwen3, Arch::kLlama}) {
+    ModelConfig c = gpu_tiny_config(arch);
+    c.hidden_size = 256;
+    c.intermediate_size = 384;
+    c.head_dim = 128;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    INFO((arch == Arch::kQwen3 ? "qwen3" : "llama"));
+    int chained_off = 0, chained_on = 0;
+    const std::set<int> swap_at{10, 11, 30};
+    const std::vector<int32_t> plain = chained_run(c, false, 80, swap_at, &chained_off);
+    const std::vector<int32_t> chained = chained_run(c, true, 80, swap_at, &chained_on);
+    CHECK(plain == chained);
+    CHECK(chained_off == 0);
+    // Every decode step after the first, except the three after a swap.
+    MESSAGE("chained steps: ", chained_on, " of 80 decode steps");
+    CHECK(chained_on == 80 - 1 - 3);
   }
 }
 
