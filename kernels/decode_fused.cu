@@ -234,16 +234,16 @@ __device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16
 __device__ __forceinline__ uint4 lds16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
 
 // Dot products of `rows` weight rows in shared memory (row r at w + r * row_stride(k)) with x
-// (shared, k values, k a multiple of 32), on the tensor cores; on return dots[r] holds row r's
-// sum, for every thread. mma.sync m16n8k16 takes 16 rows as A and x as B. Lane (g, t) =
+// (shared, k values, k a multiple of 32), on the tensor cores; on return (after a block barrier)
+// dots holds each warp's partial sum of every row, which row_dot adds up. mma.sync m16n8k16 takes 16 rows as A and x as B. Lane (g, t) =
 // (lane / 4, lane % 4) reads 16 bytes of rows g and g + 8 at k = 32 c + 8 t, which are its A
 // fragments of two products: the order of k inside a product is free as long as B follows it, and
 // the lane's B is the same 16 bytes of x. Every column of B holds x; column 0 is read back. A tile
 // of at most 8 rows (o_proj and down: 1,024 rows on 132 CTAs) would leave rows 8..15 of A idle:
 // there they hold the same rows at chunk c + kWarps and column 1 of B holds x there, so a
 // product does 16 rows' worth of work either way; the row's sum is then column 0 of rows 0..7
-// plus column 1 of rows 8..15. The warps split the chunks of k and add their partial sums in
-// shared memory, in a fixed order.
+// plus column 1 of rows 8..15. The warps split the chunks of k; a row's partial sums are added
+// by the thread that uses the row (no second barrier), in a fixed order.
 __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float* dots) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int stride = row_stride(k), chunks = k / kChunk, padded = int(align_up(size_t(rows), 16));
@@ -277,12 +277,14 @@ __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float*
     }
   }
   __syncthreads();
-  for (int r = threadIdx.x; r < rows; r += kThreads) {
-    float sum = dots[r];
-    for (int j = 1; j < kWarps; ++j) sum += dots[j * padded + r];
-    dots[r] = sum;
-  }
-  __syncthreads();
+}
+
+// Row r of the `rows` block_dots multiplied: its warps' partial sums, added in order.
+__device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
+  const int padded = int(align_up(size_t(rows), 16));
+  float sum = dots[r];
+  for (int j = 1; j < kWarps; ++j) sum += dots[j * padded + r];
+  return sum;
 }
 
 // --- the kernels ---
@@ -395,8 +397,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
   block_dots(ws, x, L.rows, H, dots);
-  for (int r = tid; r < L.rows; r += kThreads) {
-    float v = round_bf16(dots[r]);
+  for (int r = tid; r < L.rows; r += kThreads) {  // row r's value replaces warp 0's partial
+    float v = round_bf16(row_dot(dots, L.rows, r));
     if (w.qkv_bias != nullptr) v = round_bf16(v + __bfloat162float(w.qkv_bias[matrix_row(i0 + r)]));
     dots[r] = v;
   }
@@ -567,7 +569,7 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   trace.mark(kTraceWeights);
   block_dots(ws, x, rows, k, dots);
   for (int r = threadIdx.x; r < rows; r += kThreads)
-    h[r0 + r] = __float2bfloat16(res[r] + round_bf16(dots[r]));  // the residual is kept in bf16
+    h[r0 + r] = __float2bfloat16(res[r] + round_bf16(row_dot(dots, rows, r)));  // the residual is kept in bf16
   trace.end();
 }
 
@@ -600,7 +602,8 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   trace.mark(kTraceWeights);
   block_dots(ws, x, 2 * rows, hidden, dots);
   for (int r = threadIdx.x; r < rows; r += kThreads)
-    act[r0 + r] = __float2bfloat16(silu_mul_one(round_bf16(dots[r]), round_bf16(dots[rows + r])));
+    act[r0 + r] = __float2bfloat16(
+        silu_mul_one(round_bf16(row_dot(dots, 2 * rows, r)), round_bf16(row_dot(dots, 2 * rows, rows + r))));
   trace.end();
 }
 
