@@ -8,9 +8,9 @@
 //
 // Two CTAs of 256 threads per SM (one for hidden sizes over 1,024). A warp owns kRows consecutive
 // rows at a time and lane l reads the 16-byte chunks l, l + 32, ... of each row, so one load
-// instruction of a warp covers 512 contiguous bytes. The first rows' loads are issued before the PDL wait (the weights are
-// constants): the stream starts while the last layer still runs, and the loads of the next rows
-// are in flight while a warp reduces the current ones. Every warp computes the norm of h itself:
+// instruction of a warp covers 512 contiguous bytes. The first rows' loads are issued before the
+// PDL wait (the weights are constants): the stream starts while the last layer still runs, and the
+// loads of the next rows are in flight while a warp reduces the current ones. Every warp computes the norm of h itself:
 // its lanes' chunks of h cover the whole vector, so the sum of squares needs no block barrier.
 // This replaces three kernels (rmsnorm, the LM head gemv, argmax_rows) and their boundaries.
 //
@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
       const int row = r0 + r;
 #pragma unroll
       for (int j = 0; j < kC; ++j)
-        if (j < chunks && row < a.vocab) wv[r][j] = load16_hint(a.w + size_t(row) * a.hidden + (j * 32 + lane) * 8, policy);
+        if (j < chunks && row < a.vocab)
+          wv[r][j] = load16_hint(a.w + size_t(row) * a.hidden + (j * 32 + lane) * 8, policy);
     }
   };
   int r0 = (blockIdx.x * kWarps + warp) * kRows;

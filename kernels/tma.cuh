@@ -95,8 +95,8 @@ __device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
 // with mbar_wait and then reads them, with no cluster barrier. dst 16- (8-) byte aligned.
 __device__ __forceinline__ void st_async16(unsigned dst, float4 v, unsigned bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst),
-               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n"
+               ::"r"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
                : "memory");
 #endif
 }

@@ -2,7 +2,8 @@
 // forward pass that reads top to bottom, sampling on the GPU, CUDA graphs for decode steps.
 // Per step: one H2D copy of the packed inputs (a second only for penalties / min_tokens),
 // the forward (replayed from a graph when it is a captured decode size), the sampler, one D2H
-// copy of the results and one stream synchronisation.
+// copy of the results and a wait for it. A greedy one-sequence decode step also enqueues the
+// step after it before that wait (chain_next), which the next execute() finds already running.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -485,7 +486,8 @@ bool CudaRunner::chained_matches(const Batch& b) {
   const PackedStep p = pack_step(b, 1, (bound + opt_.block_size - 1) / opt_.block_size, true, kMaxTopLogprobs,
                                  chain_check_.data(), chain_check_.size(), extras);
   const std::byte* host = staging_host_[chained_.slot].as<std::byte>();
-  return p.layout.bytes == want.bytes && p.all_greedy_plain && extras.empty() && p.sampled_seqs == chained_.packed.sampled_seqs &&
+  return p.layout.bytes == want.bytes && p.all_greedy_plain && extras.empty() &&
+         p.sampled_seqs == chained_.packed.sampled_seqs &&
          std::memcmp(chain_check_.data() + want.positions, host + want.positions, want.bytes - want.positions) == 0;
 }
 
