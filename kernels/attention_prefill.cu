@@ -65,13 +65,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillPara
   }
 
   float m[kRows], l[kRows], acc[kRows][kDims];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.f;
-#pragma unroll
-    for (int c = 0; c < kDims; ++c) acc[r][c] = 0.f;
-  }
+  softmax_start(m, l, acc);
   const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
   const int block_mask = (1 << p.block_shift) - 1;
   const size_t row_stride = size_t(p.num_kv_heads) * D;

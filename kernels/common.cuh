@@ -65,8 +65,8 @@ __device__ __forceinline__ float2 norm_rope_pair(float a, float b, float rstd, c
   return make_float2(round_bf16(a * c - b * s), round_bf16(b * c + a * s));
 }
 
-// The online-softmax state of n heads before their first token: max -inf, sum 0, and the
-// accumulators (D output dims each) 0. Shared by attention_decode and the fused attention kernel.
+// The online-softmax state of N rows (heads, or query rows) before their first token: max -inf,
+// sum 0, and the accumulators (D output dims each) 0. Shared by the attention kernels.
 template <int N, int D>
 __device__ __forceinline__ void softmax_start(float (&m)[N], float (&l)[N], float (&acc)[N][D]) {
 #pragma unroll
@@ -128,6 +128,14 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 // --- Tensor-core and async-copy primitives (sm_80+), for the tiled attention kernels ---
+
+// An L2 policy for data read once per step (weights): evict these lines first, so that they do
+// not push out what is reused (code, activations, K/V). For the .L2::cache_hint loads and copies.
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
 
 // 16-byte asynchronous copy global -> shared; when !valid the destination is zero-filled and
 // nothing is read.

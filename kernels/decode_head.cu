@@ -35,12 +35,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t p;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-
 // A read-only 16-byte load with an L2 eviction policy.
 __device__ __forceinline__ uint4 load16_hint(const bf16* p, uint64_t policy) {
   uint4 v;
@@ -71,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int chunks = a.hidden / 256;  // 16-byte chunks of a row per lane
   const int step = gridDim.x * kWarps * kRows;
-  const uint64_t policy = l2_policy_evict_first();
+  const uint64_t policy = l2_evict_first();
 
   uint4 wv[kRows][kC];
   auto load_rows = [&](int r0) {

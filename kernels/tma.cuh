@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/common.cuh"
+
 namespace nvllm::kernels {
 
 [[maybe_unused]] __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -37,7 +39,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr unsigned kPiece = 32768;
   uint64_t policy = 0;
-  if constexpr (kStream) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  if constexpr (kStream) policy = l2_evict_first();
   for (unsigned o = 0; o < bytes; o += kPiece) {
     if constexpr (kStream) {
       asm volatile(
