@@ -75,16 +75,6 @@ std::pair<std::vector<float>, int> run_head(const Case& c, float eps, int launch
   return {d_logits.download(), d_token.download()[0]};
 }
 
-double rel_error(const std::vector<float>& out, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(out[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
 }  // namespace
 
 TEST_CASE("gpu.kernels.decode_head matches the CPU norm, LM head and argmax") {

@@ -65,9 +65,12 @@ class DeviceBuffer {
   size_t n_;
 };
 
-// ||out - ref|| / ||ref|| in double; NaN (an unwritten, poisoned element) makes it NaN, and
-// NaN < tolerance is false, so the check fails.
-inline double rel_error(const std::vector<bf16>& out, const std::vector<float>& ref) {
+inline float to_f(float x) { return x; }
+
+// ||out - ref|| / ||ref|| in double, for bf16 or fp32 outputs; NaN (an unwritten, poisoned
+// element) makes it NaN, and NaN < tolerance is false, so the check fails.
+template <typename T>
+double rel_error(const std::vector<T>& out, const std::vector<float>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     double d = double(to_f(out[i])) - double(ref[i]);
