@@ -166,7 +166,7 @@ const bf16* CudaRunner::upload(const HostTensor& t, const char* what) {
 void CudaRunner::allocate_buffers() {
   seq_cap_ = opt_.max_num_seqs;
   token_cap_ = std::max(opt_.max_num_batched_tokens, seq_cap_);
-  width_cap_ = (opt_.max_model_len + opt_.block_size - 1) / opt_.block_size;
+  width_cap_ = blocks_for(opt_.max_model_len);
   const size_t H = c_.hidden_size, T = token_cap_, S = seq_cap_;
   x_ = DeviceBuffer(T * H * sizeof(bf16));
   residual_ = DeviceBuffer(T * H * sizeof(bf16));
@@ -332,7 +332,7 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   } else {
     if (chained_.pending) CUDA_CHECK(cudaStreamSynchronize(st));  // not this batch: let it finish, unused
     const bool use_graph = graph != nullptr;
-    const int width = use_graph ? (graph_bound + opt_.block_size - 1) / opt_.block_size : b.max_blocks_per_seq;
+    const int width = use_graph ? blocks_for(graph_bound) : b.max_blocks_per_seq;
     slot_ ^= 1;
     packed = pack_step(b, use_graph ? graph_size : S, width, use_graph, kMaxTopLogprobs, staging_host_[slot_].get(),
                        staging_host_[slot_].bytes(), extras_);
@@ -462,7 +462,7 @@ void CudaRunner::chain_next(const Batch& b, const PackedStep& packed, int graph_
   n.slot_mapping[0] = b.block_tables[pos / bs] * bs + pos % bs;
   n.context_lens[0] = ctx;
   n.sample_step[0] += 1;
-  const int next = slot_ ^ 1, width = (bound + bs - 1) / bs;
+  const int next = slot_ ^ 1, width = blocks_for(bound);
   std::memset(staging_host_[next].get(), 0, make_step_layout(1, 1, width, 1).bytes);  // gaps compare equal
   SamplerExtras extras;
   PackedStep p = pack_step(n, 1, width, true, kMaxTopLogprobs, staging_host_[next].get(), staging_host_[next].bytes(),
@@ -483,8 +483,8 @@ bool CudaRunner::chained_matches(const Batch& b) {
   const StepLayout& want = chained_.packed.layout;
   chain_check_.assign(want.bytes, std::byte{0});  // gaps and unread table entries: zero, as there
   SamplerExtras extras;
-  const PackedStep p = pack_step(b, 1, (bound + opt_.block_size - 1) / opt_.block_size, true, kMaxTopLogprobs,
-                                 chain_check_.data(), chain_check_.size(), extras);
+  const PackedStep p =
+      pack_step(b, 1, blocks_for(bound), true, kMaxTopLogprobs, chain_check_.data(), chain_check_.size(), extras);
   const std::byte* host = staging_host_[chained_.slot].as<std::byte>();
   return p.layout.bytes == want.bytes && p.all_greedy_plain && extras.empty() &&
          p.sampled_seqs == chained_.packed.sampled_seqs &&
@@ -504,17 +504,19 @@ std::vector<float> CudaRunner::last_logits() {
 
 }  // namespace cuda_detail
 
-std::vector<float> cuda_runner_last_logits(Runner& runner) {
+namespace {
+cuda_detail::CudaRunner& as_cuda(Runner& runner, const char* what) {
   auto* cuda = dynamic_cast<cuda_detail::CudaRunner*>(&runner);
-  NVLLM_CHECK(cuda, "cuda_runner_last_logits: runner '", runner.name(), "' is not the CUDA runner");
-  return cuda->last_logits();
+  NVLLM_CHECK(cuda, what, ": runner '", runner.name(), "' is not the CUDA runner");
+  return *cuda;
+}
+}  // namespace
+
+std::vector<float> cuda_runner_last_logits(Runner& runner) {
+  return as_cuda(runner, "cuda_runner_last_logits").last_logits();
 }
 
-int cuda_runner_chained_steps(Runner& runner) {
-  auto* cuda = dynamic_cast<cuda_detail::CudaRunner*>(&runner);
-  NVLLM_CHECK(cuda, "cuda_runner_chained_steps: runner '", runner.name(), "' is not the CUDA runner");
-  return cuda->chained_steps();
-}
+int cuda_runner_chained_steps(Runner& runner) { return as_cuda(runner, "cuda_runner_chained_steps").chained_steps(); }
 
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
                                          const CudaRunnerOptions& options) {

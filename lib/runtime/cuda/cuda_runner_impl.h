@@ -57,6 +57,8 @@ class CudaRunner final : public Runner {
   void setup_fused_decode();
   void setup_fused_head();
   void forward(const Step& step);
+  // KV blocks (block-table entries) that hold `tokens` tokens.
+  int blocks_for(int tokens) const { return (tokens + opt_.block_size - 1) / opt_.block_size; }
   // Whether an m-row projection with k inputs goes to the small-batch gemv.
   bool use_gemv(int m, int k) const;
   // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt.

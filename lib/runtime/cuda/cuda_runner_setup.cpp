@@ -57,7 +57,7 @@ void CudaRunner::size_kv_cache() {
     sp.temperature = 1.0f;
     sp.top_k = 50;
     sp.top_p = 0.9f;
-    b.max_blocks_per_seq = (per_seq + opt_.block_size - 1) / opt_.block_size;
+    b.max_blocks_per_seq = blocks_for(per_seq);
     b.query_start.push_back(0);
     for (int s = 0; s < seqs; ++s) {
       for (int i = 0; i < per_seq; ++i) {
@@ -85,7 +85,7 @@ void CudaRunner::size_kv_cache() {
 
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int per_seq_blocks = (opt_.max_model_len + opt_.block_size - 1) / opt_.block_size;
+  const int per_seq_blocks = blocks_for(opt_.max_model_len);
   if (opt_.num_kv_blocks > 0) {
     num_blocks_ = opt_.num_kv_blocks;
   } else {
@@ -128,7 +128,7 @@ void CudaRunner::capture_graphs() {
   std::reverse(sizes.begin(), sizes.end());
   const std::vector<int> bounds = context_buckets(opt_.max_model_len);
   for (int bound : bounds) {
-    const int width = (bound + opt_.block_size - 1) / opt_.block_size;
+    const int width = blocks_for(bound);
     for (int n : sizes) {
       Batch b;  // no real sequences: every row is padding
       b.query_start.push_back(0);
