@@ -218,6 +218,41 @@ RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool
   return result;
 }
 
+// The one sequence of the batch-1 tests: a random 20-token prompt (hist, which grows by the tokens
+// fed back), its cache blocks scattered (a shuffled block list for max_model_len tokens), greedy
+// sampling; batch(step) is the prompt at step 0, else the decode of the newest token.
+struct OneSequence {
+  static constexpr int kBlockSize = 16, kBlocks = 64;
+  std::vector<int32_t> blocks, hist;
+  SamplingParams greedy;
+
+  OneSequence(const ModelConfig& c, uint32_t seed) {
+    const CudaRunnerOptions opt = options();
+    std::mt19937 rng(seed);
+    blocks = test::block_range(0, kBlocks);
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    blocks.resize(opt.max_model_len / kBlockSize);
+    for (int i = 0; i < 20; ++i) hist.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+    greedy.temperature = 0.0f;
+  }
+  static CudaRunnerOptions options() {
+    CudaRunnerOptions opt;
+    opt.block_size = kBlockSize;
+    opt.max_num_seqs = 4;
+    opt.max_num_batched_tokens = 128;
+    opt.max_model_len = 512;
+    opt.num_kv_blocks = kBlocks;
+    return opt;
+  }
+  Batch batch(int step) const {
+    const test::SeqChunk chunk = step == 0 ? test::SeqChunk{hist, 0, blocks}
+                                           : test::SeqChunk{{hist.back()}, static_cast<int>(hist.size()) - 1, blocks};
+    Batch b = test::make_batch({chunk}, kBlockSize);
+    add_sampling(b, {1}, {&greedy}, {hist}, step);
+    return b;
+  }
+};
+
 // One sequence: a prompt of 20 tokens, then `decodes` single-token decode steps (the batch-1
 // path: the fused kernels when `fused`), the CUDA runner's greedy tokens fed back to
 // both runners, or the tokens of `forced` when given (so that two runs see the same inputs).
@@ -228,33 +263,18 @@ RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bo
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
-  const int block_size = 16, num_blocks = 64;
-  CpuRunner cpu(c, std::move(wf), block_size, num_blocks, 2);
-  CudaRunnerOptions opt;
-  opt.block_size = block_size;
-  opt.max_num_seqs = 4;
-  opt.max_num_batched_tokens = 128;
-  opt.max_model_len = 512;
-  opt.num_kv_blocks = num_blocks;
+  CpuRunner cpu(c, std::move(wf), OneSequence::kBlockSize, OneSequence::kBlocks, 2);
+  CudaRunnerOptions opt = OneSequence::options();
   opt.enforce_eager = enforce_eager;
   opt.fused_decode = fused;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
 
-  std::mt19937 rng(seed + 7);
-  std::vector<int32_t> blocks = test::block_range(0, num_blocks);
-  std::shuffle(blocks.begin(), blocks.end(), rng);
-  blocks.resize(opt.max_model_len / block_size);
-  std::vector<int32_t> hist;
-  for (int i = 0; i < 20; ++i) hist.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
+  OneSequence seq(c, seed + 7);
+  std::vector<int32_t>& hist = seq.hist;
   RunResult result;
   *worst_rel = 0.0;
   for (int step = 0; step <= decodes; ++step) {
-    const test::SeqChunk chunk = step == 0 ? test::SeqChunk{hist, 0, blocks}
-                                           : test::SeqChunk{{hist.back()}, static_cast<int>(hist.size()) - 1, blocks};
-    Batch b = test::make_batch({chunk}, block_size);
-    add_sampling(b, {1}, {&greedy}, {hist}, step);
+    const Batch b = seq.batch(step);
     const std::vector<float> ref_all = cpu.forward_logits(b);
     StepOutput out;
     gpu->execute(b, out);
@@ -289,33 +309,17 @@ std::vector<int32_t> chained_run(const ModelConfig& c, bool chain, int decodes, 
   ModelWeights wf = test::random_weights(c, 5), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
-  const int block_size = 16;
-  CudaRunnerOptions opt;
-  opt.block_size = block_size;
-  opt.max_num_seqs = 4;
-  opt.max_num_batched_tokens = 128;
-  opt.max_model_len = 512;
-  opt.num_kv_blocks = 64;
+  CudaRunnerOptions opt = OneSequence::options();
   opt.chain_decode = chain;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
-  std::mt19937 rng(9);
-  std::vector<int32_t> blocks = test::block_range(0, opt.num_kv_blocks);
-  std::shuffle(blocks.begin(), blocks.end(), rng);
-  blocks.resize(opt.max_model_len / block_size);
-  std::vector<int32_t> hist, sampled;
-  for (int i = 0; i < 20; ++i) hist.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  greedy.max_tokens = decodes + 1;  // the last step chains nothing
+  OneSequence seq(c, 9);
+  seq.greedy.max_tokens = decodes + 1;  // the last step chains nothing
+  std::vector<int32_t> sampled;
   for (int step = 0; step <= decodes; ++step) {
-    const test::SeqChunk chunk = step == 0 ? test::SeqChunk{hist, 0, blocks}
-                                           : test::SeqChunk{{hist.back()}, static_cast<int>(hist.size()) - 1, blocks};
-    Batch b = test::make_batch({chunk}, block_size);
-    add_sampling(b, {1}, {&greedy}, {hist}, step);
     StepOutput out;
-    gpu->execute(b, out);
+    gpu->execute(seq.batch(step), out);
     sampled.push_back(out.token_ids[0]);
-    hist.push_back(swap_at.count(step) ? c.vocab_size - 1 - out.token_ids[0] : out.token_ids[0]);
+    seq.hist.push_back(swap_at.count(step) ? c.vocab_size - 1 - out.token_ids[0] : out.token_ids[0]);
   }
   *chained = cuda_runner_chained_steps(*gpu);
   return sampled;
