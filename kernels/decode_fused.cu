@@ -86,14 +86,14 @@ __host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows,
 // The attention kernel: its rows of the kv head's q/k/v weights, the normed input, the constants
 // it stages before its inputs are ready (input norm weights [hidden], q and k norm weights [kD]
 // each, RoPE frequencies [kD / 2] floats), its rows' outputs, the group's q (roped, scaled) / new
-// k / new v (filled by every CTA of the cluster), per-warp attention partials, this split's
-// merged partial of every output with (max, sum) per head, the inbox where each split's CTA
-// leaves its partial of the outputs this CTA finishes ([C][outs] values, then [C] (max, sum)),
+// k / new v (filled by every CTA of the cluster), per-warp attention partials with (max, sum)
+// per head, the inbox where each split's CTA leaves its partial of the outputs this CTA finishes
+// ([C][outs] values, then [C] (max, sum)),
 // scratch, and three mbarriers: the weight copy, the q/k/v exchange, the inbox.
 struct AttnLayout {
   int rows;  // rows of the group's (G + 2) * 128 per CTA
   int outs;  // outputs of the group (G * 128) this CTA finishes
-  size_t w, x, norm, qk_norm, freq, dots, qkv, acc, ml, part, inbox, inbox_ml, red, bar, total;
+  size_t w, x, norm, qk_norm, freq, dots, qkv, acc, ml, inbox, inbox_ml, red, bar, total;
 };
 
 __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster) {
@@ -109,8 +109,7 @@ __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int clu
   L.qkv = align_up(L.dots + dots_bytes(L.rows), 16);
   L.acc = L.qkv + size_t(group + 2) * kD * 4;
   L.ml = L.acc + size_t(kWarps) * group * kD * 4;
-  L.part = L.ml + size_t(kWarps) * group * 2 * 4;
-  L.inbox = align_up(L.part + size_t(group) * (kD + 2) * 4, 16);
+  L.inbox = align_up(L.ml + size_t(kWarps) * group * 2 * 4, 16);
   L.inbox_ml = L.inbox + size_t(cluster) * L.outs * 4;
   L.red = align_up(L.inbox_ml + size_t(cluster) * 2 * 4, 16);
   L.bar = L.red + kScratchFloats * 4;
@@ -231,6 +230,43 @@ __device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16
   __syncthreads();
 }
 
+// The same x with the sum of squares of h published by the kernel that wrote h, as `parts`
+// partial sums (one per CTA): every warp adds them up in the same order (so every thread gets the
+// same rstd) and each thread normalises the 8 elements it read; no block reduction, one barrier.
+// n <= 8 * kThreads (kMaxPublishedHidden).
+constexpr int kMaxPublishedHidden = 8 * kThreads;
+__device__ void load_normed_published(const bf16* h, const float* ss, int parts, const bf16* w, int n, float eps,
+                                      bf16* x) {
+  const int lane = threadIdx.x & 31, i = threadIdx.x * 8;
+  const Bf16x8 v8 = i < n ? load8_cg(h + i) : Bf16x8{};  // in flight with the partial sums
+  float part[kFusedSsParts / 32];  // all loads in flight at once (a loop over `parts` issued them one by one)
+#pragma unroll
+  for (int k = 0; k < kFusedSsParts / 32; ++k) part[k] = lane + 32 * k < parts ? __ldcg(ss + lane + 32 * k) : 0.f;
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kFusedSsParts / 32; ++k) s += part[k];
+  const float rstd = rsqrtf(warp_sum(s) / n + eps);
+  cp_async_wait<0>();  // this thread's pieces of w: the elements it normalises
+  if (i < n) {
+    float wf[8], v[8];
+    to_float8(load8(w + i), wf);
+    to_float8(v8, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = wf[j] * round_bf16(v[j] * rstd);  // HF: weight * x.to(bf16)
+    store8(x + i, from_float8(v));
+  }
+  __syncthreads();
+}
+
+// x = rmsnorm(h) * w either way: from the published sums when ss is not null.
+__device__ __forceinline__ void load_normed_any(const bf16* h, const float* ss, int parts, const bf16* w, int n,
+                                               float eps, bf16* x, float* scratch) {
+  if (ss != nullptr)
+    load_normed_published(h, ss, parts, w, n, eps, x);
+  else
+    load_normed(h, w, n, eps, x, scratch);
+}
+
 __device__ __forceinline__ uint4 lds16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
 
 // Dot products of `rows` weight rows in shared memory (row r at w + r * row_stride(k)) with x
@@ -311,7 +347,7 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
 // another CTA's shared memory, and a CTA leaves only after all pushes to it have landed.
 template <int G>  // q heads per kv head: 1, 2 or 4 (a template so that only one group's code is fetched)
 __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
-                                                             FusedDecodeLayer w, int flags) {
+                                                             FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem[];
   cg::cluster_group cluster = cg::this_cluster();
@@ -334,8 +370,6 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   float* v_new = k_new + kD;
   float* acc = reinterpret_cast<float*>(smem + L.acc);
   float* ml = reinterpret_cast<float*>(smem + L.ml);
-  float* part = reinterpret_cast<float*>(smem + L.part);  // [G * kD], then (m, l) per head
-  float* part_ml = part + G * kD;
   float* inbox = reinterpret_cast<float*>(smem + L.inbox);  // [C splits][outs]
   float* inbox_ml = reinterpret_cast<float*>(smem + L.inbox_ml);  // [C splits][m, l]
   float* red = reinterpret_cast<float*>(smem + L.red);
@@ -360,6 +394,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   stage(freq_s, st.inv_freq, kD / 2 * 4);
   cp_async_commit();
   const int position = st.position[0], slot = st.slot[0];  // used after the wait
+  // Layer 0 reads its input from the embedding table (a constant) and leaves it in h.
+  const bf16* h_in = st.embed != nullptr ? st.embed + size_t(st.token[0]) * H : st.h;
 
   // This CTA's context split. The cached K/V of its tokens were written by earlier steps, so
   // they are constants here: the first tokens' go into registers before the wait, the next ones
@@ -392,7 +428,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   wait_inputs(flags);
   trace.mark(kTraceWaited);
 
-  load_normed(st.h, norm_s, H, st.eps, x, red);
+  if (st.embed != nullptr)  // this CTA's share of h = the embedding row
+    for (int i = (blockIdx.x * kThreads + tid) * 8; i < H; i += gridDim.x * kThreads * 8) store8(st.h + i, load8(h_in + i));
+  load_normed_any(h_in, st.ss_ready ? st.ss + kFusedSsParts : nullptr, ss_parts, norm_s, H, st.eps, x, red);
   trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
@@ -435,48 +473,71 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   }
   trace.mark(kTracePhase2);
 
-  // Online softmax over the split; the new token's k/v come from shared memory.
+  // Online softmax over the split; the new token's k/v come from shared memory. An iteration
+  // takes up to kU tokens per group: their dot products first (independent chains, so their
+  // shuffles overlap), then one softmax update per head with the largest of them. The same trip
+  // count for the whole block (the 16-lane shuffles need both half-warps); a slot u that no group
+  // has a token for is skipped by all (t0 - grp is the same for every thread).
   float m[G], l[G], o[G][8];
   softmax_start(m, l, o);
-  // The same trip count for the whole block (the 16-lane shuffles need both half-warps); a slot
-  // u that no group has a token for is skipped by all (t0 - grp is the same for every thread).
+  // Token t's k or v dims of this lane: the new token's from shared memory, a cached one from
+  // the registers loaded for slot u, zeros past the split.
+  auto token_dims = [&](int t, const float* fresh, const Bf16x8& cached, float f[8]) {
+    if (t == ctx - 1) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = fresh[sub * 8 + i];
+    } else if (t < end) {
+      to_float8(cached, f);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = 0.f;
+    }
+  };
   for (int t0 = start + grp; t0 - grp < end; t0 += kTokenGroups * kU) {
     if (t0 != start + grp) load_tokens(t0);
+    const int slots = min(kU, ceil_div(end - (t0 - grp), kTokenGroups));  // slots some group has a token in
+    float d[kU][G];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      if (t0 - grp + u * kTokenGroups >= end) break;
-      const int t = t0 + u * kTokenGroups;
-      float kf[8], vf[8];
-      if (t == ctx - 1) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          kf[i] = k_new[sub * 8 + i];
-          vf[i] = v_new[sub * 8 + i];
-        }
-      } else if (t < end) {
-        to_float8(kv[u], kf);
-        to_float8(vv[u], vf);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) kf[i] = vf[i] = 0.f;
-      }
+      if (u >= slots) break;
+      float kf[8];
+      token_dims(t0 + u * kTokenGroups, k_new, kv[u], kf);
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         const float4 qa = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[0];
         const float4 qb = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[1];
         const float qf[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-        float d = 0.f;
+        float dot = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) d = fmaf(qf[i], kf[i], d);
-        d = warp_sum<16>(d);
-        if (t >= end) continue;
-        const float m_new = fmaxf(m[h], d);
-        const float alpha = exp2f(m[h] - m_new);  // 0 while m[h] is -inf
-        const float p = exp2f(d - m_new);
-        m[h] = m_new;
-        l[h] = l[h] * alpha + p;
+        for (int i = 0; i < 8; ++i) dot = fmaf(qf[i], kf[i], dot);
+        d[u][h] = warp_sum<16>(dot);
+      }
+    }
+    const int mine = min(slots, ceil_div(end - t0, kTokenGroups));  // this group's tokens: slots 0 .. mine-1
+    if (mine <= 0) continue;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) o[h][i] = fmaf(p, vf[i], o[h][i] * alpha);
+    for (int h = 0; h < G; ++h) {
+      float m_new = m[h];
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+        if (u < mine) m_new = fmaxf(m_new, d[u][h]);
+      const float alpha = exp2f(m[h] - m_new);  // 0 while m[h] is -inf
+      m[h] = m_new;
+      l[h] *= alpha;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[h][i] *= alpha;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (u >= mine) break;
+      float vf[8];
+      token_dims(t0 + u * kTokenGroups, v_new, vv[u], vf);
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        const float p = exp2f(d[u][h] - m[h]);
+        l[h] += p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[h][i] = fmaf(p, vf[i], o[h][i]);
       }
     }
   }
@@ -498,31 +559,19 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     }
   }
   __syncthreads();
-  // This split's result for every output of the group (a warp that saw no token has max -inf) ...
+  // This split's result for every output of the group (a warp that saw no token has max -inf),
+  // pushed straight to the inbox of the CTA that finishes it; one thread per such CTA also pushes
+  // the (max, sum) of the head its outputs lie in.
   for (int i = tid; i < G * kD; i += kThreads) {
-    const int h = i / kD, d = i % kD;
+    const int h = i / kD, d = i % kD, owners = kD / L.outs;  // CTAs that finish a head's outputs
     const SoftmaxPart r = merge_softmax(
         kWarps, [&](int j) { return ml[(j * G + h) * 2]; }, [&](int j) { return ml[(j * G + h) * 2 + 1]; },
         [&](int j) { return acc[(j * G + h) * kD + d]; });
-    part[i] = r.acc;
-    if (d == 0) {
-      part_ml[2 * h] = r.m;
-      part_ml[2 * h + 1] = r.l;
-    }
-  }
-  __syncthreads();
-  // ... pushed to the inbox of the CTA that finishes it: 16 bytes at a time, and the (max, sum)
-  // of the head its outputs lie in.
-  const int pieces = L.outs / 4;
-  for (int i = tid; i < C * (pieces + 1); i += kThreads) {
-    const int to = i / (pieces + 1), piece = i % (pieces + 1);
-    const unsigned to_bar = cluster_addr(bar + 2, to);
-    if (piece < pieces) {
-      st_async16(cluster_addr(inbox + rank * L.outs + 4 * piece, to),
-                 reinterpret_cast<const float4*>(part + to * L.outs)[piece], to_bar);
-    } else {
-      const int h = to * L.outs / kD;
-      st_async8(cluster_addr(inbox_ml + 2 * rank, to), make_float2(part_ml[2 * h], part_ml[2 * h + 1]), to_bar);
+    const int to = i / L.outs;
+    st_async4(cluster_addr(inbox + rank * L.outs + i % L.outs, to), r.acc, cluster_addr(bar + 2, to));
+    if (d < owners) {
+      const int owner = h * owners + d;
+      st_async8(cluster_addr(inbox_ml + 2 * rank, owner), make_float2(r.m, r.l), cluster_addr(bar + 2, owner));
     }
   }
   mbar_wait(bar + 2, 0);  // every split's partial of my outputs has landed
@@ -545,9 +594,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 }
 
 // h[r] += x W^T [r] for this CTA's rows (o_proj with x = attn, down with x = act).
+// ss_out (not null): this CTA's sum of the squares of the rows it wrote, at ss_out[blockIdx.x].
 __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_in, int k, const bf16* w, int n,
-                                                                 bf16* h, int flags, unsigned long long* trace_base,
-                                                                 int trace_kernel) {
+                                                                 bf16* h, float* ss_out, int flags,
+                                                                 unsigned long long* trace_base, int trace_kernel) {
   extern __shared__ __align__(128) char smem[];
   const Tracer trace(trace_base, trace_kernel);
   int r0, r1;
@@ -568,15 +618,32 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
   block_dots(ws, x, rows, k, dots);
-  for (int r = threadIdx.x; r < rows; r += kThreads)
-    h[r0 + r] = __float2bfloat16(res[r] + round_bf16(row_dot(dots, rows, r)));  // the residual is kept in bf16
+  float sq = 0.f;
+  for (int r = threadIdx.x; r < rows; r += kThreads) {
+    const bf16 v = __float2bfloat16(res[r] + round_bf16(row_dot(dots, rows, r)));  // the residual is kept in bf16
+    h[r0 + r] = v;
+    sq += __bfloat162float(v) * __bfloat162float(v);
+  }
+  if (ss_out != nullptr) {
+    if (max_rows <= 32) {  // the rows are warp 0's: no block reduction
+      if (threadIdx.x < 32) {
+        sq = warp_sum(sq);
+        if (threadIdx.x == 0) ss_out[blockIdx.x] = sq;
+      }
+    } else {
+      sq = block_sum(sq, reinterpret_cast<float*>(smem + L.red));
+      if (threadIdx.x == 0) ss_out[blockIdx.x] = sq;
+    }
+  }
   trace.end();
 }
 
 // act[r] = silu(x W_gate^T [r]) * (x W_up^T [r]) with x = rmsnorm(h), for this CTA's rows.
-__global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const bf16* norm_w, int hidden,
-                                                           const bf16* gate_up, int inter, bf16* act, float eps,
-                                                           int flags, unsigned long long* trace_base) {
+// ss (not null): the published sums of squares of h, `parts` of them.
+__global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const float* ss, int parts,
+                                                           const bf16* norm_w, int hidden, const bf16* gate_up,
+                                                           int inter, bf16* act, float eps, int flags,
+                                                           unsigned long long* trace_base) {
   extern __shared__ __align__(128) char smem[];
   const Tracer trace(trace_base, 2);
   int r0, r1;
@@ -596,7 +663,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   cp_async_commit();
   wait_inputs(flags);
   trace.mark(kTraceWaited);
-  load_normed(h, norm_s, hidden, eps, x, red);
+  load_normed_any(h, ss, parts, norm_s, hidden, eps, x, red);
   trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
@@ -640,7 +707,7 @@ size_t attention_smem(const FusedDecodeShape& s, int cluster) {
   return attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster).total;
 }
 
-using AttentionKernel = void (*)(FusedDecodeShape, FusedDecodeStep, FusedDecodeLayer, int);
+using AttentionKernel = void (*)(FusedDecodeShape, FusedDecodeStep, FusedDecodeLayer, int, int);
 AttentionKernel attention_for(int group) {
   return group == 1 ? attention_kernel<1> : group == 2 ? attention_kernel<2> : attention_kernel<4>;
 }
@@ -676,7 +743,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
   CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if (major < 9) return no("needs sm_90 or newer (clusters, TMA)");
-  p.grid = sms;
+  p.grid = std::min(sms, kFusedSsParts);
   const int H = s.hidden, I = s.intermediate, q_size = s.num_heads * kD;
   const size_t o = proj_smem(H, q_size, std::min(H, sms), false), gu = proj_smem(I, H, std::min(I, sms), true),
                down = proj_smem(H, I, std::min(H, sms), false);
@@ -725,17 +792,24 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   const int flags = trigger_early() | evict_first(), H = s.hidden, I = s.intermediate, q_size = s.num_heads * kD;
   const int grid_h = std::min(H, p.grid), grid_i = std::min(I, p.grid);
 
+  // Published sums of squares: o_proj's for gate_up, down's for the next layer's attention.
+  const bool publish = st.ss != nullptr && H <= kMaxPublishedHidden;
+  float* ss_post = publish ? st.ss : nullptr;
+  float* ss_next = publish ? st.ss + kFusedSsParts : nullptr;
+  FusedDecodeStep sta = st;
+  sta.ss_ready = publish && st.ss_ready;
   cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), {}};
   attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s.num_heads / s.num_kv_heads), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
-              attention_smem(s, p.cluster), stream, s, st, w, flags);
+              attention_smem(s, p.cluster), stream, s, sta, w, flags, grid_h);
   launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), proj_smem(H, q_size, grid_h, false), stream,
-             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, flags, st.trace, 1);
+             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, st.trace, 1);
   launch_pdl(gate_up_kernel, dim3(grid_i), dim3(kThreads), proj_smem(I, H, grid_i, true), stream,
-             static_cast<const bf16*>(st.h), w.post_norm, H, w.gate_up, I, st.act, st.eps, flags, st.trace);
+             static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post), grid_h, w.post_norm, H, w.gate_up,
+             I, st.act, st.eps, flags, st.trace);
   launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), proj_smem(H, I, grid_h, false), stream,
-             static_cast<const bf16*>(st.act), I, w.down, H, st.h, flags, st.trace, 3);
+             static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, st.trace, 3);
 }
 
 }  // namespace nvllm::kernels

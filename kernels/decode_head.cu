@@ -16,7 +16,9 @@
 //
 // The argmax: per warp in registers (its rows in increasing order), per CTA in shared memory, then
 // one 64-bit atomicMax per CTA of (order-preserving key of the logit, ~id); the last CTA to
-// finish (a counter) writes the token and zeroes both words for the next step.
+// finish (a counter) writes the token and zeroes both words for the next step. For chained steps
+// it also advances the step's inputs in the device staging to the sequence's next decode step and
+// leaves the token in mapped host memory, so that step needs neither an H2D nor a D2H copy.
 //
 // The weights are loaded evict-first: they are read once a step and should not push the layers'
 // activations, K/V and code out of L2. (Keeping up to 31 MB of the matrix in an L2 set-aside for
@@ -152,6 +154,15 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
     const int token = k == 0 ? 0 : int(0xFFFFFFFFu - static_cast<uint32_t>(k));  // all NaN: 0, as argmax_rows
     *a.token = token;
     if (a.next_token != nullptr) *a.next_token = token;
+    if (a.position != nullptr) {  // the next step's inputs, and the token for the host
+      const int pos = *a.position, next = pos + 1, block = next / a.block_size;
+      a.host_token[pos & 1] = (static_cast<unsigned long long>(pos) << 32) | static_cast<uint32_t>(token);
+      *a.position = next;
+      *a.context_len += 1;
+      *a.slot = block < a.table_width && a.block_table[block] >= 0
+                    ? a.block_table[block] * a.block_size + next % a.block_size
+                    : -1;
+    }
     atomicExch(a.scratch + 1, 0ull);
   }
 }

@@ -121,12 +121,24 @@ struct FusedDecodeStep {
   const float* inv_freq;  // [head_dim / 2]
   float eps, scale;
   bf16 *h, *attn, *act;
+  // Layer 0 (null in the others): h = embed[token] here, the embedding folded into the attention
+  // kernel; `token` is the step's token id.
+  const bf16* embed = nullptr;
+  const int32_t* token = nullptr;
+  // The norms' sums of squares, published by the kernels that write h: o_proj and down leave one
+  // partial sum per CTA of the squares of the h rows they wrote, in ss[0] and ss[1]
+  // (kFusedSsParts floats each), and gate_up and the next layer's attention add them up instead
+  // of reducing h over the block. Null: every norm sums h itself. ss_ready: ss[1] holds the sums
+  // of this layer's input (false in layer 0, whose h the attention kernel sums itself).
+  float* ss = nullptr;
+  bool ss_ready = false;
   // Timing only (null otherwise): the four kernels of this layer record, per CTA, globaltimer
   // stamps at start, after the PDL wait, once the weights landed, at the end, phase marks, once
   // the activations are read, the SM id and clock64 at start and end, at
   // trace + (kernel * kFusedTraceCtas + cta) * kFusedTraceFields.
   unsigned long long* trace = nullptr;
 };
+constexpr int kFusedSsParts = 256;  // FusedDecodeStep::ss: at most this many projection CTAs
 constexpr int kFusedTraceCtas = 256, kFusedTraceFields = 12;
 // The fields of one CTA's trace record: globaltimer stamps (ns), the SM id, clock64 stamps.
 enum FusedTraceField {
@@ -158,6 +170,15 @@ struct DecodeHeadArgs {
   int32_t* token;               // the argmax of logits, lowest id on ties
   int32_t* next_token;          // also written there when not null
   unsigned long long* scratch;  // 2 words, zero before the first launch; each launch leaves them zero
+  // Chained steps (all null, or all set): the step's inputs in the device staging, which the
+  // last CTA advances to the sequence's next decode step (position + 1, its slot from the
+  // block-table row of `table_width` entries or -1 past them, context + 1), and two words of
+  // mapped host memory: word position % 2 gets (position << 32) | token, so the host reads the
+  // token without a copy.
+  int32_t *position = nullptr, *slot = nullptr, *context_len = nullptr;
+  const int32_t* block_table = nullptr;
+  int block_size = 0, table_width = 0;
+  unsigned long long* host_token = nullptr;
 };
 // Whether decode_head handles this hidden size (a multiple of 256, at most 2048).
 bool decode_head_supported(int hidden);

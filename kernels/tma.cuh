@@ -92,13 +92,20 @@ __device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
   return r;
 }
 
-// Stores 16 (or 8) bytes at `dst` in another CTA's shared memory (cluster_addr) and counts them
+// Stores 16 (8, 4) bytes at `dst` in another CTA's shared memory (cluster_addr) and counts them
 // on that CTA's mbarrier `bar` (also a cluster_addr): the receiver waits for its expected bytes
-// with mbar_wait and then reads them, with no cluster barrier. dst 16- (8-) byte aligned.
+// with mbar_wait and then reads them, with no cluster barrier. dst 16- (8-, 4-) byte aligned.
 __device__ __forceinline__ void st_async16(unsigned dst, float4 v, unsigned bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n"
                ::"r"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void st_async4(unsigned dst, float v, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\n" ::"r"(dst), "f"(v),
+               "r"(bar)
                : "memory");
 #endif
 }

@@ -11,6 +11,8 @@
 #   scripts/gpu_session.sh pdl        batch-1 decode and the gemv timing case with PDL off, then on
 #   scripts/gpu_session.sh fused      batch-1 decode: separate kernels vs the fused path (and long contexts)
 #   scripts/gpu_session.sh trace      per-CTA timestamps of one fused batch-1 step, summarised
+#   scripts/gpu_session.sh ab         same-call A/B of batch-1 decode over VARIANTS (binaries, env knobs)
+#   scripts/gpu_session.sh chain      nvllm generate --max-num-seqs 1 chained vs unchained: same JSONL
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -147,6 +149,44 @@ PY
         --output-len 256 --iterations 1 >"$out/trace_run.log" 2>&1
       cp /tmp/fused_trace.txt "$out/"
       python3 scripts/fused_trace.py /tmp/fused_trace.txt | tee "$out/trace.txt"
+      ;;
+    ab)  # same-call A/B of batch-1 decode (bench latency, 128 in, 512 out), ROUNDS rounds (3) of
+         # VARIANTS="name|binary|ENV=V ...;name|binary|...": each line is a variant's p50 and GPU time
+      make_model
+      IFS=';' read -ra variants <<<"${VARIANTS:?VARIANTS is name|binary|env;...}"
+      for round in $(seq "${ROUNDS:-3}"); do
+        for v in "${variants[@]}"; do
+          IFS='|' read -r name b envs <<<"$v"
+          env $envs "$b" bench latency --model $model --batch-size 1 --input-len 128 --output-len 512 \
+            --output-json "$out/ab_${name}_$round.json" >"$out/ab_${name}_$round.log" 2>&1
+          echo "$name round $round: $(grep -E 'decode step ms|of which GPU' "$out/ab_${name}_$round.log" | tr -s ' ' | tr '\n' ' ')" |
+            tee -a "$out/ab.log"
+        done
+      done
+      ;;
+    chain)  # nvllm generate --max-num-seqs 1 with chained steps and without: the JSONL must match
+      make_model
+      python3 -c "
+import json, random
+r = random.Random(5)
+rows = []
+for i in range(12):
+    row = {'id': i, 'prompt_token_ids': [r.randrange(100, 30000) for _ in range(r.randint(5, 300))], 'max_tokens': [1, 2, 15, 16, 17, 40, 200][i % 7]}
+    if i % 3 == 1: row['stop_token_ids'] = [r.randrange(100, 30000) for _ in range(200)]
+    if i % 4 == 2: row['ignore_eos'] = True
+    if i % 5 == 3: row['stop'] = ['e']
+    rows.append(row)
+rows.append({'id': 'sampled', 'prompt_token_ids': [5, 6, 7], 'max_tokens': 50, 'temperature': 0.7, 'seed': 3})
+open('/tmp/chain.jsonl', 'w').write(''.join(json.dumps(x) + '\n' for x in rows))"
+      for c in 1 0; do
+        NVLLM_CHAIN_DECODE=$c "$bin/nvllm" generate --model $model --input /tmp/chain.jsonl --output /tmp/chain_$c.jsonl \
+          --max-num-seqs 1 --ordered -q 2>&1 | tail -3
+        python3 -c "
+import json, sys
+for l in open('/tmp/chain_$c.jsonl'):
+    r = json.loads(l); print(r['id'], r.get('finish_reason'), r.get('token_ids'))" >"$out/chain_$c.txt"
+      done
+      if cmp -s "$out/chain_1.txt" "$out/chain_0.txt"; then echo "CHAIN MATCHES"; else echo "CHAIN DIFFERS"; diff "$out/chain_1.txt" "$out/chain_0.txt" | head; fi | tee -a "$out/chain.log"
       ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

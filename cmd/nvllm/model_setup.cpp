@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include "core/error.h"
@@ -138,7 +140,9 @@ LoadedModel load_model(const ModelFlags& f) {
     options.max_num_seqs = f.max_num_seqs;
     options.max_num_batched_tokens = f.max_num_batched_tokens;
     options.max_model_len = max_model_len;
-    options.chain_decode = true;  // no caller of this runner reads last_logits
+    // No caller of this runner reads last_logits. NVLLM_CHAIN_DECODE=0 (A/B checks) turns it off.
+    const char* chain = std::getenv("NVLLM_CHAIN_DECODE");
+    options.chain_decode = chain == nullptr || std::string_view(chain) != "0";
     options.gpu_memory_utilization = f.gpu_memory_utilization;
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;

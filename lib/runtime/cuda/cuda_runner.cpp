@@ -3,7 +3,9 @@
 // Per step: one H2D copy of the packed inputs (a second only for penalties / min_tokens),
 // the forward (replayed from a graph when it is a captured decode size), the sampler, one D2H
 // copy of the results and a wait for it. A greedy one-sequence decode step also enqueues the
-// step after it before that wait (chain_next), which the next execute() finds already running.
+// step after it before that wait (chain_next), which the next execute() finds already running;
+// there the fused head kernel advances the inputs on the device and hands the token over in mapped
+// host memory, so a chained step on the same graph copies nothing either way.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -26,6 +28,12 @@
 namespace nvllm {
 namespace cuda_detail {
 namespace {
+
+// A timing switch: the variable is set to "0".
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string_view(e) == "0";
+}
 
 // RoPE frequencies as Hugging Face computes them, with the llama3 rescaling of long wavelengths.
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
@@ -109,6 +117,8 @@ void CudaRunner::setup_fused_decode() {
     fused_layers_.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up,
                              d.down, k_cache_[l], v_cache_[l]});
   }
+  if (!env_off("NVLLM_FUSED_SS")) fused_ss_ = DeviceBuffer(2 * kernels::kFusedSsParts * sizeof(float));
+  fused_embed_ = !env_off("NVLLM_FUSED_EMBED");
   setup_fused_head();
   if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) {
     fused_trace_path_ = trace;
@@ -119,11 +129,14 @@ void CudaRunner::setup_fused_decode() {
 
 // The fused path's last kernel, unless NVLLM_FUSED_HEAD=0 (timing: the three separate kernels).
 void CudaRunner::setup_fused_head() {
-  const char* env = std::getenv("NVLLM_FUSED_HEAD");
-  fused_head_ = kernels::decode_head_supported(c_.hidden_size) && (env == nullptr || std::string_view(env) != "0");
+  fused_head_ = kernels::decode_head_supported(c_.hidden_size) && !env_off("NVLLM_FUSED_HEAD");
   if (!fused_head_) return;
   head_scratch_ = DeviceBuffer(2 * sizeof(unsigned long long));
   CUDA_CHECK(cudaMemset(head_scratch_.get(), 0, head_scratch_.bytes()));
+  if (opt_.chain_decode) {
+    head_token_host_ = PinnedBuffer(2 * sizeof(unsigned long long));
+    std::memset(head_token_host_.get(), 0xff, head_token_host_.bytes());
+  }
 }
 
 // One line per CTA of each fused kernel of the latest step: kernel index (layer * 4 + which),
@@ -233,20 +246,33 @@ void CudaRunner::forward(const Step& st) {
     // One sequence decoding: embedding straight into the residual stream, four fused kernels
     // per layer (kernels/decode_fused.cu), then the final norm, the LM head and the greedy
     // token in one kernel (kernels/decode_head.cu) where the hidden size allows.
-    kernels::embedding(dev<int32_t>(L.token_ids), embed_, res, 1, H, s);
+    if (!fused_embed_) kernels::embedding(dev<int32_t>(L.token_ids), embed_, res, 1, H, s);
     kernels::FusedDecodeStep fs{positions, slots, ab.context_lens, ab.block_tables, inv_freq_.as<float>(),
                                       eps, scale, res, attn, act_.as<bf16>()};
+    fs.ss = fused_ss_.as<float>();
     for (int l = 0; l < c_.num_layers; ++l) {
+      fs.embed = l == 0 && fused_embed_ ? embed_ : nullptr;
+      fs.token = dev<int32_t>(L.token_ids);
+      fs.ss_ready = l > 0 && fs.ss != nullptr;
       if (!fused_trace_path_.empty())
         fs.trace = fused_trace_.as<unsigned long long>() + size_t(l) * kernels::kFusedTraceLayerWords;
       kernels::fused_decode_layer(fused_, fs, fused_layers_[l], s);
     }
     if (fused_head_) {
       // The token also goes to the staging's token slot: a chained next step reads it there.
-      int32_t* next_token = reinterpret_cast<int32_t*>(staging_dev_.as<std::byte>() + L.token_ids);
-      kernels::decode_head({res, final_norm_, lm_head_, c_.vocab_size, H, eps, logits_.as<float>(),
-                            out_dev_.as<int32_t>(), next_token, head_scratch_.as<unsigned long long>()},
-                           fused_.grid, s);
+      int32_t* next_token = dev_mut<int32_t>(L.token_ids);
+      kernels::DecodeHeadArgs head{res, final_norm_, lm_head_, c_.vocab_size, H, eps, logits_.as<float>(),
+                                   out_dev_.as<int32_t>(), next_token, head_scratch_.as<unsigned long long>()};
+      if (head_token_host_.get() != nullptr) {  // chained steps: advance the inputs, the token to the host
+        head.position = dev_mut<int32_t>(L.positions);
+        head.slot = dev_mut<int32_t>(L.slots);
+        head.context_len = dev_mut<int32_t>(L.context_lens);
+        head.block_table = dev<int32_t>(L.block_tables);
+        head.block_size = opt_.block_size;
+        head.table_width = L.width;
+        head.host_token = head_token_host_.as<unsigned long long>();
+      }
+      kernels::decode_head(head, fused_.grid, s);
       return;
     }
     kernels::rmsnorm(res, final_norm_, x, 1, H, eps, s);
@@ -360,6 +386,14 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   const float* lps = reinterpret_cast<const float*>(hb + out_lp_);
   const int32_t* top_ids = reinterpret_cast<const int32_t*>(hb + out_top_ids_);
   const float* top_lps = reinterpret_cast<const float*>(hb + out_top_lp_);
+  if (token_from_host_[slot_]) {  // (position << 32) | token, at word position % 2 (decode_head)
+    const uint32_t pos = static_cast<uint32_t>(b.positions[0]);
+    const unsigned long long word = reinterpret_cast<const volatile unsigned long long*>(head_token_host_.get())[pos & 1];
+    NVLLM_CHECK(word >> 32 == pos, "internal: the batch-1 token of position ", pos, " was not written");
+    out.token_ids[0] = static_cast<int32_t>(word & 0xffffffffu);
+    if (chained_.pending) chained_.token = out.token_ids[0];
+    return;
+  }
   for (int r = 0; r < R; ++r) {
     const int s = packed.sampled_seqs[r];
     const int at = (fast && use_graph) ? s : r;
@@ -382,8 +416,9 @@ void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, siz
   const bool use_graph = graph != nullptr;
   const int R = static_cast<int>(packed.sampled_seqs.size());
   CUDA_CHECK(cudaEventRecord(step_begin_[slot].get(), st));
-  CUDA_CHECK(cudaMemcpyAsync(staging_dev_.as<std::byte>() + from, staging_host_[slot].as<std::byte>() + from,
-                             packed.layout.bytes - from, cudaMemcpyHostToDevice, st));
+  if (from < packed.layout.bytes)
+    CUDA_CHECK(cudaMemcpyAsync(staging_dev_.as<std::byte>() + from, staging_host_[slot].as<std::byte>() + from,
+                               packed.layout.bytes - from, cudaMemcpyHostToDevice, st));
   if (use_graph) {
     CUDA_CHECK(cudaGraphLaunch(graph, st));
   } else {
@@ -437,8 +472,12 @@ void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, siz
                          reinterpret_cast<int32_t*>(out_bytes + out_top_ids_),
                          reinterpret_cast<float*>(out_bytes + out_top_lp_), st);
   }
-  const size_t copy_bytes = packed.any_top_logprobs ? out_dev_.bytes() : out_top_ids_;
-  CUDA_CHECK(cudaMemcpyAsync(out_host_[slot].get(), out_dev_.get(), copy_bytes, cudaMemcpyDeviceToHost, st));
+  // The fused head's token of a batch-1 step is in mapped memory already; everything else is copied.
+  token_from_host_[slot] = R == 1 && S == 1 && fast && token_ready && head_token_host_.get() != nullptr;
+  if (!token_from_host_[slot]) {
+    const size_t copy_bytes = packed.any_top_logprobs ? out_dev_.bytes() : out_top_ids_;
+    CUDA_CHECK(cudaMemcpyAsync(out_host_[slot].get(), out_dev_.get(), copy_bytes, cudaMemcpyDeviceToHost, st));
+  }
   CUDA_CHECK(cudaEventRecord(step_end_[slot].get(), st));
 }
 
@@ -468,7 +507,9 @@ void CudaRunner::chain_next(const Batch& b, const PackedStep& packed, int graph_
   PackedStep p = pack_step(n, 1, width, true, kMaxTopLogprobs, staging_host_[next].get(), staging_host_[next].bytes(),
                            extras);
   if (!p.all_greedy_plain || !extras.empty()) return;
-  enqueue(n, p, next, p.layout.positions, graph, 1);  // every input but the token, which the device has
+  // On the same graph the device staging already holds these inputs (decode_head advanced it);
+  // on another (a wider block table) every input but the token, which the device has.
+  enqueue(n, p, next, bound == graph_bound ? p.layout.bytes : p.layout.positions, graph, 1);
   chained_.pending = true;
   chained_.slot = next;
   chained_.packed = std::move(p);

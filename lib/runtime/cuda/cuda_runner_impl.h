@@ -70,6 +70,11 @@ class CudaRunner final : public Runner {
   const T* dev(size_t offset) const {
     return reinterpret_cast<const T*>(staging_dev_.as<std::byte>() + offset);
   }
+  // The same, for the kernels that write the staging (decode_head's token and chained inputs).
+  template <typename T>
+  T* dev_mut(size_t offset) const {
+    return reinterpret_cast<T*>(staging_dev_.as<std::byte>() + offset);
+  }
 
   // Selects the device before any member allocates on it (members initialise in this order).
   struct SelectDevice {
@@ -105,10 +110,21 @@ class CudaRunner final : public Runner {
   // The fused batch-1 decode path: on when fused_.cluster > 0.
   kernels::FusedDecodePlan fused_;
   std::vector<kernels::FusedDecodeLayer> fused_layers_;
+  // The norms' published sums of squares (kernels::FusedDecodeStep::ss); empty with
+  // NVLLM_FUSED_SS=0 (timing: every norm reduces h itself).
+  DeviceBuffer fused_ss_;
+  // The embedding read by layer 0's attention kernel instead of a kernel of its own, unless
+  // NVLLM_FUSED_EMBED=0 (timing).
+  bool fused_embed_ = true;
   // Its last kernel, final norm + LM head + greedy token (kernels/decode_head.cu), where the
   // hidden size allows: the token lands in out_dev_ and the step needs no argmax_rows.
   bool fused_head_ = false;
   DeviceBuffer head_scratch_;
+  // With chain_decode: decode_head advances the device staging to the sequence's next step and
+  // leaves its token in mapped host memory (kernels::DecodeHeadArgs::host_token), so a chained
+  // step on the same graph needs no H2D copy and a greedy batch-1 step no D2H copy.
+  PinnedBuffer head_token_host_;
+  bool token_from_host_[2] = {false, false};  // per slot: the step's token is in head_token_host_
   // Whether a step of `tokens` tokens takes the fused batch-1 path.
   bool fused_step(bool decode, int tokens) const { return decode && tokens == 1 && fused_.cluster > 0; }
   // NVLLM_FUSED_TRACE=FILE: the fused kernels' timestamps (kernels::FusedDecodeStep::trace) of
