@@ -29,6 +29,8 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -345,8 +347,13 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
 // waits for exactly the data it needs, and the cluster meets in a barrier only once, at the start
 // (every CTA running, its mbarriers initialised, before the first push). Nothing is read from
 // another CTA's shared memory, and a CTA leaves only after all pushes to it have landed.
+#ifdef NVLLM_ATTN_MAXNREG  // measurement builds: a register cap for the attention kernel
+#define NVLLM_ATTN_BOUNDS __maxnreg__(NVLLM_ATTN_MAXNREG)
+#else
+#define NVLLM_ATTN_BOUNDS __launch_bounds__(kThreads)
+#endif
 template <int G>  // q heads per kv head: 1, 2 or 4 (a template so that only one group's code is fetched)
-__global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
+__global__ void NVLLM_ATTN_BOUNDS attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
                                                              FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem[];
@@ -696,6 +703,19 @@ int evict_first() {
   return on;
 }
 
+// NVLLM_FUSED_PAD=a,o,g,d (measurement): KB of shared memory added to the plan's attention, o_proj,
+// gate_up and down kernels' CTAs, which limits how many of them share an SM.
+size_t pad_bytes(int kernel) {
+  static const std::array<size_t, 4> pad = [] {
+    std::array<size_t, 4> p{};
+    if (const char* e = std::getenv("NVLLM_FUSED_PAD"))
+      std::sscanf(e, "%zu,%zu,%zu,%zu", &p[0], &p[1], &p[2], &p[3]);
+    for (size_t& v : p) v <<= 10;
+    return p;
+  }();
+  return pad[kernel];
+}
+
 // Projection kernels of n rows with k inputs on `grid` CTAs (pairs: gate and up rows, which
 // update no residual).
 size_t proj_smem(int n, int k, int grid, bool pairs) {
@@ -737,10 +757,12 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
   const AttentionKernel attention = attention_for(group);
   if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0) return no("hidden or intermediate size not a multiple of 32");
   if (s.block_size < 1) return no("block size below 1");
-  int device = 0, major = 0, max_smem = 0, sms = 0;
+  int device = 0, major = 0, max_smem = 0, sm_smem = 0, reserved = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if (major < 9) return no("needs sm_90 or newer (clusters, TMA)");
   p.grid = std::min(sms, kFusedSsParts);
@@ -749,9 +771,18 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
                down = proj_smem(H, I, std::min(H, sms), false);
   if (std::max({o, gu, down}) > size_t(max_smem))
     return no("a CTA's share of a projection does not fit in shared memory");
+  // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,
+  // 60 registers for Qwen3-0.6B) fit four to an SM that gate_up has left: such SMs pull four
+  // weight shares through one port and finish last. Sized past a third of the SM, at most two
+  // share one: 0.666 vs 0.699 ms GPU a step on the H100 (bench/NOTES.md, tenth session). Three
+  // to an SM gave 0.675, one 0.730; the same cap on o_proj made the step slower.
+  const size_t two_per_sm = align_up(size_t(sm_smem) / 3 - size_t(reserved) + 1, 16);
+  p.smem[1] = std::min(size_t(max_smem), o + pad_bytes(1));
+  p.smem[2] = std::min(size_t(max_smem), gu + pad_bytes(2));
+  p.smem[3] = std::min(size_t(max_smem), std::max(down, two_per_sm) + pad_bytes(3));
   CUDA_CHECK(cudaFuncSetAttribute(residual_proj_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(std::max(o, down))));
-  CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(gu)));
+                                  int(std::max(p.smem[1], p.smem[3]))));
+  CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[2])));
   // One shared-memory carveout for all three kernels: an SM runs CTAs of different carveouts
   // only after draining, which would undo the overlap PDL gives.
   for (const void* f : {reinterpret_cast<const void*>(attention), reinterpret_cast<const void*>(residual_proj_kernel),
@@ -763,7 +794,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
     const size_t smem = attention_smem(s, cluster);
     const int outs = s.num_heads / s.num_kv_heads * kD / cluster;
     if (smem > size_t(max_smem) || kD % outs != 0) continue;  // a CTA's outputs must lie in one head
-    CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    p.smem[0] = std::min(size_t(max_smem), smem + pad_bytes(0));
+    CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[0])));
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(s.num_kv_heads * cluster);
@@ -802,13 +834,13 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s.num_heads / s.num_kv_heads), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
-              attention_smem(s, p.cluster), stream, s, sta, w, flags, grid_h);
-  launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), proj_smem(H, q_size, grid_h, false), stream,
+              p.smem[0], stream, s, sta, w, flags, grid_h);
+  launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), p.smem[1], stream,
              static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, st.trace, 1);
-  launch_pdl(gate_up_kernel, dim3(grid_i), dim3(kThreads), proj_smem(I, H, grid_i, true), stream,
+  launch_pdl(gate_up_kernel, dim3(grid_i), dim3(kThreads), p.smem[2], stream,
              static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post), grid_h, w.post_norm, H, w.gate_up,
              I, st.act, st.eps, flags, st.trace);
-  launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), proj_smem(H, I, grid_h, false), stream,
+  launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), p.smem[3], stream,
              static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, st.trace, 3);
 }
 

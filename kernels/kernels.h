@@ -103,6 +103,9 @@ struct FusedDecodePlan {
   FusedDecodeShape shape{};
   int cluster = 0;  // CTAs per kv head in the attention kernel (a thread-block cluster)
   int grid = 0;     // CTAs of the projection kernels (the SM count)
+  // Dynamic shared memory of a CTA of the attention, o_proj, gate_up and down kernels: what each
+  // uses, more for down so that at most two of its CTAs share an SM (decode_fused.cu).
+  size_t smem[4] = {};
   const char* why = nullptr;
 };
 
