@@ -233,22 +233,28 @@ __device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16
 }
 
 // The same x with the sum of squares of h published by the kernel that wrote h, as `parts`
-// partial sums (one per CTA): every warp adds them up in the same order (so every thread gets the
-// same rstd) and each thread normalises the 8 elements it read; no block reduction, one barrier.
-// n <= 8 * kThreads (kMaxPublishedHidden).
+// partial sums (one per CTA): warp 0 adds them up (all its loads in flight at once) and leaves
+// rstd in scratch, and each thread normalises the 8 elements it read; no block reduction. Only
+// warp 0 reads the sums: every CTA of the grid reads the same few lines of them, and eight warps
+// a CTA made those lines the hottest in L2. n <= 8 * kThreads (kMaxPublishedHidden).
 constexpr int kMaxPublishedHidden = 8 * kThreads;
 __device__ void load_normed_published(const bf16* h, const float* ss, int parts, const bf16* w, int n, float eps,
-                                      bf16* x) {
+                                      bf16* x, float* scratch) {
   const int lane = threadIdx.x & 31, i = threadIdx.x * 8;
   const Bf16x8 v8 = i < n ? load8_cg(h + i) : Bf16x8{};  // in flight with the partial sums
-  float part[kFusedSsParts / 32];  // all loads in flight at once (a loop over `parts` issued them one by one)
+  if (threadIdx.x < 32) {
+    float part[kFusedSsParts / 32];
 #pragma unroll
-  for (int k = 0; k < kFusedSsParts / 32; ++k) part[k] = lane + 32 * k < parts ? __ldcg(ss + lane + 32 * k) : 0.f;
-  float s = 0.f;
+    for (int k = 0; k < kFusedSsParts / 32; ++k) part[k] = lane + 32 * k < parts ? __ldcg(ss + lane + 32 * k) : 0.f;
+    float s = 0.f;
 #pragma unroll
-  for (int k = 0; k < kFusedSsParts / 32; ++k) s += part[k];
-  const float rstd = rsqrtf(warp_sum(s) / n + eps);
+    for (int k = 0; k < kFusedSsParts / 32; ++k) s += part[k];
+    s = warp_sum(s);
+    if (lane == 0) scratch[0] = rsqrtf(s / n + eps);
+  }
   cp_async_wait<0>();  // this thread's pieces of w: the elements it normalises
+  __syncthreads();
+  const float rstd = scratch[0];
   if (i < n) {
     float wf[8], v[8];
     to_float8(load8(w + i), wf);
@@ -264,7 +270,7 @@ __device__ void load_normed_published(const bf16* h, const float* ss, int parts,
 __device__ __forceinline__ void load_normed_any(const bf16* h, const float* ss, int parts, const bf16* w, int n,
                                                float eps, bf16* x, float* scratch) {
   if (ss != nullptr)
-    load_normed_published(h, ss, parts, w, n, eps, x);
+    load_normed_published(h, ss, parts, w, n, eps, x, scratch);
   else
     load_normed(h, w, n, eps, x, scratch);
 }
