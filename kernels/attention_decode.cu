@@ -129,31 +129,14 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
         if (t0 + u * kGroups >= end) sc[u][h] = -INFINITY;
       }
     }
-    // One rescale per kUnroll tokens: the new max covers all of them.
-#pragma unroll
-    for (int h = 0; h < kHeads; ++h) {
-      float m_new = m[h];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) m_new = fmaxf(m_new, sc[u][h]);
-      // Still -inf only while this group has seen no token: nothing to rescale then.
-      const float alpha = m_new == -INFINITY ? 1.f : exp2f(m[h] - m_new);
-      m[h] = m_new;
-      l[h] *= alpha;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[h][i] *= alpha;
-    }
+    // One rescale per kUnroll tokens: the new max covers all of them (masked ones score -inf).
+    softmax_rescale(m, l, acc, sc, kUnroll);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (t0 + u * kGroups >= end) continue;
       float vf[8];
       to_float8(vv[u], vf);
-#pragma unroll
-      for (int h = 0; h < kHeads; ++h) {
-        const float pr = exp2f(sc[u][h] - m[h]);
-        l[h] += pr;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(pr, vf[i], acc[h][i]);
-      }
+      softmax_add(m, l, acc, sc[u], vf);
     }
   }
 

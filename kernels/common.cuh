@@ -78,6 +78,38 @@ __device__ __forceinline__ void softmax_start(float (&m)[N], float (&l)[N], floa
   }
 }
 
+// One online-softmax step over a block of U scores per row (base-2 exponents): the running max
+// takes the largest of the first `valid` scores and the sum and accumulators are rescaled to it
+// (a row still at -inf has seen no token: nothing to rescale) ...
+template <int N, int D, int U>
+__device__ __forceinline__ void softmax_rescale(float (&m)[N], float (&l)[N], float (&acc)[N][D],
+                                                const float (&score)[U][N], int valid) {
+#pragma unroll
+  for (int h = 0; h < N; ++h) {
+    float m_new = m[h];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < valid) m_new = fmaxf(m_new, score[u][h]);
+    const float alpha = m_new == -INFINITY ? 1.f : exp2f(m[h] - m_new);
+    m[h] = m_new;
+    l[h] *= alpha;
+#pragma unroll
+    for (int i = 0; i < D; ++i) acc[h][i] *= alpha;
+  }
+}
+// ... then each token of the block adds its value vector v, weighted by exp2(score - max).
+template <int N, int D>
+__device__ __forceinline__ void softmax_add(const float (&m)[N], float (&l)[N], float (&acc)[N][D],
+                                            const float (&score)[N], const float (&v)[D]) {
+#pragma unroll
+  for (int h = 0; h < N; ++h) {
+    const float p = exp2f(score[h] - m[h]);
+    l[h] += p;
+#pragma unroll
+    for (int i = 0; i < D; ++i) acc[h][i] = fmaf(p, v[i], acc[h][i]);
+  }
+}
+
 // n partial results of one attention output, each from an online softmax over its own tokens
 // (base-2 exponents, as the attention kernels keep them), merged in order: part j has running
 // max m(j) (-inf: it saw no token), sum l(j) and accumulator acc(j). The output is acc / l.

@@ -528,30 +528,13 @@ __global__ void NVLLM_ATTN_BOUNDS attention_kernel(FusedDecodeShape shape, Fused
     }
     const int mine = min(slots, ceil_div(end - t0, kTokenGroups));  // this group's tokens: slots 0 .. mine-1
     if (mine <= 0) continue;
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-      float m_new = m[h];
-#pragma unroll
-      for (int u = 0; u < kU; ++u)
-        if (u < mine) m_new = fmaxf(m_new, d[u][h]);
-      const float alpha = exp2f(m[h] - m_new);  // 0 while m[h] is -inf
-      m[h] = m_new;
-      l[h] *= alpha;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[h][i] *= alpha;
-    }
+    softmax_rescale(m, l, o, d, mine);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (u >= mine) break;
       float vf[8];
       token_dims(t0 + u * kTokenGroups, v_new, vv[u], vf);
-#pragma unroll
-      for (int h = 0; h < G; ++h) {
-        const float p = exp2f(d[u][h] - m[h]);
-        l[h] += p;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) o[h][i] = fmaf(p, vf[i], o[h][i]);
-      }
+      softmax_add(m, l, o, d[u], vf);
     }
   }
   // Merge the two half-warps, then the warps through shared memory.
