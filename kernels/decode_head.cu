@@ -30,6 +30,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/tma.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -141,6 +142,11 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
     }
   }
 
+  if (a.l2_next != nullptr && threadIdx.x == 0) {  // this CTA's share of what the next step reads first
+    const size_t share = (a.l2_next_bytes + gridDim.x - 1) / gridDim.x / 16 * 16 + 16, from = share * blockIdx.x;
+    if (from < a.l2_next_bytes)
+      prefetch_l2_bytes(static_cast<const char*>(a.l2_next) + from, unsigned(min(share, a.l2_next_bytes - from)));
+  }
   if (lane == 0) best_s[warp] = pack_best(best, best_id);
   __syncthreads();
   if (threadIdx.x != 0) return;

@@ -182,6 +182,10 @@ struct DecodeHeadArgs {
   const int32_t* block_table = nullptr;
   int block_size = 0, table_width = 0;
   unsigned long long* host_token = nullptr;
+  // Bytes the next step reads first (layer 0's qkv weights, which no earlier kernel of that step
+  // can have copied ahead), asked into L2 by each CTA once it has read its rows (null: none).
+  const void* l2_next = nullptr;
+  size_t l2_next_bytes = 0;
 };
 // Whether decode_head handles this hidden size (a multiple of 256, at most 2048).
 bool decode_head_supported(int hidden);

@@ -272,6 +272,10 @@ void CudaRunner::forward(const Step& st) {
         head.table_width = L.width;
         head.host_token = head_token_host_.as<unsigned long long>();
       }
+      if (!env_off("NVLLM_HEAD_NEXT")) {
+        head.l2_next = fused_layers_[0].qkv;
+        head.l2_next_bytes = size_t(c_.qkv_size()) * H * sizeof(bf16);
+      }
       kernels::decode_head(head, fused_.grid, s);
       return;
     }
