@@ -359,8 +359,8 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
 #define NVLLM_ATTN_BOUNDS __launch_bounds__(kThreads)
 #endif
 template <int G>  // q heads per kv head: 1, 2 or 4 (a template so that only one group's code is fetched)
-__global__ void NVLLM_ATTN_BOUNDS attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
-                                                             FusedDecodeLayer w, int flags, int ss_parts) {
+__global__ void NVLLM_ATTN_BOUNDS attention_kernel(FusedDecodeShape shape, FusedDecodeStep st, FusedDecodeLayer w,
+                                                   int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem[];
   cg::cluster_group cluster = cg::this_cluster();
@@ -442,7 +442,8 @@ __global__ void NVLLM_ATTN_BOUNDS attention_kernel(FusedDecodeShape shape, Fused
   trace.mark(kTraceWaited);
 
   if (st.embed != nullptr)  // this CTA's share of h = the embedding row
-    for (int i = (blockIdx.x * kThreads + tid) * 8; i < H; i += gridDim.x * kThreads * 8) store8(st.h + i, load8(h_in + i));
+    for (int i = (blockIdx.x * kThreads + tid) * 8; i < H; i += gridDim.x * kThreads * 8)
+      store8(st.h + i, load8(h_in + i));
   load_normed_any(h_in, st.ss_ready ? st.ss + kFusedSsParts : nullptr, ss_parts, norm_s, H, st.eps, x, red);
   trace.mark(kTraceInputs);
   mbar_wait(bar, 0);

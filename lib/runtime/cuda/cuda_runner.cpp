@@ -131,6 +131,7 @@ void CudaRunner::setup_fused_decode() {
 void CudaRunner::setup_fused_head() {
   fused_head_ = kernels::decode_head_supported(c_.hidden_size) && !env_off("NVLLM_FUSED_HEAD");
   if (!fused_head_) return;
+  head_next_ = !env_off("NVLLM_HEAD_NEXT");
   head_scratch_ = DeviceBuffer(2 * sizeof(unsigned long long));
   CUDA_CHECK(cudaMemset(head_scratch_.get(), 0, head_scratch_.bytes()));
   if (opt_.chain_decode) {
@@ -250,9 +251,9 @@ void CudaRunner::forward(const Step& st) {
     kernels::FusedDecodeStep fs{positions, slots, ab.context_lens, ab.block_tables, inv_freq_.as<float>(),
                                       eps, scale, res, attn, act_.as<bf16>()};
     fs.ss = fused_ss_.as<float>();
+    fs.token = dev<int32_t>(L.token_ids);
     for (int l = 0; l < c_.num_layers; ++l) {
       fs.embed = l == 0 && fused_embed_ ? embed_ : nullptr;
-      fs.token = dev<int32_t>(L.token_ids);
       fs.ss_ready = l > 0 && fs.ss != nullptr;
       if (!fused_trace_path_.empty())
         fs.trace = fused_trace_.as<unsigned long long>() + size_t(l) * kernels::kFusedTraceLayerWords;
@@ -272,7 +273,7 @@ void CudaRunner::forward(const Step& st) {
         head.table_width = L.width;
         head.host_token = head_token_host_.as<unsigned long long>();
       }
-      if (!env_off("NVLLM_HEAD_NEXT")) {
+      if (head_next_) {
         head.l2_next = fused_layers_[0].qkv;
         head.l2_next_bytes = size_t(c_.qkv_size()) * H * sizeof(bf16);
       }
@@ -392,7 +393,8 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   const float* top_lps = reinterpret_cast<const float*>(hb + out_top_lp_);
   if (token_from_host_[slot_]) {  // (position << 32) | token, at word position % 2 (decode_head)
     const uint32_t pos = static_cast<uint32_t>(b.positions[0]);
-    const unsigned long long word = reinterpret_cast<const volatile unsigned long long*>(head_token_host_.get())[pos & 1];
+    const auto* words = reinterpret_cast<const volatile unsigned long long*>(head_token_host_.get());
+    const unsigned long long word = words[pos & 1];
     NVLLM_CHECK(word >> 32 == pos, "internal: the batch-1 token of position ", pos, " was not written");
     out.token_ids[0] = static_cast<int32_t>(word & 0xffffffffu);
     if (chained_.pending) chained_.token = out.token_ids[0];

@@ -125,6 +125,8 @@ class CudaRunner final : public Runner {
   // step on the same graph needs no H2D copy and a greedy batch-1 step no D2H copy.
   PinnedBuffer head_token_host_;
   bool token_from_host_[2] = {false, false};  // per slot: the step's token is in head_token_host_
+  // decode_head asks layer 0's qkv weights into L2 for the next step (NVLLM_HEAD_NEXT=0: not).
+  bool head_next_ = true;
   // Whether a step of `tokens` tokens takes the fused batch-1 path.
   bool fused_step(bool decode, int tokens) const { return decode && tokens == 1 && fused_.cluster > 0; }
   // NVLLM_FUSED_TRACE=FILE: the fused kernels' timestamps (kernels::FusedDecodeStep::trace) of
