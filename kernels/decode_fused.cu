@@ -207,6 +207,16 @@ __device__ void load_vector(const bf16* src, int n, bf16* x) {
   __syncthreads();
 }
 
+// x[0..8) = w[0..8) * round_bf16(v * rstd), rounded as the rmsnorm kernel rounds it (HF: weight * x.to(bf16)).
+__device__ __forceinline__ void store_normed8(const Bf16x8& v8, const bf16* w, float rstd, bf16* x) {
+  float wf[8], v[8];
+  to_float8(load8(w), wf);
+  to_float8(v8, v);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = wf[j] * round_bf16(v[j] * rstd);
+  store8(x, from_float8(v));
+}
+
 // x = rmsnorm(h) * w [n], rounded as the rmsnorm kernel rounds it. w: staged in shared memory
 // (this thread's pieces waited for here; block_sum's barrier publishes everyone's).
 __device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16* x, float* scratch) {
@@ -221,14 +231,8 @@ __device__ void load_normed(const bf16* h, const bf16* w, int n, float eps, bf16
   }
   cp_async_wait<0>();
   const float rstd = rsqrtf(block_sum(ss, scratch) / n + eps);
-  for (int i = threadIdx.x * 8; i < n; i += kThreads * 8) {  // the elements this thread stored
-    float wf[8], v[8];
-    to_float8(load8(w + i), wf);
-    to_float8(load8(x + i), v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = wf[j] * round_bf16(v[j] * rstd);  // HF: weight * x.to(bf16)
-    store8(x + i, from_float8(v));
-  }
+  for (int i = threadIdx.x * 8; i < n; i += kThreads * 8)  // the elements this thread stored
+    store_normed8(load8(x + i), w + i, rstd, x + i);
   __syncthreads();
 }
 
@@ -255,14 +259,7 @@ __device__ void load_normed_published(const bf16* h, const float* ss, int parts,
   cp_async_wait<0>();  // this thread's pieces of w: the elements it normalises
   __syncthreads();
   const float rstd = scratch[0];
-  if (i < n) {
-    float wf[8], v[8];
-    to_float8(load8(w + i), wf);
-    to_float8(v8, v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = wf[j] * round_bf16(v[j] * rstd);  // HF: weight * x.to(bf16)
-    store8(x + i, from_float8(v));
-  }
+  if (i < n) store_normed8(v8, w + i, rstd, x + i);
   __syncthreads();
 }
 
@@ -353,14 +350,9 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
 // waits for exactly the data it needs, and the cluster meets in a barrier only once, at the start
 // (every CTA running, its mbarriers initialised, before the first push). Nothing is read from
 // another CTA's shared memory, and a CTA leaves only after all pushes to it have landed.
-#ifdef NVLLM_ATTN_MAXNREG  // measurement builds: a register cap for the attention kernel
-#define NVLLM_ATTN_BOUNDS __maxnreg__(NVLLM_ATTN_MAXNREG)
-#else
-#define NVLLM_ATTN_BOUNDS __launch_bounds__(kThreads)
-#endif
 template <int G>  // q heads per kv head: 1, 2 or 4 (a template so that only one group's code is fetched)
-__global__ void NVLLM_ATTN_BOUNDS attention_kernel(FusedDecodeShape shape, FusedDecodeStep st, FusedDecodeLayer w,
-                                                   int flags, int ss_parts) {
+__global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
+                                                             FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem[];
   cg::cluster_group cluster = cg::this_cluster();

@@ -397,10 +397,8 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
     const unsigned long long word = words[pos & 1];
     NVLLM_CHECK(word >> 32 == pos, "internal: the batch-1 token of position ", pos, " was not written");
     out.token_ids[0] = static_cast<int32_t>(word & 0xffffffffu);
-    if (chained_.pending) chained_.token = out.token_ids[0];
-    return;
   }
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < R && !token_from_host_[slot_]; ++r) {
     const int s = packed.sampled_seqs[r];
     const int at = (fast && use_graph) ? s : r;
     out.token_ids[s] = ids[at];
