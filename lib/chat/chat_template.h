@@ -1,0 +1,73 @@
+// ChatTemplate: a model's chat template (Jinja, as Hugging Face publishes it) loaded once and
+// rendered per request: `messages` (+ tools, documents, per-request kwargs) -> prompt text,
+// byte for byte as transformers' apply_chat_template renders it.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace nvllm {
+
+// A template that raises (raise_exception) or fails while rendering one request. The message is
+// the template's own (for raise_exception) or names the template line; the caller turns it into
+// that request's error record.
+class ChatTemplateError : public Error {
+ public:
+  using Error::Error;
+};
+
+// How message `content` is handed to the template (vLLM's --chat-template-content-format).
+enum class ContentFormat {
+  kString,  // content is a string; text parts of a list are joined with "\n"
+  kOpenai,  // content is a list of {"type": "text", "text": ...} parts
+};
+
+struct ChatInputs {
+  nlohmann::json messages = nlohmann::json::array();  // [{"role", "content", ...}]
+  nlohmann::json tools;       // null when the request has none (the template sees it undefined/none)
+  nlohmann::json documents;   // null when none
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;  // render the last (assistant) message open-ended
+  nlohmann::json kwargs = nlohmann::json::object();  // chat_template_kwargs (enable_thinking, ...)
+};
+
+class ChatTemplate {
+ public:
+  // Parses `source` (the template text). `name` names it in messages (a file path or
+  // "tokenizer_config.json: chat_template"). Throws nvllm::Error naming the template line for
+  // a syntax error or a construct the engine does not support.
+  ChatTemplate(std::string source, std::string name, std::string bos_token, std::string eos_token);
+  ~ChatTemplate();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+
+  // The model folder's template: chat_template.jinja beside the tokenizer, else
+  // tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"} from which
+  // "default" is taken, or "tool_use" when `prefer_tool_use` and it exists). bos/eos tokens come
+  // from tokenizer_config.json (string or {"content": ...}). nullopt when the folder has none.
+  static std::optional<ChatTemplate> from_model_dir(const std::filesystem::path& dir, bool prefer_tool_use = false);
+  // A template file given with --chat-template; bos/eos as from_model_dir would read them from `dir`.
+  static ChatTemplate from_file(const std::filesystem::path& file, const std::filesystem::path& dir);
+
+  // The content form the template expects, detected from its source as vLLM's "auto" does
+  // (a template that iterates over message content, or reads content[...]["type"], wants kOpenai).
+  ContentFormat detected_content_format() const;
+
+  // Renders one conversation. Content in `inputs.messages` is converted to `format` first.
+  // Throws ChatTemplateError for raise_exception or a runtime error inside the template.
+  std::string render(const ChatInputs& inputs, ContentFormat format) const;
+
+  const std::string& name() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvllm
