@@ -146,6 +146,7 @@ int run_generate(GenerateFlags f) {
 
   if (f.resume) {
     const std::set<std::string> done = read_existing_ids(f.output);
+    check_resumed_ids(shard, done, f.output);
     const size_t before = lines.size();
     std::erase_if(lines, [&](const ParsedLine& l) { return done.count(id_to_string(l.id)) > 0; });
     log_info("--resume: ", before - lines.size(), " requests already in ", f.output, ", ", lines.size(), " to go");

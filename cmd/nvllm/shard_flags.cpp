@@ -15,7 +15,8 @@ void add_shard_flags(CLI::App& app, ShardFlags& f) {
                  "Run only shard K of N (K/N, K from 0): each request belongs to one shard by a hash of its id. "
                  "Without it: SLURM_ARRAY_TASK_ID (with _COUNT or _MIN/_MAX), JOB_COMPLETION_INDEX (with "
                  "--num-shards), or RANK/WORLD_SIZE. --output out.jsonl becomes out.K-of-N.jsonl, or give a "
-                 "template out.{shard}.jsonl; check and join the files with nvllm merge");
+                 "template out.{shard}.jsonl; check and join the files with nvllm merge. --shard 0/1: no sharding, "
+                 "whatever the environment says");
   app.add_option("--shard-index", f.shard_index, "K of --shard K/N (with --num-shards)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--num-shards", f.num_shards, "N of --shard K/N; with JOB_COMPLETION_INDEX, the Job's completions")

@@ -166,6 +166,11 @@ check_env_form "Kubernetes Indexed Job" "JOB_COMPLETION_INDEX=1 and --num-shards
 extra=(--shard-index 1 --num-shards 3)
 check_env_form "--shard-index" "--shard-index 1 --num-shards 3" RANK=0 WORLD_SIZE=2  # flags beat the environment
 
+# --shard 0/1 turns sharding off whatever the environment says: every request, out.jsonl as named.
+extra=()
+RANK=1 WORLD_SIZE=3 "$nvllm" "${small[@]}" -q --shard 0/1 --output "$tmp/all.jsonl"
+[[ $(wc -l <"$tmp/all.jsonl") == 60 ]] || fail "--shard 0/1 under RANK/WORLD_SIZE did not run every request"
+
 # Wrong or partial settings: one message naming the variable or flag, exit 1.
 expect_fatal() {
   local what=$1 pattern=$2
@@ -185,6 +190,9 @@ expect_fatal "Slurm without a count" "SLURM_ARRAY_TASK_COUNT" SLURM_ARRAY_TASK_I
 expect_fatal "RANK past WORLD_SIZE" "index must be from 0 to 2" RANK=3 WORLD_SIZE=3
 extra=(--num-shards 4)
 expect_fatal "--num-shards against Slurm" "disagrees" SLURM_ARRAY_TASK_ID=0 SLURM_ARRAY_TASK_COUNT=3
+extra=(--shard 2/3 --resume)  # --resume onto shard 1's file: its ids belong to shard 1
+cp "$tmp/ref.1-of-3.jsonl" "$tmp/fatal.2-of-3.jsonl"
+expect_fatal "--resume onto another shard's output" "belongs to shard 1/3" PATH="$PATH"
 extra=(--shard 3/3)
 expect_fatal "--shard K = N" "--shard 3/3" PATH="$PATH"
 echo "shard_test: ok"

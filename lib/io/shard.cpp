@@ -26,6 +26,16 @@ void keep_shard(const ShardSpec& spec, std::vector<ParsedLine>& lines) {
   std::erase_if(lines, [&](const ParsedLine& l) { return shard_of(spec, id_to_string(l.id), l.line) != spec.index; });
 }
 
+void check_resumed_ids(const ShardSpec& spec, const std::set<std::string>& done, const std::string& path) {
+  if (!spec.sharded() || spec.by != ShardBy::kId) return;
+  for (const std::string& id : done) {
+    const int owner = shard_of(spec, id, 0);
+    NVLLM_CHECK(owner == spec.index, "--resume: ", path, " holds id \"", id, "\", which belongs to shard ", owner,
+                "/", spec.count, ", not ", spec.index, "/", spec.count,
+                ": the file was written with other --shard settings; give this run its own --output");
+  }
+}
+
 namespace {
 
 bool parse_int(std::string_view s, int& out) {

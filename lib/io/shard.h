@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,12 @@ int shard_of(const ShardSpec& spec, std::string_view id_text, int64_t line);
 // are split by their best-effort id (their line number when they have none), the id their
 // error record is written under, so every line's record lands in exactly one shard.
 void keep_shard(const ShardSpec& spec, std::vector<ParsedLine>& lines);
+
+// For --resume: an id already in `path` that this shard would not take means the file was
+// written under other shard settings (another N, --shard-by, or a template that lost K); going
+// on would duplicate requests across shards. Throws nvllm::Error naming the file and the id.
+// Split by line, ids carry no line number, so nothing is checked.
+void check_resumed_ids(const ShardSpec& spec, const std::set<std::string>& done, const std::string& path);
 
 // "K/N" as --shard takes it; throws nvllm::Error naming --shard for anything else.
 ShardSpec parse_shard(std::string_view text);

@@ -54,6 +54,23 @@ TEST_CASE("shard: every line lands in exactly one shard, in file order, error li
   }
 }
 
+TEST_CASE("shard: --resume refuses an output that holds another shard's ids") {
+  const ShardSpec s{1, 3, ShardBy::kId};
+  std::set<std::string> mine, others;
+  for (int i = 0; i < 50; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    (shard_of(s, id, 0) == 1 ? mine : others).insert(id);
+  }
+  REQUIRE(!mine.empty());
+  REQUIRE(!others.empty());
+  CHECK_NOTHROW(check_resumed_ids(s, mine, "out.1-of-3.jsonl"));
+  std::set<std::string> mixed = mine;
+  mixed.insert(*others.begin());
+  CHECK_THROWS_WITH_AS(check_resumed_ids(s, mixed, "out.1-of-3.jsonl"), doctest::Contains(others.begin()->c_str()), Error);
+  CHECK_NOTHROW(check_resumed_ids({1, 3, ShardBy::kLine}, mixed, "out.1-of-3.jsonl"));  // no line numbers to check
+  CHECK_NOTHROW(check_resumed_ids({0, 1, ShardBy::kId}, mixed, "out.jsonl"));
+}
+
 TEST_CASE("shard: --shard K/N parsing names the flag for bad values") {
   const ShardSpec s = parse_shard("2/3");
   CHECK(s.index == 2);
