@@ -39,7 +39,12 @@ class Merger {
       Wanted& w = wanted_.at(id);
       if (w.line != line || static_cast<int>(w.records.size()) >= w.copies) continue;
       r_.missing += w.copies - static_cast<int64_t>(w.records.size());
-      problem(str_cat(o_.input, " line ", line, ": id ", quoted(id), " is in no shard file"));
+      if (w.records.empty()) {
+        problem(str_cat(o_.input, " line ", line, ": id ", quoted(id), " is in no shard file"));
+      } else {
+        problem(str_cat(o_.input, " line ", line, ": id ", quoted(id), " is on ", w.copies, " input lines but has ",
+                        w.records.size(), " records in the shard files"));
+      }
     }
     if (r_.complete()) write();
     return std::move(r_);
