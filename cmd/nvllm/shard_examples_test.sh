@@ -49,7 +49,8 @@ done
 head -5 "$tmp/slurm/out.1-of-3.jsonl" >"$tmp/part" && mv "$tmp/part" "$tmp/slurm/out.1-of-3.jsonl"
 SLURM_ARRAY_TASK_ID=6 SLURM_ARRAY_TASK_MIN=5 SLURM_ARRAY_TASK_MAX=7 SLURM_ARRAY_TASK_COUNT=3 \
   bash "$examples/slurm_array.sbatch" "$tmp/model" "$tmp/batch.jsonl" "$tmp/slurm" "${cpu[@]}"
-"$nvllm" merge --input "$tmp/batch.jsonl" --output "$tmp/slurm/merged.jsonl" "$tmp/slurm"/out.*-of-3.jsonl 2>/dev/null ||
+"$nvllm" merge --input "$tmp/batch.jsonl" --output "$tmp/slurm/merged.jsonl" "$tmp/slurm"/out.*-of-3.jsonl \
+  2>/dev/null ||
   fail "Slurm: merge"
 check_merged "$tmp/slurm/merged.jsonl"
 

@@ -22,7 +22,8 @@ c.update(vocab_size=512, bos_token_id=1, eos_token_id=2)
 json.dump(c, open(f"{sys.argv[2]}/model/config.json", "w"))
 with open(f"{sys.argv[2]}/in.jsonl", "w") as f:
     for i in range(12):
-        f.write(json.dumps({"id": f"g{i}", "prompt_token_ids": [(i * 37) % 500 + 3 for _ in range(i % 5 + 1)] + [i + 10],
+        prompt = [(i * 37) % 500 + 3] * (i % 5 + 1) + [i + 10]
+        f.write(json.dumps({"id": f"g{i}", "prompt_token_ids": prompt,
                             "max_tokens": 8, "temperature": 0, "ignore_eos": True}) + "\n")
 PY
 common=(generate --model "$tmp/model" --device cpu --load-format dummy --threads 2 --max-model-len 64

@@ -48,7 +48,8 @@ const char* kInput =
 TEST_CASE("merge: a complete set is written byte for byte, in input order when asked") {
   TempDir d;
   const std::string input = d.write("in.jsonl", kInput);
-  const std::string rec_a = "{\"id\":\"a\",\"text\":\"1\"}\n", err_a = "{\"id\":\"a\",\"error\":{\"message\":\"dup\"}}\n";
+  const std::string rec_a = "{\"id\":\"a\",\"text\":\"1\"}\n";
+  const std::string err_a = "{\"id\":\"a\",\"error\":{\"message\":\"dup\"}}\n";
   const std::string rec_4 = "{\"id\":4,  \"text\":\"spaced as written\"}\n";
   const std::string rec_c = "{\"id\":\"nvllm-5\",\"custom_id\":\"c\",\"error\":null}\n";
   const std::string s0 = d.write("s0", rec_c + rec_a), s1 = d.write("s1", rec_4 + "\n" + err_a);

@@ -66,7 +66,8 @@ TEST_CASE("shard: --resume refuses an output that holds another shard's ids") {
   CHECK_NOTHROW(check_resumed_ids(s, mine, "out.1-of-3.jsonl"));
   std::set<std::string> mixed = mine;
   mixed.insert(*others.begin());
-  CHECK_THROWS_WITH_AS(check_resumed_ids(s, mixed, "out.1-of-3.jsonl"), doctest::Contains(others.begin()->c_str()), Error);
+  CHECK_THROWS_WITH_AS(check_resumed_ids(s, mixed, "out.1-of-3.jsonl"), doctest::Contains(others.begin()->c_str()),
+                       Error);
   CHECK_NOTHROW(check_resumed_ids({1, 3, ShardBy::kLine}, mixed, "out.1-of-3.jsonl"));  // no line numbers to check
   CHECK_NOTHROW(check_resumed_ids({0, 1, ShardBy::kId}, mixed, "out.jsonl"));
 }

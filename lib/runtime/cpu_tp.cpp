@@ -87,7 +87,10 @@ HostTensor cols(const HostTensor& t, int64_t first, int64_t count) {
   const int64_t R = t.dim(0), C = t.dim(1);
   std::vector<float> v;
   v.reserve(static_cast<size_t>(R * count));
-  for (int64_t r = 0; r < R; ++r) v.insert(v.end(), t.as<float>() + r * C + first, t.as<float>() + r * C + first + count);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = t.as<float>() + r * C;
+    v.insert(v.end(), row + first, row + first + count);
+  }
   return tensor_of({R, count}, v);
 }
 
