@@ -21,10 +21,11 @@ Command make_generate_command();
 Command make_bench_command();
 Command make_inspect_cache_command();
 Command make_tokenize_command();
+Command make_merge_command();
 
 inline std::vector<Command> all_commands() {
   return {make_generate_command(), make_bench_command(), make_inspect_cache_command(),
-          make_tokenize_command()};
+          make_tokenize_command(), make_merge_command()};
 }
 
 std::string version_string();

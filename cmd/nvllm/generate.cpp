@@ -11,6 +11,7 @@
 
 #include "cmd/nvllm/commands.h"
 #include "cmd/nvllm/model_setup.h"
+#include "cmd/nvllm/shard_flags.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/cache_trace.h"
@@ -19,12 +20,14 @@
 #include "io/progress.h"
 #include "io/request.h"
 #include "io/response.h"
+#include "io/shard.h"
 
 namespace nvllm {
 namespace {
 
 struct GenerateFlags {
   ModelFlags model;
+  ShardFlags shard;
   std::string input = "-";
   std::string output = "-";
   bool ordered = false;
@@ -55,6 +58,7 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
       "goes on. Exit status: 0 when every request completed, 3 when some lines were errors, 1 on a fatal\n"
       "error, 130 when interrupted (rerun with --resume to finish).");
   add_model_flags(*cmd, f.model);
+  add_shard_flags(*cmd, f.shard);
   cmd->add_option("--input", f.input, "Prompts, JSONL; - reads standard input")->capture_default_str();
   cmd->add_option("--output", f.output, "Completions, JSONL; - writes standard output")->capture_default_str();
   cmd->add_flag("--ordered", f.ordered, "Write output lines in input order (default: as requests finish)");
@@ -124,8 +128,10 @@ RequestResult to_result(const Request& request, const FinishedRequest& done, con
   return r;
 }
 
-int run_generate(const GenerateFlags& f) {
+int run_generate(GenerateFlags f) {
   if (f.quiet) log_threshold() = LogLevel::kError;
+  const ShardSpec shard = resolve_shard(f.shard);
+  for (std::string* path : {&f.output, &f.stats_json, &f.cache_trace}) *path = shard_output_path(*path, shard);
   NVLLM_CHECK(!f.resume || f.output != "-", "--resume needs --output FILE (it reads what an earlier run wrote)");
 
   ParseOptions options;
@@ -136,9 +142,11 @@ int run_generate(const GenerateFlags& f) {
   options.defaults.max_tokens = f.max_tokens;
   options.defaults.seed = f.model.seed;
   std::vector<ParsedLine> lines = read_input(f, options);
+  keep_shard(shard, lines);
 
   if (f.resume) {
     const std::set<std::string> done = read_existing_ids(f.output);
+    check_resumed_ids(shard, done, f.output);
     const size_t before = lines.size();
     std::erase_if(lines, [&](const ParsedLine& l) { return done.count(id_to_string(l.id)) > 0; });
     log_info("--resume: ", before - lines.size(), " requests already in ", f.output, ", ", lines.size(), " to go");

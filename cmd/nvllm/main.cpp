@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "cmd/nvllm/commands.h"
+#include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   std::vector<nvllm::Command> commands = nvllm::all_commands();
   for (auto& command : commands) command.add(app);
 
+  nvllm::expand_vllm_short_flags(argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -62,8 +62,25 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--threads", f.threads, "CPU runner threads (0: one per core)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
+                 "Tensor-parallel ranks (vLLM's -tp). --device cpu runs N simulated ranks, each with its slice of "
+                 "the weights (a check of the sharded math, not a speed-up); CUDA: 1 for now")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--data-parallel-size", f.data_parallel_size,
+                 "Engines on separate GPUs (vLLM's -dp); 1 for now: spread requests with --shard instead")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "Base seed: requests without a seed get one derived from it and their line")
       ->capture_default_str();
+}
+
+void expand_vllm_short_flags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-tp") argv[i] = const_cast<char*>("--tensor-parallel-size");
+    if (a == "-dp") argv[i] = const_cast<char*>("--data-parallel-size");
+  }
 }
 
 namespace {
@@ -91,10 +108,24 @@ void check_flags(const ModelFlags& f) {
               "--block-size ", f.block_size, ": must be a power of two from 1 to 256");
 }
 
+// Several GPUs per process (NCCL) is not built yet: say so, with the GPU count, rather than
+// silently using one.
+void check_parallel(const ModelFlags& f, const std::string& device, const GpuInfo& gpu) {
+  NVLLM_CHECK(f.data_parallel_size == 1, "--data-parallel-size ", f.data_parallel_size,
+              ": not yet supported (one engine per process; ", gpu.device_count, " GPUs visible); run one "
+              "process per GPU with --shard K/N and CUDA_VISIBLE_DEVICES, then nvllm merge");
+  NVLLM_CHECK(device == "cpu" || f.tensor_parallel_size == 1, "--tensor-parallel-size ", f.tensor_parallel_size,
+              ": the CUDA runner uses one GPU for now (", gpu.device_count, " visible); multi-GPU tensor "
+              "parallelism over NCCL is not yet implemented. Use --tensor-parallel-size 1, or --device cpu "
+              "to check the sharded math");
+}
+
 int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) {
   if (f.num_kv_blocks > 0) return f.num_kv_blocks;
+  // Simulated tensor-parallel ranks hold a KV head each when there are fewer KV heads than ranks.
+  const int64_t kv_heads_held = std::max(c.num_kv_heads, f.tensor_parallel_size);
   const int64_t bytes_per_block =
-      int64_t{2} * c.num_layers * c.kv_size() * static_cast<int64_t>(sizeof(float)) * f.block_size;
+      int64_t{2} * c.num_layers * kv_heads_held * c.head_dim * static_cast<int64_t>(sizeof(float)) * f.block_size;
   const int64_t wanted = (int64_t{f.max_num_seqs} * max_model_len + f.block_size - 1) / f.block_size;
   const int64_t budget = (int64_t{2} << 30) / bytes_per_block;  // 2 GiB of host memory at most
   return static_cast<int>(std::max<int64_t>(1, std::min(wanted, budget)));
@@ -109,6 +140,7 @@ LoadedModel load_model(const ModelFlags& f) {
   GpuInfo gpu;
   m.device = resolve_device(f, &gpu);
   m.device_name = m.device == "cuda" ? gpu.name : "CPU";
+  check_parallel(f, m.device, gpu);
 
   int max_model_len = m.config.max_position_embeddings;
   if (f.max_model_len > 0) {
@@ -128,7 +160,8 @@ LoadedModel load_model(const ModelFlags& f) {
     ModelWeights weights = load_weights(f.model, m.config, DType::kF32, format, f.seed);
     const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int blocks = cpu_kv_blocks(f, m.config, max_model_len);
-    m.runner = std::make_unique<CpuRunner>(m.config, std::move(weights), f.block_size, blocks, threads);
+    m.runner = std::make_unique<CpuRunner>(m.config, std::move(weights), f.block_size, blocks, threads,
+                                           f.tensor_parallel_size);
   } else {
 #ifdef NVLLM_HAVE_CUDA
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "bfloat16",

@@ -29,11 +29,17 @@ struct ModelFlags {
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;
   int threads = 0;  // CPU runner threads; 0: all cores
+  int tensor_parallel_size = 1;  // CPU: simulated ranks; CUDA: one GPU only for now
+  int data_parallel_size = 1;    // 1 only for now
   uint64_t seed = 0;
 };
 
 // Adds the shared flags to `app`, with help text and defaults.
 void add_model_flags(CLI::App& app, ModelFlags& flags);
+
+// vLLM's short forms that CLI11 cannot declare (-tp, -dp): rewrites them in argv to the long
+// names before parsing.
+void expand_vllm_short_flags(int argc, char** argv);
 
 struct LoadedModel {
   ModelConfig config;

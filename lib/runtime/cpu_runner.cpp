@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/cpu_sampler.h"
+#include "runtime/cpu_tp.h"
 #include "runtime/cpu_thread_pool.h"
 
 namespace nvllm {
@@ -46,63 +47,85 @@ void check_tensor(const HostTensor& t, const std::vector<int64_t>& want, const c
               " but config.json implies ", shape_str(want), "; check the config against the checkpoint");
 }
 
+// Checks every weight's shape against the config before any rank takes its slice.
+void validate(const ModelConfig& cfg, const ModelWeights& w, int block_size, int num_blocks) {
+  NVLLM_CHECK(block_size > 0 && num_blocks > 0, "CpuRunner: block size ", block_size, " and ", num_blocks,
+              " KV blocks; both must be positive");
+  NVLLM_CHECK(cfg.num_heads > 0 && cfg.num_kv_heads > 0 && cfg.num_heads % cfg.num_kv_heads == 0,
+              "CpuRunner: num_attention_heads ", cfg.num_heads, " is not a multiple of num_key_value_heads ",
+              cfg.num_kv_heads, " in config.json");
+  NVLLM_CHECK(cfg.head_dim > 0 && cfg.head_dim % 2 == 0, "CpuRunner: head_dim ", cfg.head_dim,
+              " must be even for RoPE");
+  NVLLM_CHECK(static_cast<int>(w.layers.size()) == cfg.num_layers, "CpuRunner: weights hold ",
+              w.layers.size(), " layers but config.json says num_hidden_layers ", cfg.num_layers);
+  const int64_t hid = cfg.hidden_size, inter = cfg.intermediate_size;
+  check_tensor(w.embed, {cfg.vocab_size, hid}, "embed_tokens", -1);
+  check_tensor(w.final_norm, {hid}, "norm", -1);
+  check_tensor(w.lm_head_or_embed(), {cfg.vocab_size, hid}, "lm_head", -1);
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    check_tensor(L.input_norm, {hid}, "input_layernorm", l);
+    check_tensor(L.qkv, {cfg.qkv_size(), hid}, "qkv_proj", l);
+    if (!L.qkv_bias.empty()) check_tensor(L.qkv_bias, {cfg.qkv_size()}, "qkv_proj.bias", l);
+    if (cfg.qk_norm) {
+      check_tensor(L.q_norm, {cfg.head_dim}, "q_norm", l);
+      check_tensor(L.k_norm, {cfg.head_dim}, "k_norm", l);
+    }
+    check_tensor(L.o_proj, {hid, cfg.q_size()}, "o_proj", l);
+    check_tensor(L.post_norm, {hid}, "post_attention_layernorm", l);
+    check_tensor(L.gate_up, {2 * inter, hid}, "gate_up_proj", l);
+    check_tensor(L.down, {hid, inter}, "down_proj", l);
+  }
+}
+
+// One tensor-parallel rank: its slice of the model (cpu_tp.h), its KV cache of its KV heads,
+// and its activations. `part` is what it contributes to an all-reduce: its partial o_proj or
+// down_proj output [tokens, hidden], or its columns of the logits [rows, vocab slice].
+struct Rank {
+  ModelConfig cfg;
+  int vocab_first = 0;
+  ModelWeights w;
+  std::vector<CacheBuffer> k_cache, v_cache;  // per layer [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<float> qkv, attn, gu, act, part;
+};
+
 }  // namespace
 
 struct CpuRunner::Impl {
   ModelConfig cfg;
-  ModelWeights w;
   int block_size;
   int num_blocks;
   ThreadPool pool;
-  std::vector<CacheBuffer> k_cache, v_cache;  // per layer [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<Rank> ranks;  // one without tensor parallelism
   std::vector<float> inv_freq;
   float eps;
   float scale;
-  // Activations, reused across steps.
-  std::vector<float> x, h, qkv, attn, gu, act, cos_sin, final_h, step_logits;
+  // Activations every rank shares (the all-reduced residual stream), reused across steps.
+  std::vector<float> x, h, cos_sin, final_h, step_logits;
 
-  Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads)
-      : cfg(c), w(std::move(weights)), block_size(bs), num_blocks(nb),
+  Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads, int tp)
+      : cfg(c), block_size(bs), num_blocks(nb),
         pool(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
-    validate();
-    const size_t per_layer = static_cast<size_t>(num_blocks) * block_size * cfg.kv_size();
-    for (int l = 0; l < cfg.num_layers; ++l) {
-      k_cache.push_back(alloc_cache(per_layer));
-      v_cache.push_back(alloc_cache(per_layer));
+    validate(cfg, weights, block_size, num_blocks);
+    if (tp == 1) {
+      ranks.push_back(Rank{cfg, 0, std::move(weights), {}, {}, {}, {}, {}, {}, {}});
+    } else {
+      for (int r = 0; r < tp; ++r) {
+        const TpRank t = tp_rank(cfg, tp, r);
+        ranks.push_back(Rank{rank_config(cfg, t), t.vocab_first, shard_weights(cfg, weights, t), {}, {}, {}, {},
+                             {}, {}, {}});
+      }
+    }
+    for (Rank& r : ranks) {
+      const size_t per_layer = static_cast<size_t>(num_blocks) * block_size * r.cfg.kv_size();
+      for (int l = 0; l < cfg.num_layers; ++l) {
+        r.k_cache.push_back(alloc_cache(per_layer));
+        r.v_cache.push_back(alloc_cache(per_layer));
+      }
     }
     inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling);
     eps = static_cast<float>(cfg.rms_norm_eps);
     scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg.head_dim)));
-  }
-
-  void validate() const {
-    NVLLM_CHECK(block_size > 0 && num_blocks > 0, "CpuRunner: block size ", block_size, " and ", num_blocks,
-                " KV blocks; both must be positive");
-    NVLLM_CHECK(cfg.num_heads > 0 && cfg.num_kv_heads > 0 && cfg.num_heads % cfg.num_kv_heads == 0,
-                "CpuRunner: num_attention_heads ", cfg.num_heads, " is not a multiple of num_key_value_heads ",
-                cfg.num_kv_heads, " in config.json");
-    NVLLM_CHECK(cfg.head_dim > 0 && cfg.head_dim % 2 == 0, "CpuRunner: head_dim ", cfg.head_dim,
-                " must be even for RoPE");
-    NVLLM_CHECK(static_cast<int>(w.layers.size()) == cfg.num_layers, "CpuRunner: weights hold ",
-                w.layers.size(), " layers but config.json says num_hidden_layers ", cfg.num_layers);
-    const int64_t hid = cfg.hidden_size, inter = cfg.intermediate_size;
-    check_tensor(w.embed, {cfg.vocab_size, hid}, "embed_tokens", -1);
-    check_tensor(w.final_norm, {hid}, "norm", -1);
-    check_tensor(w.lm_head_or_embed(), {cfg.vocab_size, hid}, "lm_head", -1);
-    for (int l = 0; l < cfg.num_layers; ++l) {
-      const LayerWeights& L = w.layers[l];
-      check_tensor(L.input_norm, {hid}, "input_layernorm", l);
-      check_tensor(L.qkv, {cfg.qkv_size(), hid}, "qkv_proj", l);
-      if (!L.qkv_bias.empty()) check_tensor(L.qkv_bias, {cfg.qkv_size()}, "qkv_proj.bias", l);
-      if (cfg.qk_norm) {
-        check_tensor(L.q_norm, {cfg.head_dim}, "q_norm", l);
-        check_tensor(L.k_norm, {cfg.head_dim}, "k_norm", l);
-      }
-      check_tensor(L.o_proj, {hid, cfg.q_size()}, "o_proj", l);
-      check_tensor(L.post_norm, {hid}, "post_attention_layernorm", l);
-      check_tensor(L.gate_up, {2 * inter, hid}, "gate_up_proj", l);
-      check_tensor(L.down, {hid, inter}, "down_proj", l);
-    }
   }
 
   void check_batch(const Batch& b) const {
@@ -130,90 +153,125 @@ struct CpuRunner::Impl {
     }
   }
 
+  // The all-reduce: x += the sum of every rank's partial, ranks added in order.
+  void all_reduce_add() {
+    const size_t n = x.size();
+    pool.parallel_for(static_cast<int64_t>(n), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float sum = ranks[0].part[i];
+        for (size_t r = 1; r < ranks.size(); ++r) sum += ranks[r].part[i];
+        x[i] += sum;
+      }
+    }, /*min_chunk=*/4096);
+  }
+
   // Runs every layer over the batch (writing each layer's K/V of all tokens before its
   // attention), then the final norm and LM head for the token rows in `rows` only:
   // logits [rows.size(), vocab].
   void forward(const Batch& b, const std::vector<int32_t>& rows, std::vector<float>& logits) {
     check_batch(b);
     const int T = b.num_tokens();
-    const int hid = cfg.hidden_size, inter = cfg.intermediate_size, d = cfg.head_dim;
-    x.resize(static_cast<size_t>(T) * hid);
+    const int hid = cfg.hidden_size, d = cfg.head_dim;
+    x.assign(static_cast<size_t>(T) * hid, 0.0f);
     h.resize(x.size());
-    qkv.resize(static_cast<size_t>(T) * cfg.qkv_size());
-    attn.resize(static_cast<size_t>(T) * cfg.q_size());
-    gu.resize(static_cast<size_t>(T) * 2 * inter);
-    act.resize(static_cast<size_t>(T) * inter);
     cos_sin.resize(static_cast<size_t>(T) * d);
-
-    const float* embed = w.embed.as<float>();
-    for (int t = 0; t < T; ++t) {
-      std::memcpy(&x[static_cast<size_t>(t) * hid], embed + static_cast<int64_t>(b.token_ids[t]) * hid,
-                  hid * sizeof(float));
-      rope_cos_sin(inv_freq, b.positions[t], &cos_sin[static_cast<size_t>(t) * d]);
+    // Vocabulary-parallel embedding: the rank that holds a token's row adds it, the others add 0.
+    for (const Rank& r : ranks) {
+      const float* embed = r.w.embed.as<float>();
+      for (int t = 0; t < T; ++t) {
+        const int row = b.token_ids[t] - r.vocab_first;
+        if (row < 0 || row >= r.cfg.vocab_size) continue;
+        float* xt = &x[static_cast<size_t>(t) * hid];
+        for (int i = 0; i < hid; ++i) xt[i] += embed[static_cast<int64_t>(row) * hid + i];
+      }
     }
+    for (int t = 0; t < T; ++t) rope_cos_sin(inv_freq, b.positions[t], &cos_sin[static_cast<size_t>(t) * d]);
     for (int l = 0; l < cfg.num_layers; ++l) {
-      attention_block(l, b);
-      mlp_block(l, T);
+      rmsnorm_rows(pool, x.data(), ranks[0].w.layers[l].input_norm.as<float>(), T, hid, eps, h.data());
+      for (Rank& r : ranks) attention_rank(r, l, b);
+      all_reduce_add();
+      rmsnorm_rows(pool, x.data(), ranks[0].w.layers[l].post_norm.as<float>(), T, hid, eps, h.data());
+      for (Rank& r : ranks) mlp_rank(r, l, T);
+      all_reduce_add();
     }
-
-    const int R = static_cast<int>(rows.size());
-    final_h.resize(static_cast<size_t>(R) * hid);
-    for (int r = 0; r < R; ++r) {
-      rmsnorm_row(&x[static_cast<size_t>(rows[r]) * hid], w.final_norm.as<float>(), hid, eps,
-                  &final_h[static_cast<size_t>(r) * hid]);
-    }
-    logits.resize(static_cast<size_t>(R) * cfg.vocab_size);
-    matmul_wt(pool, final_h.data(), R, hid, w.lm_head_or_embed().as<float>(), cfg.vocab_size, nullptr,
-              logits.data());
+    lm_head(rows, logits);
   }
 
-  // x += o_proj(attention(rope(qk_norm(qkv(rmsnorm(x)))))), every token's K/V cached first.
-  void attention_block(int l, const Batch& b) {
-    const LayerWeights& L = w.layers[l];
+  // Final norm, then each rank's vocabulary slice of the logits, gathered into [rows, vocab].
+  void lm_head(const std::vector<int32_t>& rows, std::vector<float>& logits) {
+    const int R = static_cast<int>(rows.size()), hid = cfg.hidden_size, V = cfg.vocab_size;
+    final_h.resize(static_cast<size_t>(R) * hid);
+    for (int r = 0; r < R; ++r) {
+      rmsnorm_row(&x[static_cast<size_t>(rows[r]) * hid], ranks[0].w.final_norm.as<float>(), hid, eps,
+                  &final_h[static_cast<size_t>(r) * hid]);
+    }
+    logits.resize(static_cast<size_t>(R) * V);
+    for (Rank& rank : ranks) {
+      const int v = rank.cfg.vocab_size;
+      const bool whole = ranks.size() == 1;
+      if (!whole) rank.part.resize(static_cast<size_t>(R) * v);
+      float* out = whole ? logits.data() : rank.part.data();
+      matmul_wt(pool, final_h.data(), R, hid, rank.w.lm_head_or_embed().as<float>(), v, nullptr, out);
+      if (whole) continue;
+      for (int r = 0; r < R; ++r) {
+        std::memcpy(&logits[static_cast<size_t>(r) * V + rank.vocab_first], &rank.part[static_cast<size_t>(r) * v],
+                    v * sizeof(float));
+      }
+    }
+  }
+
+  // One rank's share of attention: its heads' q/k/v from h = rmsnorm(x), qk-norm and RoPE, its
+  // K/V into its cache, attention, and its partial o_proj into r.part.
+  void attention_rank(Rank& r, int l, const Batch& b) {
+    const ModelConfig& c = r.cfg;
+    const LayerWeights& L = r.w.layers[l];
     const int T = b.num_tokens();
-    const int hid = cfg.hidden_size, d = cfg.head_dim;
-    const int qs = cfg.q_size(), kvs = cfg.kv_size(), qkvs = cfg.qkv_size();
-    rmsnorm_rows(pool, x.data(), L.input_norm.as<float>(), T, hid, eps, h.data());
+    const int hid = c.hidden_size, d = c.head_dim;
+    const int qs = c.q_size(), kvs = c.kv_size(), qkvs = c.qkv_size();
+    r.qkv.resize(static_cast<size_t>(T) * qkvs);
+    r.attn.resize(static_cast<size_t>(T) * qs);
+    r.part.resize(static_cast<size_t>(T) * hid);
     matmul_wt(pool, h.data(), T, hid, L.qkv.as<float>(), qkvs,
-              L.qkv_bias.empty() ? nullptr : L.qkv_bias.as<float>(), qkv.data());
+              L.qkv_bias.empty() ? nullptr : L.qkv_bias.as<float>(), r.qkv.data());
     pool.parallel_for(
         T,
         [&](int64_t tb, int64_t te) {
           for (int64_t t = tb; t < te; ++t) {
-            float* q = &qkv[t * qkvs];
+            float* q = &r.qkv[t * qkvs];
             float* k = q + qs;
-            if (cfg.qk_norm) {
-              for (int i = 0; i < cfg.num_heads; ++i) rmsnorm_row(q + i * d, L.q_norm.as<float>(), d, eps, q + i * d);
-              for (int i = 0; i < cfg.num_kv_heads; ++i) rmsnorm_row(k + i * d, L.k_norm.as<float>(), d, eps, k + i * d);
+            if (c.qk_norm) {
+              for (int i = 0; i < c.num_heads; ++i) rmsnorm_row(q + i * d, L.q_norm.as<float>(), d, eps, q + i * d);
+              for (int i = 0; i < c.num_kv_heads; ++i) rmsnorm_row(k + i * d, L.k_norm.as<float>(), d, eps, k + i * d);
             }
-            apply_rope(q, cfg.num_heads, d, &cos_sin[t * d]);
-            apply_rope(k, cfg.num_kv_heads, d, &cos_sin[t * d]);
+            apply_rope(q, c.num_heads, d, &cos_sin[t * d]);
+            apply_rope(k, c.num_kv_heads, d, &cos_sin[t * d]);
           }
         },
         /*min_chunk=*/4);
-    const PagedKv cache{k_cache[l].get(), v_cache[l].get(), num_blocks, block_size, cfg.num_kv_heads, d};
-    write_kv(cache, qkv.data() + qs, qkv.data() + qs + kvs, qkvs, b.slot_mapping);
+    const PagedKv cache{r.k_cache[l].get(), r.v_cache[l].get(), num_blocks, block_size, c.num_kv_heads, d};
+    write_kv(cache, r.qkv.data() + qs, r.qkv.data() + qs + kvs, qkvs, b.slot_mapping);
     const AttentionLayout layout{b.query_start, b.context_lens, b.block_tables, b.max_blocks_per_seq};
-    paged_attention(pool, qkv.data(), qkvs, cfg.num_heads, cache, layout, scale, attn.data());
-    matmul_wt(pool, attn.data(), T, qs, L.o_proj.as<float>(), hid, nullptr, h.data());
-    for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
+    paged_attention(pool, r.qkv.data(), qkvs, c.num_heads, cache, layout, scale, r.attn.data());
+    matmul_wt(pool, r.attn.data(), T, qs, L.o_proj.as<float>(), hid, nullptr, r.part.data());
   }
 
-  // x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x))).
-  void mlp_block(int l, int T) {
-    const LayerWeights& L = w.layers[l];
-    const int hid = cfg.hidden_size, inter = cfg.intermediate_size;
-    rmsnorm_rows(pool, x.data(), L.post_norm.as<float>(), T, hid, eps, h.data());
-    matmul_wt(pool, h.data(), T, hid, L.gate_up.as<float>(), 2 * inter, nullptr, gu.data());
-    silu_mul(pool, gu.data(), T, inter, act.data());
-    matmul_wt(pool, act.data(), T, inter, L.down.as<float>(), hid, nullptr, h.data());
-    for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
+  // One rank's share of the MLP: r.part = down(silu(gate(h)) * up(h)) over its intermediate columns.
+  void mlp_rank(Rank& r, int l, int T) {
+    const LayerWeights& L = r.w.layers[l];
+    const int hid = r.cfg.hidden_size, inter = r.cfg.intermediate_size;
+    r.gu.resize(static_cast<size_t>(T) * 2 * inter);
+    r.act.resize(static_cast<size_t>(T) * inter);
+    r.part.resize(static_cast<size_t>(T) * hid);
+    matmul_wt(pool, h.data(), T, hid, L.gate_up.as<float>(), 2 * inter, nullptr, r.gu.data());
+    silu_mul(pool, r.gu.data(), T, inter, r.act.data());
+    matmul_wt(pool, r.act.data(), T, inter, L.down.as<float>(), hid, nullptr, r.part.data());
   }
 };
 
 CpuRunner::CpuRunner(const ModelConfig& config, ModelWeights weights, int block_size, int num_kv_blocks,
-                     int num_threads)
-    : impl_(std::make_unique<Impl>(config, std::move(weights), block_size, num_kv_blocks, num_threads)) {}
+                     int num_threads, int tensor_parallel_size)
+    : impl_(std::make_unique<Impl>(config, std::move(weights), block_size, num_kv_blocks, num_threads,
+                                   tensor_parallel_size)) {}
 
 CpuRunner::~CpuRunner() = default;
 

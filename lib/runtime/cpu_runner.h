@@ -14,8 +14,11 @@ namespace nvllm {
 class CpuRunner : public Runner {
  public:
   // `weights` in F32. The cache holds `num_kv_blocks` blocks of `block_size` tokens per layer.
+  // `tensor_parallel_size` > 1 runs the tensor-parallel split of cpu_tp.h with that many
+  // simulated ranks, one after another, an all-reduce being a sum in rank order: the same
+  // logits within float32 rounding (proof of the sharding, not a speed-up).
   CpuRunner(const ModelConfig& config, ModelWeights weights, int block_size, int num_kv_blocks,
-            int num_threads);
+            int num_threads, int tensor_parallel_size = 1);
   ~CpuRunner() override;
 
   void execute(const Batch& batch, StepOutput& out) override;

@@ -13,6 +13,7 @@ struct GpuInfo {
   size_t free_bytes = 0;
   int sm_count = 0;
   int compute_capability = 0;  // 90 for Hopper
+  int device_count = 0;  // GPUs this process can see (CUDA_VISIBLE_DEVICES applies)
 };
 
 // Queries device `index`; never throws (a machine without a driver has no GPU).

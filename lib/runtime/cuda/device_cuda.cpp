@@ -7,10 +7,12 @@ namespace nvllm {
 GpuInfo query_gpu(int index) {
   GpuInfo info;
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || index >= count) {
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no driver" error
     return info;
   }
+  info.device_count = count;
+  if (index >= count) return info;
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return info;
   info.available = true;
