@@ -7,8 +7,8 @@
 #include <climits>
 #include <cmath>
 
+#include "core/sampling_rng.h"
 #include "kernels/cuda_check.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm::kernels {
 namespace {

@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "core/sampling_rng.h"
 #include "kernels/cuda_check.h"
 #include "kernels/sampling.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm::kernels {
 namespace {

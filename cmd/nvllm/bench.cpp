@@ -5,12 +5,12 @@
 #include <fstream>
 #include <iostream>
 
+#include "analysis/prefix_tree.h"
+#include "analysis/workload.h"
 #include "cmd/nvllm/commands.h"
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/prefix_tree.h"
-#include "engine/workload.h"
 #include "io/request.h"
 
 #include "git_rev.h"  // NVLLM_GIT_REV, written at build time

@@ -3,18 +3,18 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
-#include <set>
 
+#include "analysis/cache_trace.h"
+#include "analysis/memory_plan.h"
+#include "analysis/prefix_tree.h"
+#include "analysis/replay.h"
 #include "cmd/nvllm/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/cache_trace.h"
 #include "engine/engine.h"
-#include "engine/prefix_tree.h"
 #include "io/request.h"
 #include "model/config.h"
 #include "runtime/device.h"
-#include "runtime/replay_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nvllm {
@@ -47,14 +47,6 @@ struct Workload {
   int64_t bad_lines = 0;
 };
 
-struct ReplayResult {
-  std::vector<FinishedRequest> finished;  // input order
-  std::vector<CacheTraceRow> trace;
-  int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;
-  double hit_rate() const { return prompt_tokens ? double(cached_tokens) / prompt_tokens : 0.0; }
-};
-
 Workload read_workload(const InspectFlags& f, const Tokenizer& tokenizer, const ModelConfig& config) {
   std::ifstream in(f.input);
   NVLLM_CHECK(in, "--input ", f.input, ": cannot open the file");
@@ -79,72 +71,25 @@ Workload read_workload(const InspectFlags& f, const Tokenizer& tokenizer, const 
   return w;
 }
 
-// An ordinary token that ends no request, so that every replayed request runs to max_tokens.
-int32_t neutral_token(const Workload& w, const ModelConfig& config) {
-  std::set<int32_t> avoid(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  for (const EngineRequest& r : w.requests) avoid.insert(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end());
-  int32_t token = 0;
-  while (avoid.count(token)) ++token;
-  return token;
-}
-
-ReplayResult replay(const Workload& w, const std::vector<size_t>& order, const EngineConfig& config, int num_blocks,
-                    int32_t token) {
-  ReplayRunner runner(num_blocks, token);
-  Engine engine(config, runner, nullptr);
-  for (size_t i : order) {
-    EngineRequest r = w.requests[i];
-    r.params.stop.clear();  // no text in a replay; lengths come from max_tokens
-    r.params.min_tokens = 0;
-    engine.add_request(std::move(r));
-  }
-  ReplayResult result;
-  result.finished.resize(w.requests.size());
-  for (int64_t step = 1; engine.has_unfinished(); ++step) {
-    for (FinishedRequest& done : engine.step()) {
-      const size_t i = std::stoul(done.id);
-      result.prompt_tokens += done.prompt_tokens;
-      result.cached_tokens += done.cached_tokens;
-      result.finished[i] = std::move(done);
-    }
-    result.trace.push_back(trace_row(engine, step));
-  }
-  return result;
-}
-
-// KV blocks that fit in the GPU after weights and an activation reserve, as the CUDA runner sizes
-// its cache (it measures the reserve with a warm-up pass; this estimates it).
-struct MemoryPlan {
-  double gpu_bytes = 0;
-  std::string source;
-  double weight_bytes = 0;
-  double reserve_bytes = 0;
-  int blocks_fit = 0;
-};
-
-MemoryPlan plan_memory(const InspectFlags& f, const ModelConfig& c, double block_bytes, int dtype_bytes) {
-  MemoryPlan p;
+// The GPU memory to plan for: --gpu-memory, else the local GPU's, else an assumed 80 GiB.
+MemoryPlanInput memory_input(const InspectFlags& f, double block_bytes, int dtype_bytes) {
+  MemoryPlanInput in;
   if (f.gpu_memory_gib > 0) {
-    p.gpu_bytes = f.gpu_memory_gib * double(1 << 30);
-    p.source = "--gpu-memory";
+    in.gpu_bytes = f.gpu_memory_gib * double(1 << 30);
+    in.source = "--gpu-memory";
   } else if (const GpuInfo gpu = query_gpu(); gpu.available) {
-    p.gpu_bytes = static_cast<double>(gpu.total_bytes);
-    p.source = gpu.name;
+    in.gpu_bytes = static_cast<double>(gpu.total_bytes);
+    in.source = gpu.name;
   } else {
-    p.gpu_bytes = 80.0 * double(1 << 30);
-    p.source = "assumed 80 GiB (no local GPU; set --gpu-memory)";
+    in.gpu_bytes = 80.0 * double(1 << 30);
+    in.source = "assumed 80 GiB (no local GPU; set --gpu-memory)";
   }
-  const double h = c.hidden_size;
-  const double params = double(c.vocab_size) * h * (c.tie_word_embeddings ? 1 : 2) +
-                        c.num_layers * (h * c.qkv_size() + double(c.q_size()) * h + 3.0 * h * c.intermediate_size + 2 * h);
-  p.weight_bytes = params * dtype_bytes;
-  // Activations of the largest step: a few hidden-sized buffers per token, the MLP's wide one,
-  // and fp32 logits for every sequence that samples.
-  p.reserve_bytes = double(f.max_num_batched_tokens) * (6 * h + 2 * c.intermediate_size + c.qkv_size()) * 4 +
-                    double(f.max_num_seqs) * c.vocab_size * 4;
-  const double usable = p.gpu_bytes * f.gpu_memory_utilization - p.weight_bytes - p.reserve_bytes;
-  p.blocks_fit = usable > 0 ? static_cast<int>(usable / block_bytes) : 0;
-  return p;
+  in.gpu_memory_utilization = f.gpu_memory_utilization;
+  in.max_num_seqs = f.max_num_seqs;
+  in.max_num_batched_tokens = f.max_num_batched_tokens;
+  in.dtype_bytes = dtype_bytes;
+  in.block_bytes = block_bytes;
+  return in;
 }
 
 nlohmann::json request_rows(const Workload& w, const ReplayResult& r, int block_size) {
@@ -213,7 +158,7 @@ int run_inspect(const InspectFlags& f) {
   const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
   const double kv_bytes_per_token = 2.0 * config.num_layers * config.kv_size() * dtype_bytes;
   const double block_bytes = kv_bytes_per_token * f.block_size;
-  const MemoryPlan memory = plan_memory(f, config, block_bytes, dtype_bytes);
+  const MemoryPlan memory = plan_memory(memory_input(f, block_bytes, dtype_bytes), config);
   const int num_blocks = f.num_kv_blocks > 0 ? f.num_kv_blocks : memory.blocks_fit;
   NVLLM_CHECK(num_blocks > 0, "the weights and activations leave no room for a KV cache in ", memory.source,
               "; give more --gpu-memory");
@@ -224,14 +169,14 @@ int run_inspect(const InspectFlags& f) {
   engine.max_num_batched_tokens = f.max_num_batched_tokens;
   engine.max_model_len = f.max_model_len > 0 ? f.max_model_len : config.max_position_embeddings;
   engine.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  const int32_t token = neutral_token(w, config);
+  const int32_t token = neutral_token(w.requests, config);
 
   std::vector<std::span<const int32_t>> prompts;
   for (const EngineRequest& r : w.requests) prompts.emplace_back(r.prompt_ids);
   std::vector<size_t> input_order(w.requests.size());
   for (size_t i = 0; i < input_order.size(); ++i) input_order[i] = i;
-  const ReplayResult in_order = replay(w, input_order, engine, num_blocks, token);
-  const ReplayResult aware = replay(w, prefix_aware_order(prompts), engine, num_blocks, token);
+  const ReplayResult in_order = replay(w.requests, input_order, engine, num_blocks, token);
+  const ReplayResult aware = replay(w.requests, prefix_aware_order(prompts), engine, num_blocks, token);
   const ReplayResult& chosen = f.order == "prefix-aware" ? aware : in_order;
   if (!f.cache_trace.empty()) {
     std::string text;

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/runner.h"
 #include "engine/sampling_params.h"
-#include "runtime/runner.h"
 
 namespace nvllm {
 

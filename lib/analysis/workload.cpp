@@ -1,10 +1,10 @@
-#include "engine/workload.h"
+#include "analysis/workload.h"
 
 #include <algorithm>
 #include <charconv>
 
 #include "core/error.h"
-#include "runtime/sampling_rng.h"
+#include "core/sampling_rng.h"
 
 namespace nvllm {
 namespace {
