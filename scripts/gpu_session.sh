@@ -127,12 +127,12 @@ PY
           --output-json "$out/bench_latency_pdl$pdl.json" 2>&1 | grep -E "decode|GPU" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
       done
       ;;
-    fused)  # batch-1 decode: separate kernels, the fused path, the fused path with late PDL triggers;
+    fused)  # batch-1 decode: separate kernels, then the fused path;
             # then the fused path at long contexts (LONG_CTX="4096 16384" input lengths)
       make_model
-      for v in separate:0: fused:1: late:1:late; do
-        IFS=: read -r name on trig <<<"$v"
-        NVLLM_FUSED_DECODE=$on NVLLM_FUSED_TRIGGER=$trig "$bin/nvllm" bench latency --model $model --batch-size 1 \
+      for v in separate:0 fused:1; do
+        IFS=: read -r name on <<<"$v"
+        NVLLM_FUSED_DECODE=$on "$bin/nvllm" bench latency --model $model --batch-size 1 \
           --input-len 128 --output-len 512 --output-json "$out/bench_latency_$name.json" >"$out/fused_$name.log" 2>&1
         grep -iE "decode|GPU|tok/s" "$out/fused_$name.log" | sed "s/^/$name /" | tee -a "$out/fused.log"
       done

@@ -1,3 +1,4 @@
+#include "cmd/nvllm/cuda_tuning_env.h"
 #include "cmd/nvllm/model_setup.h"
 
 #include <algorithm>
@@ -140,9 +141,8 @@ LoadedModel load_model(const ModelFlags& f) {
     options.max_num_seqs = f.max_num_seqs;
     options.max_num_batched_tokens = f.max_num_batched_tokens;
     options.max_model_len = max_model_len;
-    // No caller of this runner reads last_logits. NVLLM_CHAIN_DECODE=0 (A/B checks) turns it off.
-    const char* chain = std::getenv("NVLLM_CHAIN_DECODE");
-    options.chain_decode = chain == nullptr || std::string_view(chain) != "0";
+    // Chaining on (no caller of this runner reads last_logits); NVLLM_* switches for A/B timing.
+    options.tuning = cuda_tuning_from_env();
     options.gpu_memory_utilization = f.gpu_memory_utilization;
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;

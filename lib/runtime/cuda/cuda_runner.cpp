@@ -12,10 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <numbers>
-#include <string_view>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -23,17 +21,10 @@
 #include "kernels/kernels.h"
 #include "kernels/sampling.h"
 #include "runtime/cuda/cuda_runner_impl.h"
-#include "runtime/cuda/runner_kernels.h"
 
 namespace nvllm {
 namespace cuda_detail {
 namespace {
-
-// A timing switch: the variable is set to "0".
-bool env_off(const char* name) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string_view(e) == "0";
-}
 
 // RoPE frequencies as Hugging Face computes them, with the llama3 rescaling of long wavelengths.
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
@@ -66,6 +57,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
 
 CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const CudaRunnerOptions& options)
     : c_(config), opt_(options), select_device_(options.device), stream_(), gemm_() {
+  kernels::set_pdl(opt_.tuning.pdl);
   NVLLM_CHECK(c_.head_dim == 64 || c_.head_dim == 128, "config.json: head_dim ", c_.head_dim,
               ": the CUDA attention kernels support head_dim 64 and 128; run this model with --device cpu");
   NVLLM_CHECK(static_cast<int>(w.layers.size()) == c_.num_layers, "internal: weights have ", w.layers.size(),
@@ -103,9 +95,7 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
 // The fused batch-1 decode path, where the model and device allow it; after the KV cache
 // exists (the layers hold the cache addresses), before the graphs capture it.
 void CudaRunner::setup_fused_decode() {
-  const char* env = std::getenv("NVLLM_FUSED_DECODE");
-  const bool on = env != nullptr ? std::string_view(env) != "0" : opt_.fused_decode;
-  if (!on) return;
+  if (!opt_.tuning.fused_decode) return;
   fused_ = kernels::fused_decode_plan(
       {c_.hidden_size, c_.intermediate_size, c_.num_heads, c_.num_kv_heads, c_.head_dim, opt_.block_size});
   if (fused_.cluster == 0) {
@@ -117,24 +107,21 @@ void CudaRunner::setup_fused_decode() {
     fused_layers_.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up,
                              d.down, k_cache_[l], v_cache_[l]});
   }
-  if (!env_off("NVLLM_FUSED_SS")) fused_ss_ = DeviceBuffer(2 * kernels::kFusedSsParts * sizeof(float));
-  fused_embed_ = !env_off("NVLLM_FUSED_EMBED");
+  fused_ss_ = DeviceBuffer(2 * kernels::kFusedSsParts * sizeof(float));
   setup_fused_head();
-  if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) {
-    fused_trace_path_ = trace;
+  if (!opt_.tuning.fused_trace.empty()) {
     fused_trace_ = DeviceBuffer(size_t(c_.num_layers) * kernels::kFusedTraceLayerWords * sizeof(unsigned long long));
     CUDA_CHECK(cudaMemset(fused_trace_.get(), 0, fused_trace_.bytes()));
   }
 }
 
-// The fused path's last kernel, unless NVLLM_FUSED_HEAD=0 (timing: the three separate kernels).
+// The fused path's last kernel, unless CudaTuning::fused_head is off (timing: three separate kernels).
 void CudaRunner::setup_fused_head() {
-  fused_head_ = kernels::decode_head_supported(c_.hidden_size) && !env_off("NVLLM_FUSED_HEAD");
+  fused_head_ = kernels::decode_head_supported(c_.hidden_size) && opt_.tuning.fused_head;
   if (!fused_head_) return;
-  head_next_ = !env_off("NVLLM_HEAD_NEXT");
   head_scratch_ = DeviceBuffer(2 * sizeof(unsigned long long));
   CUDA_CHECK(cudaMemset(head_scratch_.get(), 0, head_scratch_.bytes()));
-  if (opt_.chain_decode) {
+  if (opt_.tuning.chain_decode) {
     head_token_host_ = PinnedBuffer(2 * sizeof(unsigned long long));
     std::memset(head_token_host_.get(), 0xff, head_token_host_.bytes());
   }
@@ -151,8 +138,8 @@ void CudaRunner::write_fused_trace() {
   using namespace kernels;
   for (size_t i = 0; i < t.size(); i += kFusedTraceFields)
     if (t[i + kTraceStart] != 0) t0 = std::min(t0, t[i + kTraceStart]);
-  std::FILE* f = std::fopen(fused_trace_path_.c_str(), "w");
-  NVLLM_CHECK(f != nullptr, "NVLLM_FUSED_TRACE: cannot write ", fused_trace_path_);
+  std::FILE* f = std::fopen(opt_.tuning.fused_trace.c_str(), "w");
+  NVLLM_CHECK(f != nullptr, "NVLLM_FUSED_TRACE: cannot write ", opt_.tuning.fused_trace);
   for (size_t r = 0; r * kFusedTraceFields < t.size(); ++r) {
     const unsigned long long* e = t.data() + r * kFusedTraceFields;
     if (e[kTraceStart] == 0) continue;
@@ -247,15 +234,14 @@ void CudaRunner::forward(const Step& st) {
     // One sequence decoding: embedding straight into the residual stream, four fused kernels
     // per layer (kernels/decode_fused.cu), then the final norm, the LM head and the greedy
     // token in one kernel (kernels/decode_head.cu) where the hidden size allows.
-    if (!fused_embed_) kernels::embedding(dev<int32_t>(L.token_ids), embed_, res, 1, H, s);
     kernels::FusedDecodeStep fs{positions, slots, ab.context_lens, ab.block_tables, inv_freq_.as<float>(),
                                       eps, scale, res, attn, act_.as<bf16>()};
     fs.ss = fused_ss_.as<float>();
     fs.token = dev<int32_t>(L.token_ids);
     for (int l = 0; l < c_.num_layers; ++l) {
-      fs.embed = l == 0 && fused_embed_ ? embed_ : nullptr;
+      fs.embed = l == 0 ? embed_ : nullptr;
       fs.ss_ready = l > 0 && fs.ss != nullptr;
-      if (!fused_trace_path_.empty())
+      if (!opt_.tuning.fused_trace.empty())
         fs.trace = fused_trace_.as<unsigned long long>() + size_t(l) * kernels::kFusedTraceLayerWords;
       kernels::fused_decode_layer(fused_, fs, fused_layers_[l], s);
     }
@@ -273,10 +259,8 @@ void CudaRunner::forward(const Step& st) {
         head.table_width = L.width;
         head.host_token = head_token_host_.as<unsigned long long>();
       }
-      if (head_next_) {
-        head.l2_next = fused_layers_[0].qkv;
-        head.l2_next_bytes = size_t(c_.qkv_size()) * H * sizeof(bf16);
-      }
+      head.l2_next = fused_layers_[0].qkv;
+      head.l2_next_bytes = size_t(c_.qkv_size()) * H * sizeof(bf16);
       kernels::decode_head(head, fused_.grid, s);
       return;
     }
@@ -292,7 +276,7 @@ void CudaRunner::forward(const Step& st) {
     const DeviceLayer& w = layers_[l];
     kernels::add_rmsnorm(x, res, w.input_norm, T, H, eps, s);
     linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
-    if (w.qkv_bias) add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
+    if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
     kernels::qk_norm_rope_cache(qkv, positions, slots, w.q_norm, w.k_norm, eps, inv_freq_.as<float>(), k_cache_[l],
                                 v_cache_[l], T, c_.num_heads, c_.num_kv_heads, c_.head_dim, opt_.block_size, s);
     if (st.decode) {
@@ -319,8 +303,8 @@ void CudaRunner::forward(const Step& st) {
   if (st.gather) {
     rows = L.sample_rows;
     if (rows == 0) return;  // a step of prompt chunks that end no prompt
-    gather_rows(x, dev<int32_t>(L.sample_token), xg_.as<bf16>(), rows, H, s);
-    gather_rows(res, dev<int32_t>(L.sample_token), rg_.as<bf16>(), rows, H, s);
+    kernels::gather_rows(x, dev<int32_t>(L.sample_token), xg_.as<bf16>(), rows, H, s);
+    kernels::gather_rows(res, dev<int32_t>(L.sample_token), rg_.as<bf16>(), rows, H, s);
     fx = xg_.as<bf16>();
     fr = rg_.as<bf16>();
   }
@@ -376,7 +360,7 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   float device_ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&device_ms, step_begin_[slot_].get(), step_end_[slot_].get()));
   last_step_device_s_ = device_ms * 1e-3;
-  if (!fused_trace_path_.empty() && b.decode_only && T == 1) write_fused_trace();
+  if (!opt_.tuning.fused_trace.empty() && b.decode_only && T == 1) write_fused_trace();
 
   const bool use_graph = graph != nullptr, fast = packed.all_greedy_plain;
   const int R = static_cast<int>(packed.sampled_seqs.size());
@@ -488,7 +472,7 @@ void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, siz
 // The step after `b` for one greedy sequence: the next position, its slot (in a block the
 // sequence already holds), context + 1, the same table; the token comes from the device.
 void CudaRunner::chain_next(const Batch& b, const PackedStep& packed, int graph_size, int graph_bound) {
-  if (!opt_.chain_decode || !fused_head_ || !fused_trace_path_.empty() || !fused_step(b.decode_only, graph_size))
+  if (!opt_.tuning.chain_decode || !fused_head_ || !opt_.tuning.fused_trace.empty() || !fused_step(b.decode_only, graph_size))
     return;
   if (b.num_seqs() != 1 || !packed.all_greedy_plain || packed.sampled_seqs.size() != 1) return;
   // Not after the sequence's last token by max_tokens or the context limit (the engine stops it
@@ -537,7 +521,7 @@ bool CudaRunner::chained_matches(const Batch& b) {
 }
 
 std::vector<float> CudaRunner::last_logits() {
-  NVLLM_CHECK(!opt_.chain_decode, "internal: last_logits needs chain_decode off");
+  NVLLM_CHECK(!opt_.tuning.chain_decode, "internal: last_logits needs tuning.chain_decode off");
   const size_t V = c_.vocab_size;
   std::vector<float> out(last_logits_rows_.size() * V);
   for (size_t r = 0; r < last_logits_rows_.size(); ++r) {

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/decode_fused.h"
+#include "kernels/decode_head.h"
 #include "kernels/kernels.h"
 #include "runtime/cuda/cuda_runner.h"
 #include "runtime/cuda/device_buffer.h"
@@ -110,28 +112,21 @@ class CudaRunner final : public Runner {
   // The fused batch-1 decode path: on when fused_.cluster > 0.
   kernels::FusedDecodePlan fused_;
   std::vector<kernels::FusedDecodeLayer> fused_layers_;
-  // The norms' published sums of squares (kernels::FusedDecodeStep::ss); empty with
-  // NVLLM_FUSED_SS=0 (timing: every norm reduces h itself).
+  // The norms' published sums of squares (kernels::FusedDecodeStep::ss).
   DeviceBuffer fused_ss_;
-  // The embedding read by layer 0's attention kernel instead of a kernel of its own, unless
-  // NVLLM_FUSED_EMBED=0 (timing).
-  bool fused_embed_ = true;
   // Its last kernel, final norm + LM head + greedy token (kernels/decode_head.cu), where the
   // hidden size allows: the token lands in out_dev_ and the step needs no argmax_rows.
   bool fused_head_ = false;
   DeviceBuffer head_scratch_;
-  // With chain_decode: decode_head advances the device staging to the sequence's next step and
+  // With tuning.chain_decode: decode_head advances the device staging to the sequence's next step and
   // leaves its token in mapped host memory (kernels::DecodeHeadArgs::host_token), so a chained
   // step on the same graph needs no H2D copy and a greedy batch-1 step no D2H copy.
   PinnedBuffer head_token_host_;
   bool token_from_host_[2] = {false, false};  // per slot: the step's token is in head_token_host_
-  // decode_head asks layer 0's qkv weights into L2 for the next step (NVLLM_HEAD_NEXT=0: not).
-  bool head_next_ = true;
   // Whether a step of `tokens` tokens takes the fused batch-1 path.
   bool fused_step(bool decode, int tokens) const { return decode && tokens == 1 && fused_.cluster > 0; }
-  // NVLLM_FUSED_TRACE=FILE: the fused kernels' timestamps (kernels::FusedDecodeStep::trace) of
-  // the latest batch-1 step, rewritten to FILE after each one. A timing tool.
-  std::string fused_trace_path_;
+  // CudaTuning::fused_trace: the fused kernels' timestamps (kernels::FusedDecodeStep::trace) of
+  // the latest batch-1 step, rewritten to the file after each one. A timing tool.
   DeviceBuffer fused_trace_;
   void write_fused_trace();
 
@@ -142,7 +137,7 @@ class CudaRunner final : public Runner {
   CudaEvent step_begin_[2], step_end_[2];
   int slot_ = 0;  // the staging / out / event set of the latest step
 
-  // Chained batch-1 decode (CudaRunnerOptions::chain_decode): before waiting for a greedy
+  // Chained batch-1 decode (CudaTuning::chain_decode): before waiting for a greedy
   // one-sequence decode step, the step after it is enqueued with the inputs it will have (the
   // next position, slot and context; the token is the one this step's last kernel writes into
   // the device staging), so the GPU runs on while the host finishes the step. The next
