@@ -4,8 +4,9 @@
 // finishes. bf16 tensors are row-major;
 // "[a, b]" gives the shape.
 //
-// KV cache layout, per layer: k_cache and v_cache are each [num_blocks, block_size, num_kv_heads,
-// head_dim]; token slot s lives in block s / block_size at offset s % block_size.
+// KV cache layout (lib/core/kv_layout.h), per layer: k_cache and v_cache are each
+// [num_blocks, block_size, num_kv_heads, head_dim]; token slot s lives in block s / block_size at
+// offset s % block_size.
 #pragma once
 
 #include <cstddef>

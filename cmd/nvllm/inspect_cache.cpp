@@ -156,8 +156,9 @@ int run_inspect(const InspectFlags& f) {
   const Workload w = read_workload(f, *tokenizer, config);
 
   const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
-  const double kv_bytes_per_token = 2.0 * config.num_layers * config.kv_size() * dtype_bytes;
-  const double block_bytes = kv_bytes_per_token * f.block_size;
+  const KvLayout kv = config.kv_layout(f.block_size, dtype_bytes);
+  const double kv_bytes_per_token = static_cast<double>(kv.bytes_per_token());
+  const double block_bytes = static_cast<double>(kv.bytes_per_block());
   const MemoryPlan memory = plan_memory(memory_input(f, block_bytes, dtype_bytes), config);
   const int num_blocks = f.num_kv_blocks > 0 ? f.num_kv_blocks : memory.blocks_fit;
   NVLLM_CHECK(num_blocks > 0, "the weights and activations leave no room for a KV cache in ", memory.source,

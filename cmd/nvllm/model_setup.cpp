@@ -94,8 +94,7 @@ void check_flags(const ModelFlags& f) {
 
 int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) {
   if (f.num_kv_blocks > 0) return f.num_kv_blocks;
-  const int64_t bytes_per_block =
-      int64_t{2} * c.num_layers * c.kv_size() * static_cast<int64_t>(sizeof(float)) * f.block_size;
+  const int64_t bytes_per_block = c.kv_layout(f.block_size, sizeof(float)).bytes_per_block();
   const int64_t wanted = (int64_t{f.max_num_seqs} * max_model_len + f.block_size - 1) / f.block_size;
   const int64_t budget = (int64_t{2} << 30) / bytes_per_block;  // 2 GiB of host memory at most
   return static_cast<int>(std::max<int64_t>(1, std::min(wanted, budget)));

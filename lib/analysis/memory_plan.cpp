@@ -7,9 +7,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in, const ModelConfig& c) {
   p.gpu_bytes = in.gpu_bytes;
   p.source = in.source;
   const double h = c.hidden_size;
-  const double params = double(c.vocab_size) * h * (c.tie_word_embeddings ? 1 : 2) +
-                        c.num_layers * (h * c.qkv_size() + double(c.q_size()) * h + 3.0 * h * c.intermediate_size + 2 * h);
-  p.weight_bytes = params * in.dtype_bytes;
+  p.weight_bytes = c.num_parameters() * in.dtype_bytes;
   // Activations of the largest step: a few hidden-sized buffers per token, the MLP's wide one,
   // and fp32 logits for every sequence that samples.
   p.reserve_bytes = double(in.max_num_batched_tokens) * (6 * h + 2 * c.intermediate_size + c.qkv_size()) * 4 +

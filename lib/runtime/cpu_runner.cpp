@@ -65,7 +65,7 @@ struct CpuRunner::Impl {
       : cfg(c), w(std::move(weights)), block_size(bs), num_blocks(nb),
         pool(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
     validate();
-    const size_t per_layer = static_cast<size_t>(num_blocks) * block_size * cfg.kv_size();
+    const size_t per_layer = cfg.kv_layout(block_size, sizeof(float)).block_elems() * num_blocks;
     for (int l = 0; l < cfg.num_layers; ++l) {
       k_cache.push_back(alloc_cache(per_layer));
       v_cache.push_back(alloc_cache(per_layer));

@@ -39,8 +39,9 @@ std::vector<int> graph_sizes(int max_num_seqs) {
 // allocate whatever they allocate lazily).
 void CudaRunner::size_kv_cache() {
   const int L = c_.num_layers;
-  const size_t block_elems = static_cast<size_t>(opt_.block_size) * c_.num_kv_heads * c_.head_dim;
-  const size_t bytes_per_block = 2 * L * block_elems * sizeof(bf16);
+  const KvLayout kv = c_.kv_layout(opt_.block_size, sizeof(bf16));
+  const size_t block_elems = kv.block_elems();
+  const size_t bytes_per_block = static_cast<size_t>(kv.bytes_per_block());
 
   // Warm-up: the whole token budget spread over max_num_seqs sequences, every one sampling with
   // the full sampler. Slots are -1 (nothing written) and every block-table entry points at one
@@ -109,10 +110,9 @@ void CudaRunner::size_kv_cache() {
   kv_ = DeviceBuffer(bytes);
   // Zeroed so that padded decode rows, which read block 0, never meet NaN bit patterns.
   CUDA_CHECK(cudaMemset(kv_.get(), 0, bytes));
-  const size_t layer_elems = static_cast<size_t>(num_blocks_) * block_elems;
   for (int l = 0; l < L; ++l) {
-    k_cache_[l] = kv_.as<bf16>() + (2 * l) * layer_elems;
-    v_cache_[l] = kv_.as<bf16>() + (2 * l + 1) * layer_elems;
+    k_cache_[l] = kv_.as<bf16>() + kv.layer_offset(l, 0, num_blocks_);
+    v_cache_[l] = kv_.as<bf16>() + kv.layer_offset(l, 1, num_blocks_);
   }
   log_info("KV cache: ", num_blocks_, " blocks x ", opt_.block_size, " tokens = ",
            static_cast<int64_t>(num_blocks_) * opt_.block_size, " tokens (", bytes >> 20, " MiB; ",
