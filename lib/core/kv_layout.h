@@ -13,6 +13,9 @@
 
 namespace nvllm {
 
+// Blocks (block-table entries) that hold `tokens` tokens.
+inline int blocks_for(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
+
 struct KvLayout {
   int num_layers = 0;
   int num_kv_heads = 0;
