@@ -1,4 +1,4 @@
-// sampling.cu against a CPU reference written here from /work/briefs/sampling_spec.md, step by
+// sampling.cu against a CPU reference written here from docs/sampling.md, step by
 // step (sorting, explicit softmax), on fresh random logits.
 #include <doctest/doctest.h>
 
