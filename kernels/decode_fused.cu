@@ -689,7 +689,7 @@ cudaLaunchAttribute cluster_attr(int cluster) {
 
 }  // namespace
 
-FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
   FusedDecodePlan p;
   p.shape = s;
   auto no = [&](const char* why) {
@@ -737,6 +737,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
   // Clusters of 16 CTAs (non-portable, but H100 has them) put ~one CTA per SM on the attention
   // kernel's weights and context; 8 where 16 cannot be scheduled.
   for (int cluster : {16, 8}) {
+    if (cluster > max_cluster) continue;
     const size_t smem = attention_smem(s, cluster);
     const int outs = s.num_heads / s.num_kv_heads * kD / cluster;
     if (smem > size_t(max_smem) || kD % outs != 0) continue;  // a CTA's outputs must lie in one head

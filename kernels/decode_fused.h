@@ -73,7 +73,8 @@ constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTra
 // Checks the model and device (head_dim 128, 1, 2 or 4 q heads per kv head, sm_90+,
 // a CTA's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable) and prepares the
 // kernels. Throws only on CUDA errors.
-FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape);
+// `max_cluster` (16 or 8) caps the attention kernel's cluster: tests run both sizes.
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape, int max_cluster = 16);
 // One layer of one decode token: h = layer(h), the new k/v written to the cache. Four kernels,
 // launched with PDL.
 void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
