@@ -13,6 +13,8 @@
 #   scripts/gpu_session.sh trace      per-CTA timestamps of one fused batch-1 step, summarised
 #   scripts/gpu_session.sh ab         same-call A/B of batch-1 decode over VARIANTS (binaries, env knobs)
 #   scripts/gpu_session.sh chain      nvllm generate --max-num-seqs 1 chained vs unchained: same JSONL
+#   scripts/gpu_session.sh memcheck   the GPU tests under compute-sanitizer memcheck
+#   scripts/gpu_session.sh abnano     same-call A/B of the nano-vLLM preset over VARIANTS (as ab)
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -161,6 +163,23 @@ PY
             --output-json "$out/ab_${name}_$round.json" >"$out/ab_${name}_$round.log" 2>&1
           echo "$name round $round: $(grep -E 'decode step ms|of which GPU' "$out/ab_${name}_$round.log" | tr -s ' ' | tr '\n' ' ')" |
             tee -a "$out/ab.log"
+        done
+      done
+      ;;
+    memcheck)  # the GPU tests under memcheck (slow: MEMCHECK_TC narrows them, default every case)
+      compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/nvllm_gpu_tests" -tc="${MEMCHECK_TC:-*}" \
+        -tce='bench.*' 2>&1 | tee "$out/memcheck.log" | tail -15
+      ;;
+    abnano)  # same-call A/B of the nano-vLLM preset, ROUNDS rounds (2) of VARIANTS (see ab)
+      make_model
+      IFS=';' read -ra variants <<<"${VARIANTS:?VARIANTS is name|binary|env;...}"
+      for round in $(seq "${ROUNDS:-2}"); do
+        for v in "${variants[@]}"; do
+          IFS='|' read -r name b envs <<<"$v"
+          env $envs "$b" bench throughput --model $model --preset nano-vllm \
+            --output-json "$out/abnano_${name}_$round.json" >"$out/abnano_${name}_$round.log" 2>&1
+          echo "$name round $round: $(grep -E 'output tokens' "$out/abnano_${name}_$round.log" | tr -s ' ')" |
+            tee -a "$out/abnano.log"
         done
       done
       ;;
