@@ -14,7 +14,10 @@ TEST_CASE("gpu.kernels.add_bias matches fp32 add rounded once") {
     auto x = random_bf16(rng, size_t(rows) * cols), bias = random_bf16(rng, cols);
     std::vector<float> ref(x.size());
     for (int r = 0; r < rows; ++r)
-      for (int c = 0; c < cols; ++c) ref[size_t(r) * cols + c] = round_bf(to_f(x[size_t(r) * cols + c]) + to_f(bias[c]));
+      for (int c = 0; c < cols; ++c) {
+        const size_t i = size_t(r) * cols + c;
+        ref[i] = round_bf(to_f(x[i]) + to_f(bias[c]));
+      }
     DeviceBuffer<bf16> d_x(x), d_bias(bias);
     add_bias(d_x.get(), d_bias.get(), rows, cols, nullptr);
     CHECK(rel_error(d_x.download(), ref) == 0.0);

@@ -244,13 +244,15 @@ void print_summary(const InspectFlags& f, const Inspection& r) {
               memory.gpu_bytes / double(1 << 30), memory.source.c_str(), f.gpu_memory_utilization,
               memory.weight_bytes / double(1 << 30), memory.reserve_bytes / double(1 << 30), memory.blocks_fit,
               static_cast<long long>(memory.blocks_fit) * f.block_size,
-              f.num_kv_blocks > 0 ? (", replaying " + std::to_string(r.num_blocks) + " (--num-kv-blocks)").c_str() : "");
+              f.num_kv_blocks > 0 ? (", replaying " + std::to_string(r.num_blocks) + " (--num-kv-blocks)").c_str()
+                                  : "");
   std::printf("workload          %zu requests, %lld prompt tokens%s\n\n", w.requests.size(),
               static_cast<long long>(r.in_order.prompt_tokens),
               w.bad_lines ? (", " + std::to_string(w.bad_lines) + " bad lines left out").c_str() : "");
   std::printf("%-14s %12s %14s %9s %12s %12s\n", "order", "prompt tok", "cached tok", "hit rate", "peak blocks",
               "preemptions");
-  for (const auto& [name, o] : {std::pair<const char*, const ReplayResult*>{"input", &r.in_order}, {"prefix-aware", &r.aware}}) {
+  using Order = std::pair<const char*, const ReplayResult*>;
+  for (const auto& [name, o] : {Order{"input", &r.in_order}, Order{"prefix-aware", &r.aware}}) {
     const CacheTraceSummary rs = summarize(o->trace);
     std::printf("%-14s %12lld %14lld %8.1f%% %12d %12lld\n", name, static_cast<long long>(o->prompt_tokens),
                 static_cast<long long>(o->cached_tokens), 100 * o->hit_rate(), rs.peak_blocks,
@@ -264,7 +266,8 @@ void print_summary(const InspectFlags& f, const Inspection& r) {
 void print_requests(const InspectFlags& f, const Inspection& r) {
   const Workload& w = r.workload;
   const size_t shown = f.all_requests ? w.requests.size() : std::min<size_t>(w.requests.size(), 20);
-  std::printf("\n%-8s %12s %8s %14s   (%s order)\n", "line", "prompt tok", "blocks", "cached tok", f.order == "prefix-aware" ? "prefix-aware" : "input");
+  std::printf("\n%-8s %12s %8s %14s   (%s order)\n", "line", "prompt tok", "blocks", "cached tok",
+              f.order == "prefix-aware" ? "prefix-aware" : "input");
   for (size_t i = 0; i < shown; ++i) {
     const FinishedRequest& done = r.chosen->finished[i];
     std::printf("%-8lld %12d %8d %14d\n", static_cast<long long>(w.lines[i]), done.prompt_tokens,
