@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/sampling_rng.h"
 #include "model/arch_table.h"
 #include "model/safetensors.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm {
 

@@ -5,9 +5,9 @@
 
 #include <memory>
 
+#include "engine/runner.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "runtime/runner.h"
 
 namespace nvllm {
 
