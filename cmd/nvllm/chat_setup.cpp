@@ -34,10 +34,7 @@ ChatSetup::Loaded ChatSetup::load(const std::filesystem::path& model_dir, bool t
   if (!l.tmpl) return l;
   if (content_format == "auto") {
     l.format = l.tmpl->detected_content_format();
-    if (!tool_use) {
-      log_info("chat template ", l.tmpl->name(), ": message content given as ",
-               l.format == ContentFormat::kOpenai ? "openai parts" : "string", " (detected)");
-    }
+    l.detected = true;
   } else {
     l.format = content_format == "openai" ? ContentFormat::kOpenai : ContentFormat::kString;
   }
@@ -57,6 +54,7 @@ ChatSetup::ChatSetup(const ChatFlags& flags, const std::filesystem::path& model_
     } catch (const Error& e) {
       fail("--chat-template ", flags.chat_template, ": ", e.what());
     }
+    default_.detected = flags.content_format == "auto";
     default_.format = flags.content_format == "openai" ? ContentFormat::kOpenai
                       : flags.content_format == "string" ? ContentFormat::kString
                                                           : default_.tmpl->detected_content_format();
@@ -83,6 +81,12 @@ std::string ChatSetup::render(const ChatInputs& chat) const {
   const bool tools = chat.tools.is_array() && !chat.tools.empty();
   const Loaded& l = tools && tool_use_.tmpl ? tool_use_ : default_;
   NVLLM_CHECK(l.tmpl, missing_);
+  if (!format_logged_) {
+    log_info("chat template ", l.tmpl->name(), ": message content given as ",
+             l.format == ContentFormat::kOpenai ? "a list of parts (openai)" : "a string", " (",
+             l.detected ? "detected" : "--chat-template-content-format", ")");
+    format_logged_ = true;
+  }
   try {
     return l.tmpl->render(chat, l.format);
   } catch (const ChatTemplateError& e) {
@@ -109,6 +113,12 @@ RequestResult ChatSetup::answer(const Request& request, RequestResult result) co
     result.messages.push_back(std::move(m));
   }
   return result;
+}
+
+std::vector<int32_t> request_prompt_ids(const Request& request, const Tokenizer& tokenizer, const ChatSetup& chat) {
+  if (request.chat) return chat.prompt_ids(*request.chat, tokenizer);
+  if (request.prompt) return tokenizer.encode(*request.prompt, /*add_special_tokens=*/true);
+  return request.prompt_token_ids;
 }
 
 void check_request_support(const Request& request, int32_t vocab_size, const std::string& device) {

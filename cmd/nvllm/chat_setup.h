@@ -47,13 +47,19 @@ class ChatSetup {
   struct Loaded {
     std::optional<ChatTemplate> tmpl;
     ContentFormat format = ContentFormat::kString;
+    bool detected = false;  // format read from the template (auto), not forced by the flag
   };
   Loaded load(const std::filesystem::path& model_dir, bool tool_use, const std::string& content_format);
 
   Loaded default_, tool_use_;
   std::string missing_;  // why there is no template (no file, or the model's failed to parse)
   std::optional<ReasoningParserKind> reasoning_;
+  mutable bool format_logged_ = false;  // the content format is logged at the first conversation
 };
+
+// A request line's prompt as token ids, as generate computes it: a conversation rendered and
+// tokenized without special tokens, a text prompt with them, or the ids given. Throws nvllm::Error.
+std::vector<int32_t> request_prompt_ids(const Request& request, const Tokenizer& tokenizer, const ChatSetup& chat);
 
 // A request a runner cannot serve (logit_bias ids outside the vocabulary; logit_bias on the
 // CUDA runner, whose sampler does not apply it yet). Throws nvllm::Error naming the field.

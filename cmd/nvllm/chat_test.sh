@@ -91,6 +91,7 @@ rows = [
     line("image", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
     line("bias", {"messages": user, "max_completion_tokens": 3, "ignore_eos": True, "temperature": 0,
                   "logit_bias": {"1000": 100}}),
+    line("big-bias", {"messages": user, "logit_bias": {"151936": 1}}),  # the vocabulary ends at 151935
 ]
 open(sys.argv[1], "w").write("\n".join(rows) + "\n")
 PY
@@ -105,7 +106,7 @@ python3 - "$tmp/out.jsonl" "$tmp/prompt_a.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 prompt_a = json.load(open(sys.argv[2]))["count"]
-assert [r["custom_id"] for r in rows] == ["a", "b", "no-role", "c", "image", "bias"], rows
+assert [r["custom_id"] for r in rows] == ["a", "b", "no-role", "c", "image", "bias", "big-bias"], rows
 def body(r):
     assert r["error"] is None and r["response"]["status_code"] == 200, r
     b = r["response"]["body"]
@@ -140,7 +141,8 @@ c = body(rows[3])
 assert c["usage"]["completion_tokens"] == 2, c
 bias = body(rows[5])
 assert bias["usage"]["completion_tokens"] == 3, bias
-for r, field in ((rows[2], 'missing field "body.messages[0].role"'), (rows[4], '"body.messages[0].content[0].type"')):
+for r, field in ((rows[2], 'missing field "body.messages[0].role"'), (rows[4], '"body.messages[0].content[0].type"'),
+                 (rows[6], '"body.logit_bias": token id 151936 is outside the model\'s vocabulary')):
     assert r["response"] is None and field in r["error"]["message"], r
     assert r["id"].startswith("nvllm-"), r
 print("generate chat batch: ok")
