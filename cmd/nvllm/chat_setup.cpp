@@ -77,6 +77,22 @@ ChatSetup::ChatSetup(const ChatFlags& flags, const std::filesystem::path& model_
   }
 }
 
+namespace {
+
+// vLLM hands a message without content (an assistant turn of tool calls) to the template as
+// empty text ("" for string templates, no parts for openai ones), never as none.
+std::optional<ChatInputs> with_empty_content(const ChatInputs& chat, ContentFormat format) {
+  std::optional<ChatInputs> copy;
+  for (size_t i = 0; i < chat.messages.size(); ++i) {
+    if (!chat.messages[i]["content"].is_null()) continue;
+    if (!copy) copy = chat;
+    copy->messages[i]["content"] = format == ContentFormat::kOpenai ? ChatJson::array() : ChatJson("");
+  }
+  return copy;
+}
+
+}  // namespace
+
 std::string ChatSetup::render(const ChatInputs& chat) const {
   const bool tools = chat.tools.is_array() && !chat.tools.empty();
   const Loaded& l = tools && tool_use_.tmpl ? tool_use_ : default_;
@@ -88,7 +104,8 @@ std::string ChatSetup::render(const ChatInputs& chat) const {
     format_logged_ = true;
   }
   try {
-    return l.tmpl->render(chat, l.format);
+    const std::optional<ChatInputs> filled = with_empty_content(chat, l.format);
+    return l.tmpl->render(filled ? *filled : chat, l.format);
   } catch (const ChatTemplateError& e) {
     fail("chat template ", l.tmpl->name(), ": ", e.what());
   }

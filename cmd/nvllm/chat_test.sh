@@ -27,6 +27,7 @@ cat >"$tmp/chat.jsonl" <<'JSONL'
 {"id": "nogen", "messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\nA"}], "add_generation_prompt": false}
 {"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}
 {"custom_id": "batch", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "x", "messages": [{"role": "user", "content": "héllo \"quoted\""}]}}
+{"id": "tools", "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}], "messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}
 JSONL
 python3 - "$tmp/expected.jsonl" <<'PY'
 import json, sys
@@ -42,6 +43,18 @@ expected = [
     # A string template gets text parts joined with a newline.
     f"{S}user\na\nb{E}\n{S}assistant\n",
     f"{S}user\nhéllo \"quoted\"{E}\n{S}assistant\n",
+    # Tools: the system turn lists each as json.dumps writes it (keys in request order); the tool
+    # call's arguments (JSON text in the request) are an object by the time the template sees them
+    # (as in vLLM), so tojson re-spaces them; null content is empty text; the tool turn is a user turn.
+    f"{S}system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    + json.dumps({"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}})
+    + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    f"</tool_call>{E}\n{S}user\nWeather in Paris?{E}\n"
+    f"{S}assistant\n<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"Paris\"}}}}\n</tool_call>{E}\n"
+    f"{S}user\n<tool_response>\nsunny\n</tool_response>{E}\n{S}assistant\n",
 ]
 with open(sys.argv[1], "w") as f:
     for e in expected:
@@ -55,12 +68,12 @@ got = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
 want = [json.loads(l)["text"] for l in open(sys.argv[2], encoding="utf-8")]
 ids = [json.loads(l)["ids"] for l in open(sys.argv[3], encoding="utf-8")]
 assert len(got) == len(want), f"{len(got)} lines for {len(want)}"
-names = ["sys", "multi", "nothink", "nogen", "parts"]
+names = ["sys", "multi", "nothink", "nogen", "parts", None, "tools"]
 for n, (g, w, i) in enumerate(zip(got, want, ids)):
     assert g["prompt"] == w, f"line {n + 1}: rendered {g['prompt']!r}, expected {w!r}"
     assert g["ids"] == i and g["count"] == len(i), f"line {n + 1}: ids {g['ids']} != {i}"
     assert list(g)[-3:] == ["prompt", "ids", "count"], list(g)
-    if n < len(names):
+    if names[n]:
         assert g["id"] == names[n], g
 assert got[5]["custom_id"] == "batch" and "id" not in got[5], got[5]
 # Tokenized without special tokens added: <|im_start|> (151644) is the template's own first token.

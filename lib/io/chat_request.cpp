@@ -10,7 +10,7 @@
 
 namespace nvllm {
 
-using nlohmann::json;
+using json = ChatJson;
 
 namespace {
 

@@ -88,7 +88,17 @@ TEST_CASE("chat request: the OpenAI batch form") {
   CHECK(r.openai_batch);
   CHECK(r.id == "r1");
   CHECK(r.params.max_tokens == 5);
-  CHECK(r.chat->messages == nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])"));
+  CHECK(r.chat->messages.dump() == R"([{"role":"user","content":"hi"}])");
+}
+
+TEST_CASE("chat request: keys reach the template in the request's order (tojson prints them so)") {
+  const Request r = ok(R"({"messages": [{"role": "user", "content": "hi", "name": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"z": 1, "a": 2}}}],
+      "chat_template_kwargs": {"zeta": 1, "alpha": 2}})");
+  CHECK(r.chat->messages.dump() == R"([{"role":"user","content":"hi","name":"x"}])");
+  CHECK(r.chat->tools.dump() ==
+        R"([{"type":"function","function":{"name":"f","description":"d","parameters":{"z":1,"a":2}}}])");
+  CHECK(r.chat->kwargs.dump() == R"({"zeta":1,"alpha":2})");
 }
 
 TEST_CASE("chat request: assistant content may be null; tool call arguments become objects") {

@@ -12,7 +12,8 @@
 
 namespace nvllm {
 
-using nlohmann::json;
+// Ordered, so that a conversation's keys reach the chat template in the request's order.
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -365,7 +366,7 @@ uint64_t derived_request_seed(uint64_t default_seed, int64_t line_no) {
   return splitmix64(default_seed ^ splitmix64(static_cast<uint64_t>(line_no)));
 }
 
-std::string id_to_string(const json& id) {
+std::string id_to_string(const nlohmann::json& id) {
   if (id.is_string()) return id.get<std::string>();
   return id.dump(-1, ' ', false, json::error_handler_t::replace);
 }
