@@ -55,9 +55,9 @@ ChatSetup::ChatSetup(const ChatFlags& flags, const std::filesystem::path& model_
       fail("--chat-template ", flags.chat_template, ": ", e.what());
     }
     default_.detected = flags.content_format == "auto";
-    default_.format = flags.content_format == "openai" ? ContentFormat::kOpenai
+    default_.format = flags.content_format == "openai"   ? ContentFormat::kOpenai
                       : flags.content_format == "string" ? ContentFormat::kString
-                                                          : default_.tmpl->detected_content_format();
+                                                         : default_.tmpl->detected_content_format();
     return;
   }
   try {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -19,7 +18,7 @@
 namespace nvllm {
 
 struct ChatFlags {
-  std::string chat_template;           // --chat-template FILE; empty: the model folder's
+  std::string chat_template;            // --chat-template FILE; empty: the model folder's
   std::string content_format = "auto";  // --chat-template-content-format auto|string|openai
   std::string reasoning_parser;         // --reasoning-parser qwen3|deepseek_r1; empty: none
 };

@@ -35,9 +35,8 @@ CLI::App* add_tokenize(CLI::App& app, TokenizeFlags& f) {
       "Encode (default): each input line is a JSON object {\"text\": \"...\"} (\"prompt\" is accepted too, so a\n"
       "generate input file can be counted); each output line is {\"ids\": [...], \"count\": N}, plus \"id\" when\n"
       "the input line has one. Blank lines are skipped.\n"
-      "Chat: a line with \"messages\" (any line generate accepts, the OpenAI batch form too) is rendered by the\n"
-      "chat template and tokenized without added special tokens; its output line is {\"prompt\": <rendered\n"
-      "text>, \"ids\": [...], \"count\": N}, plus \"id\" (or \"custom_id\").\n"
+      "A chat line (any line with \"messages\" that generate accepts) gives {\"prompt\": <rendered text>,\n"
+      "\"ids\": [...], \"count\": N}, plus \"id\" (or \"custom_id\"): exactly what generate would run.\n"
       "Decode (--decode): each input line is {\"ids\": [...]}; each output line is {\"text\": \"...\"}.\n"
       "A line that is not of that form stops the run with a message naming the line, exit status 1.\n"
       "The tokenizer is DIR/tokenizer.json, or DIR/tokenizer.model when there is no tokenizer.json.");

@@ -16,9 +16,16 @@ namespace {
 
 using Kind = ChatFieldError::Kind;
 
-constexpr std::array<std::string_view, 10> kChatKeys = {
-    "messages",    "tools",          "documents",    "chat_template_kwargs", "add_generation_prompt",
-    "continue_final_message", "max_completion_tokens", "logprobs", "top_logprobs", "tool_choice"};
+constexpr std::array<std::string_view, 10> kChatKeys = {"messages",
+                                                        "tools",
+                                                        "documents",
+                                                        "chat_template_kwargs",
+                                                        "add_generation_prompt",
+                                                        "continue_final_message",
+                                                        "max_completion_tokens",
+                                                        "logprobs",
+                                                        "top_logprobs",
+                                                        "tool_choice"};
 
 constexpr int kMaxTopLogprobs = 20;
 
@@ -41,7 +48,8 @@ void check_content(const json& content, const std::string& field) {
     if (!part.is_object()) bad(at, "an object {\"type\": \"text\", \"text\": ...}", part);
     const auto type = part.find("type");
     if (type == part.end()) missing(at + ".type", "\"text\"");
-    if (*type != "text") bad(at + ".type", "\"text\" (nvllm runs text-only models; images and audio are not supported)", *type);
+    if (*type != "text")
+      bad(at + ".type", "\"text\" (nvllm runs text-only models; images and audio are not supported)", *type);
     const auto text = part.find("text");
     if (text == part.end()) missing(at + ".text", "a string");
     if (!text->is_string()) bad(at + ".text", "a string", *text);
@@ -161,10 +169,6 @@ void read_chat_fields(const json& object, std::string_view prefix, ChatInputs& c
                                  "add_generation_prompt\" are both true; set \"add_generation_prompt\": false to "
                                  "continue the final message"),
                          nullptr};
-  }
-  if (chat.continue_final_message && chat.messages.back()["role"] != "assistant") {
-    bad("continue_final_message", "true only when the last message is the assistant's",
-        chat.messages.back()["role"]);
   }
   if (const json v = field("tool_choice"); !v.is_null() && v != "auto" && v != "none") {
     bad("tool_choice", "\"auto\" or \"none\" (nvllm does not force tool calls)", v);

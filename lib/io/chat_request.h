@@ -4,10 +4,9 @@
 // messages reach the template with their keys in the order the request wrote them.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
 #include "engine/sampling_params.h"
@@ -33,8 +32,7 @@ bool is_chat_field(std::string_view key);
 // stay as given (ChatTemplate::render converts them to the template's form); tool call
 // arguments given as JSON text become objects, as vLLM hands them to templates. `prefix` ("" or
 // "body.") names fields in the messages of kRule errors. Throws ChatFieldError.
-void read_chat_fields(const ChatJson& object, std::string_view prefix, ChatInputs& chat,
-                      SamplingParams& params);
+void read_chat_fields(const ChatJson& object, std::string_view prefix, ChatInputs& chat, SamplingParams& params);
 
 // Reads OpenAI's logit_bias ({"token id": bias in [-100, 100]}) into `params`. Throws ChatFieldError.
 void read_logit_bias(const ChatJson& value, SamplingParams& params);

@@ -1,8 +1,9 @@
 // Chat request lines, in our form and in the OpenAI /v1/chat/completions batch form: every field
 // read, every bad value an error naming the line and the field (with "body." in the batch form).
+#include "io/chat_request.h"
+
 #include <doctest/doctest.h>
 
-#include "io/chat_request.h"
 #include "io/request.h"
 
 namespace nvllm {
@@ -28,8 +29,9 @@ std::string error(const std::string& extra, const char* messages = kUser) {
 
 // The error of the same body in the OpenAI batch form.
 std::string batch_error(const std::string& extra, const char* messages = kUser) {
-  const std::string text = std::string(R"({"custom_id": "b", "method": "POST", "url": "/v1/chat/completions", "body": {)") +
-                           messages + (extra.empty() ? "" : ", " + extra) + "}}";
+  const std::string text =
+      std::string(R"({"custom_id": "b", "method": "POST", "url": "/v1/chat/completions", "body": {)") + messages +
+      (extra.empty() ? "" : ", " + extra) + "}}";
   const ParsedLine p = parse_request_line(text, 4, {});
   CHECK_MESSAGE(!p.request, text, " was accepted");
   CHECK(p.openai_batch);
@@ -115,7 +117,9 @@ TEST_CASE("chat request: assistant content may be null; tool call arguments beco
   CHECK(calls[2]["function"]["arguments"] == nlohmann::json{{"a", 1}});
   CHECK(r.chat->messages[2]["tool_call_id"] == "1");
   // An assistant turn without content at all is kept (as null) too.
-  CHECK(ok(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant"}]})").chat->messages[1]["content"].is_null());
+  CHECK(ok(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant"}]})")
+            .chat->messages[1]["content"]
+            .is_null());
 }
 
 TEST_CASE("chat request: each bad message names its field") {
@@ -132,11 +136,13 @@ TEST_CASE("chat request: each bad message names its field") {
         R"(line 4: missing field "messages[0].content" (a string or a list of {"type": "text", "text": ...} parts))");
   CHECK(error("", R"("messages": [{"role": "user", "content": null}])")
             .starts_with(R"(line 4: missing field "messages[0].content")"));
-  CHECK(error("", R"("messages": [{"role": "user", "content": 5}])") ==
-        R"(line 4: field "messages[0].content": expected a string or a list of {"type": "text", "text": ...} parts, got 5)");
-  CHECK(error("", R"("messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
+  CHECK(
+      error("", R"("messages": [{"role": "user", "content": 5}])") ==
+      R"(line 4: field "messages[0].content": expected a string or a list of {"type": "text", "text": ...} parts, got 5)");
+  CHECK(
+      error("", R"("messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
       {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])") ==
-        R"(line 4: field "messages[2].content[0].type": expected "text" (nvllm runs text-only models; images and audio are not supported), got "image_url")");
+      R"(line 4: field "messages[2].content[0].type": expected "text" (nvllm runs text-only models; images and audio are not supported), got "image_url")");
   CHECK(error("", R"("messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, "b"]}])") ==
         R"(line 4: field "messages[0].content[1]": expected an object {"type": "text", "text": ...}, got "b")");
   CHECK(error("", R"("messages": [{"role": "user", "content": [{"text": "a"}]}])") ==
@@ -147,8 +153,11 @@ TEST_CASE("chat request: each bad message names its field") {
         R"(line 4: field "messages[0].content[0].text": expected a string, got 1)");
   CHECK(error("", R"("messages": [{"role": "assistant", "content": null, "tool_calls": {}}])") ==
         R"(line 4: field "messages[0].tool_calls": expected an array of tool calls, got {})");
-  CHECK(error("", R"("messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}])") ==
-        R"(line 4: field "messages[0].tool_calls[0].function.arguments": expected a JSON object or its JSON text, got "{oops")");
+  CHECK(
+      error(
+          "",
+          R"("messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}])") ==
+      R"(line 4: field "messages[0].tool_calls[0].function.arguments": expected a JSON object or its JSON text, got "{oops")");
   // The same in the batch form, under "body.".
   CHECK(batch_error("", R"("messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
       {"role": "user", "content": [{"type": "input_audio"}]}])")
@@ -162,16 +171,19 @@ TEST_CASE("chat request: each bad chat field names itself") {
   CHECK(error(R"("documents": "d")") == R"(line 4: field "documents": expected an array of documents, got "d")");
   CHECK(error(R"("chat_template_kwargs": [])") ==
         R"(line 4: field "chat_template_kwargs": expected an object, e.g. {"enable_thinking": false}, got [])");
-  CHECK(error(R"("add_generation_prompt": 1)") == R"(line 4: field "add_generation_prompt": expected true or false, got 1)");
+  CHECK(error(R"("add_generation_prompt": 1)") ==
+        R"(line 4: field "add_generation_prompt": expected true or false, got 1)");
   CHECK(error(R"("continue_final_message": "yes")") ==
         R"(line 4: field "continue_final_message": expected true or false, got "yes")");
   // Both true is an error, as in vLLM (add_generation_prompt defaults to true).
   CHECK(batch_error(R"("continue_final_message": true)", R"("messages": [{"role": "assistant", "content": "x"}])") ==
         R"(line 4: fields "body.continue_final_message" and "body.add_generation_prompt" are both true; )"
         R"(set "add_generation_prompt": false to continue the final message)");
-  CHECK(error(R"("continue_final_message": true, "add_generation_prompt": false)") ==
-        R"(line 4: field "continue_final_message": expected true only when the last message is the assistant's, got "user")");
-  CHECK(error(R"("max_completion_tokens": 0)") == R"(line 4: field "max_completion_tokens": expected an integer >= 1, got 0)");
+  // Any final message may be continued (vLLM does not ask for an assistant's).
+  CHECK(ok(std::string("{") + kUser + R"(, "continue_final_message": true, "add_generation_prompt": false})")
+            .chat->continue_final_message);
+  CHECK(error(R"("max_completion_tokens": 0)") ==
+        R"(line 4: field "max_completion_tokens": expected an integer >= 1, got 0)");
   CHECK(error(R"("max_completion_tokens": 2.5)") ==
         R"(line 4: field "max_completion_tokens": expected an integer >= 1, got 2.5)");
   CHECK(error(R"("max_completion_tokens": 4, "max_tokens": 4)") ==
@@ -185,8 +197,9 @@ TEST_CASE("chat request: each bad chat field names itself") {
         R"(line 4: field "top_logprobs": expected no value unless "logprobs" is true (as OpenAI requires), got 1)");
   CHECK(error(R"("tool_choice": "required")") ==
         R"(line 4: field "tool_choice": expected "auto" or "none" (nvllm does not force tool calls), got "required")");
-  CHECK(batch_error(R"("stream": true)") ==
-        R"(line 4: field "body.stream": expected false (nvllm writes each answer to the output file when it is done), got true)");
+  CHECK(
+      batch_error(R"("stream": true)") ==
+      R"(line 4: field "body.stream": expected false (nvllm writes each answer to the output file when it is done), got true)");
   CHECK(batch_error(R"("response_format": {"type": "json_object"})") ==
         R"(line 4: field "body.response_format": expected {"type": "text"}: structured output is not supported yet, )"
         R"(got {"type":"json_object"})");
@@ -197,28 +210,34 @@ TEST_CASE("chat request: each bad chat field names itself") {
 TEST_CASE("chat request: logit_bias, in chat and prompt requests") {
   CHECK(ok(R"({"prompt": "x", "logit_bias": {"7": 100, "8": -100}})").params.logit_bias ==
         std::map<int32_t, float>{{7, 100.0f}, {8, -100.0f}});
-  CHECK(error(R"("logit_bias": {"7": 100.5})") == R"(line 4: field "logit_bias.7": expected a number from -100 to 100, got 100.5)");
+  CHECK(error(R"("logit_bias": {"7": 100.5})") ==
+        R"(line 4: field "logit_bias.7": expected a number from -100 to 100, got 100.5)");
   CHECK(error(R"("logit_bias": {"7": -100.5})") ==
         R"(line 4: field "logit_bias.7": expected a number from -100 to 100, got -100.5)");
-  CHECK(error(R"("logit_bias": {"7": "1"})") == R"(line 4: field "logit_bias.7": expected a number from -100 to 100, got "1")");
-  CHECK(error(R"("logit_bias": {"x": 1})").starts_with(
-      R"(line 4: field "logit_bias": expected token ids as keys ("x" is not a non-negative integer))"));
+  CHECK(error(R"("logit_bias": {"7": "1"})") ==
+        R"(line 4: field "logit_bias.7": expected a number from -100 to 100, got "1")");
+  CHECK(error(R"("logit_bias": {"x": 1})")
+            .starts_with(
+                R"(line 4: field "logit_bias": expected token ids as keys ("x" is not a non-negative integer))"));
   CHECK(error(R"("logit_bias": {"-1": 1})").starts_with(R"(line 4: field "logit_bias": expected token ids as keys)"));
-  CHECK(error(R"("logit_bias": {"1": 1, "01": 2})").starts_with(
-      R"(line 4: field "logit_bias": expected each token id once (1 is given twice))"));
+  CHECK(error(R"("logit_bias": {"1": 1, "01": 2})")
+            .starts_with(R"(line 4: field "logit_bias": expected each token id once (1 is given twice))"));
   CHECK(error(R"("logit_bias": [1])").starts_with(R"(line 4: field "logit_bias": expected an object)"));
 }
 
 TEST_CASE("chat request: prompt and messages, url and fields of the other kind") {
   CHECK(error(R"("prompt": "x")") ==
         R"(line 4: fields "messages" and "prompt" are both set; give a conversation or a prompt, not both)");
-  CHECK(batch_error(R"("prompt_token_ids": [1])") ==
-        R"(line 4: fields "body.messages" and "body.prompt_token_ids" are both set; give a conversation or a prompt, not both)");
+  CHECK(
+      batch_error(R"("prompt_token_ids": [1])") ==
+      R"(line 4: fields "body.messages" and "body.prompt_token_ids" are both set; give a conversation or a prompt, not both)");
   const auto line = [](const std::string& text) { return parse_request_line(text, 4, {}).error; };
   CHECK(line(R"({"custom_id": "b", "url": "/v1/chat/completions", "body": {"prompt": "x"}})") ==
         R"(line 4: missing field "body.messages" (/v1/chat/completions takes a conversation))");
-  CHECK(line(R"({"custom_id": "b", "url": "/v1/completions", "body": {"messages": [{"role": "user", "content": "x"}]}})") ==
-        R"(line 4: field "body.messages" needs "url": "/v1/chat/completions" (/v1/completions takes a prompt))");
+  CHECK(
+      line(
+          R"({"custom_id": "b", "url": "/v1/completions", "body": {"messages": [{"role": "user", "content": "x"}]}})") ==
+      R"(line 4: field "body.messages" needs "url": "/v1/chat/completions" (/v1/completions takes a prompt))");
   CHECK(line(R"({"prompt": "x", "tools": []})") ==
         R"(line 4: field "tools" belongs to chat requests (with "messages"))");
   CHECK(line(R"({"prompt": "x", "max_completion_tokens": 3})") ==

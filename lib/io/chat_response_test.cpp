@@ -59,7 +59,8 @@ TEST_CASE("chat response: our form adds the assistant message, keeps the raw tex
   r.outputs = {answer("<think>hm</think>Hi", {1, 2, 3}, "stop"), answer("Yo", {4}, "length")};
   r.messages = {message("Hi", "hm", true), message("Yo", std::nullopt, true)};
   const nlohmann::json got = as_json(result_record(r));
-  CHECK(got["message"] == nlohmann::json::parse(R"({"role": "assistant", "content": "Hi", "reasoning_content": "hm"})"));
+  CHECK(got["message"] ==
+        nlohmann::json::parse(R"({"role": "assistant", "content": "Hi", "reasoning_content": "hm"})"));
   CHECK(got["text"] == "<think>hm</think>Hi");
   CHECK(got["outputs"][1]["message"] ==
         nlohmann::json::parse(R"({"role": "assistant", "content": "Yo", "reasoning_content": null})"));
@@ -86,9 +87,10 @@ TEST_CASE("chat response: the OpenAI batch form is a chat.completion") {
   CHECK(as_json(record) == expected);
   // Key order as OpenAI writes it.
   const std::string text = record.dump();
-  CHECK(text.starts_with(R"({"id":"nvllm-5","custom_id":"c-1","response":{"status_code":200,"request_id":"nvllm-batch-5",)"
-                         R"("body":{"id":"chatcmpl-5","object":"chat.completion","created":1700000000,)"
-                         R"("model":"Qwen3-0.6B","choices":[{"index":0,"message":{"role":"assistant","content":null,)"));
+  CHECK(text.starts_with(
+      R"({"id":"nvllm-5","custom_id":"c-1","response":{"status_code":200,"request_id":"nvllm-batch-5",)"
+      R"("body":{"id":"chatcmpl-5","object":"chat.completion","created":1700000000,)"
+      R"("model":"Qwen3-0.6B","choices":[{"index":0,"message":{"role":"assistant","content":null,)"));
   CHECK(text.ends_with(R"("error":null})"));
 }
 

@@ -234,7 +234,8 @@ void read_chat_error_at(const Ctx& c, F read) {
   } catch (const ChatFieldError& e) {
     switch (e.kind) {
       case ChatFieldError::Kind::kBadValue: bad_field(c, e.field, e.expected, e.got);
-      case ChatFieldError::Kind::kMissing: bad_line(c, str_cat("missing field \"", c.prefix, e.field, "\" (", e.expected, ")"));
+      case ChatFieldError::Kind::kMissing:
+        bad_line(c, str_cat("missing field \"", c.prefix, e.field, "\" (", e.expected, ")"));
       case ChatFieldError::Kind::kRule: bad_line(c, e.expected);
     }
   }
@@ -267,7 +268,8 @@ void read_fields(const Ctx& c, const json& object, std::initializer_list<std::st
   for (const auto& [key, value] : object.items()) {
     if (value.is_null() || (chat && is_chat_field(key))) continue;
     if (key != "logprobs" && is_chat_field(key)) {
-      bad_line(c, str_cat("field \"", c.prefix, key, "\" belongs to chat requests (with \"", c.prefix, "messages\")"));
+      bad_line(c, str_cat("field \"", c.prefix, key, "\" belongs to chat requests (with \"", c.prefix,
+                          "messages\")"));
     }
     if (key == "logit_bias") {
       read_chat_error_at(c, [&] { read_logit_bias(value, r.params); });
@@ -291,7 +293,8 @@ void read_fields(const Ctx& c, const json& object, std::initializer_list<std::st
                         "prompt_token_ids\" are both set; give exactly one"));
   }
   if (chat && (has_prompt || has_ids)) {
-    bad_line(c, str_cat("fields \"", c.prefix, "messages\" and \"", c.prefix, has_prompt ? "prompt" : "prompt_token_ids",
+    bad_line(c, str_cat("fields \"", c.prefix, "messages\" and \"", c.prefix,
+                        has_prompt ? "prompt" : "prompt_token_ids",
                         "\" are both set; give a conversation or a prompt, not both"));
   }
   if (!chat && !has_prompt && !has_ids) {
@@ -338,9 +341,12 @@ void read_openai_form(const json& object, const ParseOptions& options, Request& 
   }
   // `model` and `user` are accepted and ignored: the model is chosen on the command line.
   read_fields(Ctx{r.line, "body."}, *body, {"model", "user"}, options, r);
-  if (*url == kChatUrl && !r.chat) bad_line(c, str_cat("missing field \"body.messages\" (", kChatUrl, " takes a conversation)"));
+  if (*url == kChatUrl && !r.chat) {
+    bad_line(c, str_cat("missing field \"body.messages\" (", kChatUrl, " takes a conversation)"));
+  }
   if (*url == kCompletionsUrl && r.chat) {
-    bad_line(c, str_cat("field \"body.messages\" needs \"url\": \"", kChatUrl, "\" (", kCompletionsUrl, " takes a prompt)"));
+    bad_line(c, str_cat("field \"body.messages\" needs \"url\": \"", kChatUrl, "\" (", kCompletionsUrl,
+                        " takes a prompt)"));
   }
 }
 

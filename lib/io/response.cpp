@@ -72,7 +72,9 @@ OrderedJson openai_logprobs(const std::vector<StepLogprobs>& steps) {
 
 // The assistant message of a chat answer.
 OrderedJson chat_message(const AssistantMessage& out) {
-  const auto text_or_null = [](const std::optional<std::string>& s) { return s ? OrderedJson(*s) : OrderedJson(nullptr); };
+  const auto text_or_null = [](const std::optional<std::string>& s) {
+    return s ? OrderedJson(*s) : OrderedJson(nullptr);
+  };
   OrderedJson m = {{"role", "assistant"}, {"content", text_or_null(out.content)}};
   if (out.reasoning_parsed) m["reasoning_content"] = text_or_null(out.reasoning_content);
   return m;
@@ -162,7 +164,9 @@ OrderedJson openai_choice(size_t index, const CompletionOutput& out, const Assis
 
 OrderedJson openai_record(const RequestResult& r) {
   OrderedJson choices = OrderedJson::array();
-  for (size_t i = 0; i < r.outputs.size(); ++i) choices.push_back(openai_choice(i, r.outputs[i], message_of(r, i)));
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    choices.push_back(openai_choice(i, r.outputs[i], message_of(r, i)));
+  }
   const bool chat = !r.messages.empty();
   const int completion = completion_tokens(r);
   OrderedJson body = {{"id", str_cat(chat ? "chatcmpl-" : "cmpl-", r.line)},
@@ -190,7 +194,8 @@ double time_per_output_token_s(double ttft_s, double e2e_s, int output_tokens) {
 OrderedJson result_record(const RequestResult& result) {
   NVLLM_CHECK(!result.outputs.empty(), "result_record: request ", result.id.dump(), " has no outputs");
   NVLLM_CHECK(result.messages.empty() || result.messages.size() == result.outputs.size(), "result_record: request ",
-              result.id.dump(), " has ", result.messages.size(), " chat messages for ", result.outputs.size(), " outputs");
+              result.id.dump(), " has ", result.messages.size(), " chat messages for ", result.outputs.size(),
+              " outputs");
   return result.openai_batch ? openai_record(result) : our_record(result);
 }
 
