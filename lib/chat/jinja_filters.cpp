@@ -302,7 +302,10 @@ Value f_indent(Interpreter&, const Value& v, Args& a) {
   std::string pad = width.is_string() ? std::string(width.str()) : std::string(static_cast<size_t>(width.as_int()), ' ');
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
-  if (!v.is_string()) throw std::runtime_error("indent needs a string, got " + type_name(v));
+  if (!v.is_string()) {  // jinja2 does `s += "\n"; s.splitlines()`: Python's own errors
+    if (v.kind() == Kind::kList) throw std::runtime_error("'list' object has no attribute 'splitlines'");
+    throw std::runtime_error("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+  }
   std::string s(v.str());
   std::vector<std::string> lines = text::split(s, std::string_view("\n"), -1);
   std::string out;
