@@ -318,8 +318,16 @@ Value f_indent(Interpreter&, const Value& v, Args& a) {
   return Value(std::move(out));
 }
 
-Value f_wordcount(Interpreter&, const Value& v, Args&) {
-  return Value(static_cast<int64_t>(text::split(soft_str(v), std::nullopt, -1).size()));
+Value f_wordcount(Interpreter&, const Value& v, Args&) {  // runs of Python's \w
+  std::string s = soft_str(v);
+  int64_t words = 0;
+  bool in_word = false;
+  for (size_t i = 0; i < s.size();) {
+    bool w = text::is_word(text::next_cp(s, i));
+    words += w && !in_word;
+    in_word = w;
+  }
+  return Value(words);
 }
 
 Value f_batch(Interpreter&, const Value& v, Args& a) {

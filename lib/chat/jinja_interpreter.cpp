@@ -221,8 +221,9 @@ void Interpreter::exec_set(const Node& n) { assign(*n.a, eval(*n.b)); }
 
 void Interpreter::exec_macro(const Node& n) {
   const Node* macro = &n;
-  set_var(n.name, Value::callable(n.name, [macro](Interpreter& in, Args& args) {
-            return in.call_macro(*macro, args);
+  int scope = static_cast<int>(depth_) - 1;  // a macro reads the variables of the scope it is defined in
+  set_var(n.name, Value::callable(n.name, [macro, scope](Interpreter& in, Args& args) {
+            return in.call_macro(*macro, args, scope < static_cast<int>(in.depth_) ? scope : 1);
           }));
 }
 
@@ -253,16 +254,17 @@ void Interpreter::exec_call_block(const Node& n) {
   append_str(*out_, this->call(fn, args));
 }
 
-Value Interpreter::call_macro(const Node& macro, Args& args) {
-  push_frame(1);  // a macro sees its arguments and the template's top-level variables
+Value Interpreter::call_macro(const Node& macro, Args& args, int scope) {
+  push_frame(scope);
   List varargs;
   DictItems kwargs;
   try {
     for (size_t i = 0; i < macro.kwargs.size(); ++i) {
       const auto& [pname, def] = macro.kwargs[i];
-      Value v = args.get(i, pname, Value());
-      if (v.is_undefined() && def) v = eval(*def);
-      if (v.is_undefined()) v = Value::undefined("'" + pname + "' is undefined");
+      bool given = i < args.pos.size();
+      for (const auto& kv : args.kw) given |= kv.first == pname;
+      // An argument passed as undefined stays undefined; only a missing one takes the default.
+      Value v = given ? args.get(i, pname) : def ? eval(*def) : Value::undefined("'" + pname + "' is undefined");
       set_var(pname, v);
     }
     for (size_t i = macro.kwargs.size(); i < args.pos.size(); ++i) varargs.push_back(args.pos[i]);

@@ -44,7 +44,7 @@ class Interpreter {
   void exec_set(const Node& n);
   void exec_macro(const Node& n);
   void exec_call_block(const Node& n);
-  Value call_macro(const Node& macro, Args& args);
+  Value call_macro(const Node& macro, Args& args, int scope);
   Value eval(const Node& n);
   Value eval_call(const Node& n);
   Value eval_compare(const Node& n);

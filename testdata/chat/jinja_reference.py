@@ -223,6 +223,9 @@ FEATURES = [
     ("filter.falsy_select_map", "{{ 0 | select | list }} {{ nothing | reject | list }} {{ nothing | map('upper') | list }}"),
     ("tests.float_parity", "{{ f is odd }} {{ f is even }} {{ 4.0 is even }} {{ 7.5 is divisibleby 2.5 }}"),
     ("tests.undefined_quirks", "{{ missing is sequence }} {{ missing is callable }} {{ d is lower }} {{ 'AB1' is upper }}"),
+    ("macro.undefined_argument", "{% macro m(a, b='dflt') %}[{{ a }}|{{ b }}]{% endmacro %}{{ m(1, b=missing) }}{{ m(1) }}"),
+    ("macro.closure_scope", "{% for i in [1, 2] %}{% set v = i * 10 %}{% macro m() %}{{ v }}{% endmacro %}{{ m() }},{% endfor %}"),
+    ("filter.wordcount_word_chars", "{{ f | wordcount }} {{ 'it\\'s a-b_c' | wordcount }} {{ 'héllo wörld' | wordcount }}"),
     ("messages.qwen_like", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
                            "'<|im_end|>\\n' }}{%- endfor %}"),
     # errors (runtime)
@@ -241,6 +244,7 @@ FEATURES = [
     ("error.int_of_undefined", "{{ missing | int }}"),
     ("error.unique_unhashable", "{{ messages | unique | list }}"),
     ("error.indent_not_string", "{{ n | indent }}"),
+    ("error.unhashable_in_dict", "{{ [1] in d }}"),
 ]
 
 
