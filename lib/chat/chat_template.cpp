@@ -118,14 +118,14 @@ std::string cut_at_tag(const std::string& rendered, const std::string& final_tex
 
 struct ChatTemplate::Impl {
   std::string source, name, bos, eos;
-  jinja::Body body;
+  jinja::Template tmpl;
   ContentFormat format = ContentFormat::kString;
 };
 
 ChatTemplate::ChatTemplate(std::string source, std::string name, std::string bos_token, std::string eos_token)
     : impl_(std::make_unique<Impl>()) {
-  impl_->body = jinja::parse_template(source, name);
-  impl_->format = jinja::detect_content_format(impl_->body);
+  impl_->tmpl = jinja::parse_template(source, name);
+  impl_->format = jinja::detect_content_format(impl_->tmpl.body);
   impl_->source = std::move(source);
   impl_->name = std::move(name);
   impl_->bos = std::move(bos_token);
@@ -175,7 +175,7 @@ std::string ChatTemplate::render(const ChatInputs& inputs, ContentFormat format)
       in.set_global(it.key(), jinja::Value::borrow(it.value()));
     }
   }
-  std::string out = in.render(impl_->body);
+  std::string out = in.render(impl_->tmpl);
   return inputs.continue_final_message ? cut_at_tag(out, final_text) : out;
 }
 

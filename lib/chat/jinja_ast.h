@@ -62,6 +62,10 @@ struct Node {
   std::vector<std::pair<std::string, NodePtr>> kwargs;  // call kwargs; macro/call/with parameters
   std::vector<std::string> ops;
   Body body, else_body;
+  // Names that jinja2 binds as undefined when this node's scope (the for/macro/call/filter/with/
+  // block-set body; else_undefined: the for-else) starts: assigned there before any use, so a
+  // read before the assignment runs sees undefined, not an outer value (see jinja_scopes.h).
+  std::vector<std::string> undefined_names, else_undefined_names;
 };
 
 inline NodePtr make_node(NodeKind kind, int line) {

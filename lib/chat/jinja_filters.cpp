@@ -118,6 +118,7 @@ Value select_impl(Interpreter& in, const Value& v, Args& a, bool by_attr, bool w
   size_t first_arg = by_attr ? 1 : 0;
   Value attr = by_attr ? a.get(0, "attr") : Value::none();
   List out;
+  if (!v.truthy()) return Value::list(std::move(out));  // jinja2 iterates only a truthy value
   for (const auto& item : iterate(v)) {
     Value probe = by_attr ? attribute_of(in, item, attr) : item;
     bool ok;
@@ -140,6 +141,7 @@ Value f_rejectattr(Interpreter& in, const Value& v, Args& a) { return select_imp
 
 Value f_map(Interpreter& in, const Value& v, Args& a) {
   List out;
+  if (!v.truthy()) return Value::list(std::move(out));  // jinja2 iterates only a truthy value
   Value attr = a.get(99, "attribute", Value::none());
   if (!attr.is_none()) {
     Value dflt = a.get(99, "default");
@@ -174,6 +176,7 @@ Value f_last(Interpreter&, const Value& v, Args&) {
 
 Value f_int(Interpreter&, const Value& v, Args& a) {
   Value dflt = a.get(0, "default", Value(int64_t{0}));
+  if (v.is_undefined()) undefined_error(v);  // int(Undefined) raises rather than falling back
   if (v.is_number()) return Value(v.kind() == Kind::kFloat ? static_cast<int64_t>(v.as_float()) : v.as_int());
   if (v.is_string()) {
     std::string s(text::strip(v.str(), std::nullopt, true, true));
@@ -192,6 +195,7 @@ Value f_int(Interpreter&, const Value& v, Args& a) {
 
 Value f_float(Interpreter&, const Value& v, Args& a) {
   Value dflt = a.get(0, "default", Value(0.0));
+  if (v.is_undefined()) undefined_error(v);
   if (v.is_number()) return Value(v.as_float());
   if (v.is_string()) {
     std::string s(text::strip(v.str(), std::nullopt, true, true));
@@ -249,6 +253,7 @@ Value f_unique(Interpreter& in, const Value& v, Args& a) {
   List out, seen;
   for (const auto& item : iterate(v)) {
     Value k = sort_key(in, item, attr, cs);
+    if (k.is_sequence() || k.is_dict()) throw std::runtime_error("unhashable type: '" + type_name(k) + "'");
     if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, k); })) {
       seen.push_back(k);
       out.push_back(item);
@@ -297,7 +302,11 @@ Value f_indent(Interpreter&, const Value& v, Args& a) {
   std::string pad = width.is_string() ? std::string(width.str()) : std::string(static_cast<size_t>(width.as_int()), ' ');
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
-  std::string s = soft_str(v);
+  if (!v.is_string()) {  // jinja2 does `s += "\n"; s.splitlines()`: Python's own errors
+    if (v.kind() == Kind::kList) throw std::runtime_error("'list' object has no attribute 'splitlines'");
+    throw std::runtime_error("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+  }
+  std::string s(v.str());
   std::vector<std::string> lines = text::split(s, std::string_view("\n"), -1);
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -309,8 +318,16 @@ Value f_indent(Interpreter&, const Value& v, Args& a) {
   return Value(std::move(out));
 }
 
-Value f_wordcount(Interpreter&, const Value& v, Args&) {
-  return Value(static_cast<int64_t>(text::split(soft_str(v), std::nullopt, -1).size()));
+Value f_wordcount(Interpreter&, const Value& v, Args&) {  // runs of Python's \w
+  std::string s = soft_str(v);
+  int64_t words = 0;
+  bool in_word = false;
+  for (size_t i = 0; i < s.size();) {
+    bool w = text::is_word(text::next_cp(s, i));
+    words += w && !in_word;
+    in_word = w;
+  }
+  return Value(words);
 }
 
 Value f_batch(Interpreter&, const Value& v, Args& a) {

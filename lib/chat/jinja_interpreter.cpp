@@ -24,12 +24,14 @@ void Interpreter::set_global(std::string name, Value v) {
   frames_[0].vars.emplace_back(key, std::move(v));
 }
 
-std::string Interpreter::render(const Body& body) {
+std::string Interpreter::render(const Template& tmpl) {
   std::string out;
   out.reserve(4096);
   out_ = &out;
   try {
-    exec_body(body);
+    push_frame();
+    declare_undefined(tmpl.undefined_names);
+    exec_body(tmpl.body);
   } catch (const ChatTemplateError&) {
     throw;
   } catch (const std::runtime_error& e) {
@@ -50,6 +52,24 @@ int Interpreter::push_frame(int parent) {
 void Interpreter::pop_frame() {
   --depth_;
   frames_[depth_].vars.clear();  // drop references now; keeps the capacity for the next push
+}
+
+void Interpreter::declare_undefined(const std::vector<std::string>& names) {
+  for (const auto& n : names) top().vars.emplace_back(n, Value::undefined("'" + n + "' is undefined"));
+}
+
+std::string Interpreter::capture_scope(const Node& n) {
+  push_frame();
+  declare_undefined(n.undefined_names);
+  std::string text;
+  try {
+    text = capture(n.body);
+  } catch (...) {
+    pop_frame();
+    throw;
+  }
+  pop_frame();
+  return text;
 }
 
 void Interpreter::set_var(std::string_view name, Value v) {
@@ -105,12 +125,12 @@ Interpreter::Flow Interpreter::exec(const Node& n) {
     case NodeKind::kIf: return exec_body(eval(*n.a).truthy() ? n.body : n.else_body);  // elif: an If in else_body
     case NodeKind::kFor: return exec_for(n);
     case NodeKind::kSet: exec_set(n); return Flow::kNormal;
-    case NodeKind::kSetBlock: assign(*n.a, Value(capture(n.body))); return Flow::kNormal;
+    case NodeKind::kSetBlock: assign(*n.a, Value(capture_scope(n))); return Flow::kNormal;
     case NodeKind::kMacro: exec_macro(n); return Flow::kNormal;
     case NodeKind::kCallBlock: exec_call_block(n); return Flow::kNormal;
     case NodeKind::kFilterBlock: {
       Value saved = filter_input_;
-      filter_input_ = Value(capture(n.body));
+      filter_input_ = Value(capture_scope(n));
       append_str(*out_, eval(*n.a));
       filter_input_ = saved;
       return Flow::kNormal;
@@ -120,13 +140,14 @@ Interpreter::Flow Interpreter::exec(const Node& n) {
       for (const auto& [name, expr] : n.kwargs) values.push_back(eval(*expr));
       push_frame();
       for (size_t i = 0; i < values.size(); ++i) set_var(n.kwargs[i].first, values[i]);
+      declare_undefined(n.undefined_names);
       Flow f = exec_body(n.body);
       pop_frame();
       return f;
     }
     case NodeKind::kBreak: return Flow::kBreak;
     case NodeKind::kContinue: return Flow::kContinue;
-    case NodeKind::kBlockBody: return exec_body(n.body);
+    case NodeKind::kBlockBody: *out_ += capture_scope(n); return Flow::kNormal;
     default: throw std::runtime_error("internal: expression node in statement position");
   }
 }
@@ -143,7 +164,13 @@ Interpreter::Flow Interpreter::exec_for(const Node& n) {
     pop_frame();
     items = std::move(kept);
   }
-  if (items.empty()) return exec_body(n.else_body);
+  if (items.empty()) {
+    push_frame();
+    declare_undefined(n.else_undefined_names);
+    Flow f = exec_body(n.else_body);
+    pop_frame();
+    return f;  // a break in the else part belongs to an enclosing loop
+  }
   auto state = std::make_shared<LoopState>();
   state->items = std::move(items);
   Value loop = Value::loop(state);
@@ -152,6 +179,7 @@ Interpreter::Flow Interpreter::exec_for(const Node& n) {
     push_frame();
     assign(*n.a, state->items[i]);
     set_var("loop", loop);
+    declare_undefined(n.undefined_names);
     Flow f = exec_body(n.body);
     pop_frame();
     if (f == Flow::kBreak) break;
@@ -193,8 +221,9 @@ void Interpreter::exec_set(const Node& n) { assign(*n.a, eval(*n.b)); }
 
 void Interpreter::exec_macro(const Node& n) {
   const Node* macro = &n;
-  set_var(n.name, Value::callable(n.name, [macro](Interpreter& in, Args& args) {
-            return in.call_macro(*macro, args);
+  int scope = static_cast<int>(depth_) - 1;  // a macro reads the variables of the scope it is defined in
+  set_var(n.name, Value::callable(n.name, [macro, scope](Interpreter& in, Args& args) {
+            return in.call_macro(*macro, args, scope < static_cast<int>(in.depth_) ? scope : 1);
           }));
 }
 
@@ -207,6 +236,7 @@ void Interpreter::exec_call_block(const Node& n) {
       const auto& [pname, def] = block->kwargs[i];
       in.set_var(pname, args.get(i, pname, def ? in.eval(*def) : Value::undefined("'" + pname + "' is undefined")));
     }
+    in.declare_undefined(block->undefined_names);
     std::string text;
     try {
       text = in.capture(block->body);
@@ -224,16 +254,17 @@ void Interpreter::exec_call_block(const Node& n) {
   append_str(*out_, this->call(fn, args));
 }
 
-Value Interpreter::call_macro(const Node& macro, Args& args) {
-  push_frame(0);  // a macro sees its arguments and the template's top-level variables
+Value Interpreter::call_macro(const Node& macro, Args& args, int scope) {
+  push_frame(scope);
   List varargs;
   DictItems kwargs;
   try {
     for (size_t i = 0; i < macro.kwargs.size(); ++i) {
       const auto& [pname, def] = macro.kwargs[i];
-      Value v = args.get(i, pname, Value());
-      if (v.is_undefined() && def) v = eval(*def);
-      if (v.is_undefined()) v = Value::undefined("'" + pname + "' is undefined");
+      bool given = i < args.pos.size();
+      for (const auto& kv : args.kw) given |= kv.first == pname;
+      // An argument passed as undefined stays undefined; only a missing one takes the default.
+      Value v = given ? args.get(i, pname) : def ? eval(*def) : Value::undefined("'" + pname + "' is undefined");
       set_var(pname, v);
     }
     for (size_t i = macro.kwargs.size(); i < args.pos.size(); ++i) varargs.push_back(args.pos[i]);
@@ -245,6 +276,7 @@ Value Interpreter::call_macro(const Node& macro, Args& args) {
     }
     set_var("varargs", Value::list(std::move(varargs)));
     set_var("kwargs", Value::dict(std::move(kwargs)));
+    declare_undefined(macro.undefined_names);
     std::string text = capture(macro.body);
     pop_frame();
     return Value(std::move(text));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chat/jinja_ast.h"
+#include "chat/jinja_parser.h"
 #include "chat/jinja_value.h"
 
 namespace nvllm::jinja {
@@ -19,14 +20,14 @@ class Interpreter {
 
   // A variable every scope sees (messages, bos_token, raise_exception, ...).
   void set_global(std::string name, Value v);
-  // Renders `body` and returns the text. Throws ChatTemplateError.
-  std::string render(const Body& body);
+  // Renders the template and returns the text. Throws ChatTemplateError.
+  std::string render(const Template& tmpl);
 
   // For filters, tests, methods and globals.
   Value call(const Value& fn, Args& args);
   Value getattr(const Value& obj, std::string_view name);
   Value getitem(const Value& obj, const Value& key);
-  // Renders `body` into a string in a new scope (macro bodies, caller(), block set).
+  // Renders `body` into a string (macro bodies, caller(), block set).
   std::string capture(const Body& body);
   const std::string& template_name() const { return name_; }
 
@@ -43,7 +44,7 @@ class Interpreter {
   void exec_set(const Node& n);
   void exec_macro(const Node& n);
   void exec_call_block(const Node& n);
-  Value call_macro(const Node& macro, Args& args);
+  Value call_macro(const Node& macro, Args& args, int scope);
   Value eval(const Node& n);
   Value eval_call(const Node& n);
   Value eval_compare(const Node& n);
@@ -56,13 +57,17 @@ class Interpreter {
 
   int push_frame(int parent = -1);
   void pop_frame();
+  // Binds the names a scope owns as undefined until their set runs (jinja_scopes.h).
+  void declare_undefined(const std::vector<std::string>& names);
+  std::string capture_scope(const Node& n);  // a block-set/filter/generation body in its own scope
   Frame& top() { return frames_[depth_ - 1]; }
   void set_var(std::string_view name, Value v);
   bool lookup(std::string_view name, Value* out) const;
 
   std::string name_;
   std::deque<std::string> owned_names_;
-  std::vector<Frame> frames_;  // reused across pushes: frames_[0] holds globals and template-level sets
+  // Reused across pushes: frames_[0] holds the globals, frames_[1] the template's top-level scope.
+  std::vector<Frame> frames_;
   size_t depth_ = 1;
   std::string* out_ = nullptr;
   Value filter_input_;  // the body text a {% filter %} block applies its chain to

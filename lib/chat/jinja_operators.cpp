@@ -129,6 +129,9 @@ bool contains(const Value& container, const Value& item) {
       }
       return false;
     case Kind::kDict: {
+      if (item.is_sequence() || item.is_dict()) {
+        throw std::runtime_error("unhashable type: '" + type_name(item) + "'");
+      }
       if (!item.is_string()) return false;
       Value ignored;
       return container.dict_find(item.str(), &ignored);

@@ -4,6 +4,7 @@
 
 #include "chat/jinja_expr_parser.h"
 #include "chat/jinja_lexer.h"
+#include "chat/jinja_scopes.h"
 #include "core/error.h"
 
 namespace nvllm::jinja {
@@ -262,8 +263,11 @@ NodePtr Parser::parse_with() {
 
 }  // namespace
 
-Body parse_template(const std::string& source, const std::string& name) {
-  return Parser(tokenize(source, name), name).parse_all();
+Template parse_template(const std::string& source, const std::string& name) {
+  Template t;
+  t.body = Parser(tokenize(source, name), name).parse_all();
+  t.undefined_names = analyze_scopes(t.body);
+  return t;
 }
 
 }  // namespace nvllm::jinja

@@ -9,7 +9,13 @@
 
 namespace nvllm::jinja {
 
+// A parsed template: its statements and the names its top-level scope owns (jinja_scopes.h).
+struct Template {
+  Body body;
+  std::vector<std::string> undefined_names;
+};
+
 // Throws nvllm::Error "chat template NAME line N: ..." for a syntax error or an unsupported construct.
-Body parse_template(const std::string& source, const std::string& name);
+Template parse_template(const std::string& source, const std::string& name);
 
 }  // namespace nvllm::jinja

@@ -19,10 +19,10 @@ ChatJson load_json(const std::string& path) {
 }
 
 std::string render_with(const std::string& source, const ChatJson& vars) {
-  Body body = parse_template(source, "t.jinja");
+  Template tmpl = parse_template(source, "t.jinja");
   Interpreter in("t.jinja");
   for (auto it = vars.begin(); it != vars.end(); ++it) in.set_global(it.key(), Value::borrow(it.value()));
-  return in.render(body);
+  return in.render(tmpl);
 }
 
 std::string render(const std::string& source) { return render_with(source, ChatJson::object()); }

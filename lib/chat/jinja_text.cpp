@@ -66,6 +66,13 @@ bool is_printable(uint32_t cp) {
   }
 }
 
+bool is_word(uint32_t cp) {
+  if (cp < 0x80) return isalnum(static_cast<int>(cp)) || cp == '_';
+  auto c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
+         (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
+}
+
 namespace {
 
 bool in_set(uint32_t cp, const std::optional<std::string_view>& chars) {

@@ -18,6 +18,8 @@ std::vector<uint32_t> to_cps(std::string_view s);
 
 // Python's str.isspace for one code point.
 bool is_space(uint32_t cp);
+// Python's regex \w for one code point: letters, digits, numerics and '_'.
+bool is_word(uint32_t cp);
 // Python's str.isprintable for one code point (repr escapes the others).
 bool is_printable(uint32_t cp);
 

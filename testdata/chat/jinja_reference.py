@@ -212,6 +212,20 @@ FEATURES = [
     ("global.range", "{{ range(3) | list }} {{ range(1, 7, 2) | list }} {{ range(3, 0, -1) | list }}"),
     ("global.dict", "{{ dict(a=1, b='x') }}"),
     ("global.namespace_print", "{% set ns = namespace(a=1) %}{{ ns.a }} {{ ns.missing }}"),
+    ("scope.set_later_hides_context", "{% for i in [1] %}[{{ n }}]{% endfor %}{% set n = 'new' %}[{{ n }}]"),
+    ("scope.read_first_keeps_context", "[{{ n }}]{% for i in [1] %}[{{ n }}]{% endfor %}{% set n = 'new' %}"),
+    ("scope.set_in_branch_keeps_context", "{% for i in [1] %}[{{ n }}]{% endfor %}{% if false %}{% set n = 'x' %}{% endif %}"),
+    ("scope.macro_before_set", "{% macro m() %}[{{ n }}]{% endmacro %}{{ m() }}{% set n = 'new' %}{{ m() }}"),
+    ("scope.loop_body_owns_name", "{% for i in [1, 2] %}{% for j in [1] %}[{{ n }}]{% endfor %}{% set n = i %}{% endfor %}"),
+    ("scope.loop_read_then_set", "{% for i in [1, 2] %}[{{ n }}]{% set n = i %}[{{ n }}]{% endfor %}[{{ n }}]"),
+    ("scope.for_else_own_scope", "{% for i in [] %}{% else %}{% set n = 1 %}[{{ n }}]{% endfor %}[{{ n }}]"),
+    ("scope.block_set_own_scope", "{% set b %}{% set n = 1 %}{{ n }}{% endset %}[{{ b }}][{{ n }}]"),
+    ("filter.falsy_select_map", "{{ 0 | select | list }} {{ nothing | reject | list }} {{ nothing | map('upper') | list }}"),
+    ("tests.float_parity", "{{ f is odd }} {{ f is even }} {{ 4.0 is even }} {{ 7.5 is divisibleby 2.5 }}"),
+    ("tests.undefined_quirks", "{{ missing is sequence }} {{ missing is callable }} {{ d is lower }} {{ 'AB1' is upper }}"),
+    ("macro.undefined_argument", "{% macro m(a, b='dflt') %}[{{ a }}|{{ b }}]{% endmacro %}{{ m(1, b=missing) }}{{ m(1) }}"),
+    ("macro.closure_scope", "{% for i in [1, 2] %}{% set v = i * 10 %}{% macro m() %}{{ v }}{% endmacro %}{{ m() }},{% endfor %}"),
+    ("filter.wordcount_word_chars", "{{ f | wordcount }} {{ 'it\\'s a-b_c' | wordcount }} {{ 'héllo wörld' | wordcount }}"),
     ("messages.qwen_like", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
                            "'<|im_end|>\\n' }}{%- endfor %}"),
     # errors (runtime)
@@ -227,6 +241,10 @@ FEATURES = [
     ("error.unpack", "{% for a, b in [[1, 2, 3]] %}{% endfor %}"),
     ("error.div_zero", "{{ 1 / 0 }}"),
     ("error.in_none", "{{ 'a' in nothing }}"),
+    ("error.int_of_undefined", "{{ missing | int }}"),
+    ("error.unique_unhashable", "{{ messages | unique | list }}"),
+    ("error.indent_not_string", "{{ n | indent }}"),
+    ("error.unhashable_in_dict", "{{ [1] in d }}"),
 ]
 
 
