@@ -88,6 +88,26 @@ if printf '{"messages": [{"role": "user", "content": "a"}]}\n{"messages": [{"con
 fi
 grep -q 'line 2.*messages\[0\].role' "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "tokenize error lacks line/field"; }
 
+# tokenize: --chat-template-content-format. A template that iterates over each message's content is
+# detected as wanting parts (auto, as vLLM detects it); forced to string, it iterates over the
+# characters of the parts' text joined with a newline.
+printf '%s' '{%- for message in messages %}{%- for part in message.content %}{{ part.text if part is mapping else part }}|
+{%- endfor %}{%- endfor %}' >"$tmp/parts.jinja"
+printf '%s' '{{- messages[0].content is string }}' >"$tmp/is_string.jinja"
+echo '{"messages": [{"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "text", "text": "c"}]}]}' \
+  >"$tmp/parts.jsonl"
+check_format() {  # template, format, expected prompt
+  local got
+  got=$("$nvllm" tokenize --model "$model" --chat-template "$1" --chat-template-content-format "$2" \
+    --input "$tmp/parts.jsonl" 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["prompt"], end="")')
+  [[ $got == "$3" ]] || fail "--chat-template-content-format $2 with $(basename "$1"): prompt '$got', expected '$3'"
+}
+check_format "$tmp/parts.jinja" auto "ab|c|"
+check_format "$tmp/parts.jinja" openai "ab|c|"
+check_format "$tmp/parts.jinja" string $'a|b|\n|c|'
+check_format "$tmp/is_string.jinja" auto "True"
+check_format "$tmp/is_string.jinja" openai "False"
+
 # --- generate: an OpenAI batch chat file ---------------------------------------------------------
 python3 - "$tmp/batch.jsonl" <<'PY'
 import json, sys
