@@ -254,6 +254,25 @@ for r in rows[:2]:
 assert "error" not in rows[2], rows[2]
 PY
 
+# A model template nvllm cannot parse: chat lines fail naming it and the fix, prompt lines still run.
+python3 -c "
+import json
+c = json.load(open('$model/tokenizer_config.json')); c['chat_template'] = '{% if %}'
+json.dump(c, open('$tmp/notemplate/tokenizer_config.json', 'w'))"
+set +e
+"$nvllm" generate "${common[@]/$model/$tmp/notemplate}" --input "$tmp/alt.jsonl" --output "$tmp/bt_out.jsonl" 2>"$tmp/err"
+rc=$?
+set -e
+[[ $rc == 3 ]] || { cat "$tmp/err"; fail "unparsable-template run: exit status $rc, expected 3"; }
+python3 - "$tmp/bt_out.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows[:2]:
+    m = r["error"]["message"]
+    assert "cannot be used" in m and "tokenizer_config.json" in m and "--chat-template FILE" in m, m
+assert "error" not in rows[2], rows[2]
+PY
+
 # Fatal flag errors: a missing --chat-template file, an unknown reasoning parser.
 set +e
 "$nvllm" generate "${common[@]}" --chat-template "$tmp/nope.jinja" --input "$tmp/alt.jsonl" >/dev/null 2>"$tmp/err"
