@@ -135,10 +135,12 @@ void read_logprobs(const json& object, SamplingParams& params) {
 void read_max_tokens(const json& object, SamplingParams& params) {
   const auto it = object.find("max_completion_tokens");
   if (it == object.end() || it->is_null()) return;
-  if (object.contains("max_tokens") && !object["max_tokens"].is_null()) {
-    bad("max_completion_tokens", "no value when \"max_tokens\" is set too (give one)", *it);
-  }
   params.max_tokens = int_value(*it, "max_completion_tokens", 1, std::numeric_limits<int>::max(), "an integer >= 1");
+  // Some clients send both spellings; equal values are one limit, different ones a mistake.
+  if (object.contains("max_tokens") && !object["max_tokens"].is_null() && object["max_tokens"] != *it) {
+    bad("max_completion_tokens",
+        str_cat("the same value as \"max_tokens\" (", object["max_tokens"].dump(), ") or no \"max_tokens\""), *it);
+  }
 }
 
 }  // namespace

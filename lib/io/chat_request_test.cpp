@@ -186,8 +186,10 @@ TEST_CASE("chat request: each bad chat field names itself") {
         R"(line 4: field "max_completion_tokens": expected an integer >= 1, got 0)");
   CHECK(error(R"("max_completion_tokens": 2.5)") ==
         R"(line 4: field "max_completion_tokens": expected an integer >= 1, got 2.5)");
-  CHECK(error(R"("max_completion_tokens": 4, "max_tokens": 4)") ==
-        R"(line 4: field "max_completion_tokens": expected no value when "max_tokens" is set too (give one), got 4)");
+  CHECK(
+      error(R"("max_completion_tokens": 4, "max_tokens": 5)") ==
+      R"(line 4: field "max_completion_tokens": expected the same value as "max_tokens" (5) or no "max_tokens", got 4)");
+  CHECK(ok(std::string("{") + kUser + R"(, "max_completion_tokens": 4, "max_tokens": 4})").params.max_tokens == 4);
   CHECK(error(R"("logprobs": 2)") == R"(line 4: field "logprobs": expected true or false, got 2)");
   CHECK(error(R"("logprobs": true, "top_logprobs": 21)") ==
         R"(line 4: field "top_logprobs": expected an integer from 0 to 20, got 21)");
