@@ -236,6 +236,8 @@ TEST_CASE("chat request: prompt and messages, url and fields of the other kind")
   const auto line = [](const std::string& text) { return parse_request_line(text, 4, {}).error; };
   CHECK(line(R"({"custom_id": "b", "url": "/v1/chat/completions", "body": {"prompt": "x"}})") ==
         R"(line 4: missing field "body.messages" (/v1/chat/completions takes a conversation))");
+  CHECK(line(R"({"custom_id": "b", "url": "/v1/chat/completions", "body": {"messages": null}})") ==
+        R"(line 4: missing field "body.messages" (/v1/chat/completions takes a conversation))");
   CHECK(
       line(
           R"({"custom_id": "b", "url": "/v1/completions", "body": {"messages": [{"role": "user", "content": "x"}]}})") ==

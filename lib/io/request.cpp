@@ -339,15 +339,16 @@ void read_openai_form(const json& object, const ParseOptions& options, Request& 
     if (body == object.end()) bad_line(c, "missing field \"body\" (an object with the prompt and sampling fields)");
     bad_field(c, "body", "an object with the prompt and sampling fields", *body);
   }
-  // `model` and `user` are accepted and ignored: the model is chosen on the command line.
-  read_fields(Ctx{r.line, "body."}, *body, {"model", "user"}, options, r);
-  if (*url == kChatUrl && !r.chat) {
+  const bool chat = body->contains("messages") && !(*body)["messages"].is_null();
+  if (*url == kChatUrl && !chat) {
     bad_line(c, str_cat("missing field \"body.messages\" (", kChatUrl, " takes a conversation)"));
   }
-  if (*url == kCompletionsUrl && r.chat) {
+  if (*url == kCompletionsUrl && chat) {
     bad_line(c, str_cat("field \"body.messages\" needs \"url\": \"", kChatUrl, "\" (", kCompletionsUrl,
                         " takes a prompt)"));
   }
+  // `model` and `user` are accepted and ignored: the model is chosen on the command line.
+  read_fields(Ctx{r.line, "body."}, *body, {"model", "user"}, options, r);
 }
 
 bool looks_like_openai_batch(const json& object) {
