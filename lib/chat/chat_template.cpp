@@ -31,6 +31,26 @@ std::string special_token(const ChatJson& config, const char* key) {
   return "";
 }
 
+// The tokenizer's other named special tokens, which transformers also hands every template
+// (its special_tokens_map: the ones that are set).
+ChatJson other_special_tokens(const ChatJson& config) {
+  ChatJson out = ChatJson::object();
+  for (const char* key : {"unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    std::string v = special_token(config, key);
+    if (!v.empty()) out[key] = v;
+  }
+  auto it = config.find("additional_special_tokens");
+  if (it != config.end() && it->is_array() && !it->empty()) {
+    ChatJson list = ChatJson::array();
+    for (const auto& t : *it) {
+      if (t.is_string()) list.push_back(t);
+      else if (t.is_object() && t.contains("content")) list.push_back(t["content"]);
+    }
+    out["additional_special_tokens"] = std::move(list);
+  }
+  return out;
+}
+
 ChatJson read_config(const std::filesystem::path& dir) {
   auto path = dir / "tokenizer_config.json";
   if (!std::filesystem::exists(path)) return ChatJson::object();
@@ -120,6 +140,7 @@ struct ChatTemplate::Impl {
   std::string source, name, bos, eos;
   jinja::Template tmpl;
   ContentFormat format = ContentFormat::kString;
+  ChatJson other_tokens = ChatJson::object();  // unk/pad/... from tokenizer_config.json
 };
 
 ChatTemplate::ChatTemplate(std::string source, std::string name, std::string bos_token, std::string eos_token)
@@ -170,6 +191,9 @@ std::string ChatTemplate::render(const ChatInputs& inputs, ContentFormat format)
   // transformers passes the tokenizer's special tokens that are set; a null bos_token stays undefined.
   if (!impl_->bos.empty()) in.set_global("bos_token", jinja::Value(impl_->bos));
   if (!impl_->eos.empty()) in.set_global("eos_token", jinja::Value(impl_->eos));
+  for (auto it = impl_->other_tokens.begin(); it != impl_->other_tokens.end(); ++it) {
+    in.set_global(it.key(), jinja::Value::borrow(it.value()));
+  }
   if (inputs.kwargs.is_object()) {
     for (auto it = inputs.kwargs.begin(); it != inputs.kwargs.end(); ++it) {
       in.set_global(it.key(), jinja::Value::borrow(it.value()));
@@ -182,12 +206,18 @@ std::string ChatTemplate::render(const ChatInputs& inputs, ContentFormat format)
 std::optional<ChatTemplate> ChatTemplate::from_model_dir(const std::filesystem::path& dir, bool prefer_tool_use) {
   ChatJson config = read_config(dir);
   std::string bos = special_token(config, "bos_token"), eos = special_token(config, "eos_token");
+  auto with_tokens = [&](ChatTemplate t) {
+    t.impl_->other_tokens = other_special_tokens(config);
+    return t;
+  };
   auto jinja_file = dir / "chat_template.jinja";
-  if (std::filesystem::exists(jinja_file)) return ChatTemplate(read_file(jinja_file), jinja_file.string(), bos, eos);
+  if (std::filesystem::exists(jinja_file)) {
+    return with_tokens(ChatTemplate(read_file(jinja_file), jinja_file.string(), bos, eos));
+  }
   auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) return std::nullopt;
   std::string where = (dir / "tokenizer_config.json").string() + ": chat_template";
-  if (it->is_string()) return ChatTemplate(it->get<std::string>(), where, bos, eos);
+  if (it->is_string()) return with_tokens(ChatTemplate(it->get<std::string>(), where, bos, eos));
   if (!it->is_array()) fail(where, ": expected a string or a list of {\"name\", \"template\"}");
   const ChatJson* chosen = nullptr;
   for (const auto& t : *it) {
@@ -200,13 +230,14 @@ std::optional<ChatTemplate> ChatTemplate::from_model_dir(const std::filesystem::
   }
   if (!chosen) fail(where, ": no template named \"default\"");
   where += "[" + (*chosen)["name"].get<std::string>() + "]";
-  return ChatTemplate((*chosen)["template"].get<std::string>(), where, bos, eos);
+  return with_tokens(ChatTemplate((*chosen)["template"].get<std::string>(), where, bos, eos));
 }
 
 ChatTemplate ChatTemplate::from_file(const std::filesystem::path& file, const std::filesystem::path& dir) {
   ChatJson config = read_config(dir);
-  return ChatTemplate(read_file(file), file.string(), special_token(config, "bos_token"),
-                      special_token(config, "eos_token"));
+  ChatTemplate t(read_file(file), file.string(), special_token(config, "bos_token"), special_token(config, "eos_token"));
+  t.impl_->other_tokens = other_special_tokens(config);
+  return t;
 }
 
 }  // namespace nvllm

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 namespace nvllm {
@@ -140,6 +141,15 @@ TEST_CASE("chat template: from_model_dir reads tokenizer_config.json and chat_te
   CHECK_FALSE(ChatTemplate::from_model_dir(tok + "llama2").has_value());
   ChatTemplate file = ChatTemplate::from_file(kTemplates + "llama2_chat.jinja", tok + "llama2");
   CHECK(file.render(in, ContentFormat::kString) == "<s>[INST] Hi [/INST]");
+}
+
+TEST_CASE("chat template: the tokenizer's special tokens are variables, unset ones undefined (as transformers)") {
+  auto path = std::filesystem::temp_directory_path() / "nvllm_chat_template_tokens.jinja";
+  std::ofstream(path) << "{{ eos_token }}|{{ pad_token }}|{{ additional_special_tokens[1] }}|"
+                         "{{ bos_token is defined }}|{{ unk_token is defined }}";
+  ChatTemplate t = ChatTemplate::from_file(path, std::string(NVLLM_TESTDATA) + "/tokenizers/qwen3");
+  std::filesystem::remove(path);
+  CHECK(t.render(ChatInputs{}, ContentFormat::kString) == "<|im_end|>|<|endoftext|>|<|im_end|>|False|False");
 }
 
 TEST_CASE("bench.chat_template qwen3 4-turn renders per second" * doctest::skip()) {

@@ -23,6 +23,9 @@ Value call_method(Interpreter& in, const Value& obj, std::string_view name, Args
 // raise_exception, strftime_now, namespace, range, dict, as transformers' environment has them.
 void install_globals(Interpreter& in);
 
+// Python's `fmt % args` (printf-style); `args` a tuple for several values.
+std::string py_printf(std::string_view fmt, const Value& args);
+
 // Python's iter(v) materialised: list items, dict keys, string characters; Undefined is empty.
 List iterate(const Value& v);
 

@@ -70,8 +70,11 @@ Value f_lower(Interpreter&, const Value& v, Args&) { return Value(text::lower(so
 Value f_title(Interpreter&, const Value& v, Args&) { return Value(text::jinja_title(soft_str(v))); }
 Value f_capitalize(Interpreter&, const Value& v, Args&) { return Value(text::capitalize(soft_str(v))); }
 Value f_string(Interpreter&, const Value& v, Args&) { return Value(soft_str(v)); }
-Value f_safe(Interpreter&, const Value& v, Args&) { return v.is_string() ? v : Value(soft_str(v)); }
-Value f_escape(Interpreter&, const Value& v, Args&) { return Value(text::html_escape(soft_str(v))); }
+Value f_safe(Interpreter&, const Value& v, Args&) { return v.is_markup() ? v : Value::markup(soft_str(v)); }
+Value f_escape(Interpreter&, const Value& v, Args&) {  // already-safe text is not escaped twice
+  return v.is_markup() ? v : Value::markup(text::html_escape(soft_str(v)));
+}
+Value f_forceescape(Interpreter&, const Value& v, Args&) { return Value::markup(text::html_escape(soft_str(v))); }
 
 Value f_items(Interpreter&, const Value& v, Args&) {
   List out;
@@ -365,6 +368,12 @@ Value f_dictsort(Interpreter&, const Value& v, Args& a) {
 
 Value f_attr(Interpreter& in, const Value& v, Args& a) { return in.getattr(v, to_str(a.get(0, "name"))); }
 
+Value f_format(Interpreter&, const Value& v, Args& a) {  // soft_str(value) % (kwargs or args)
+  if (!a.pos.empty() && !a.kw.empty()) throw std::runtime_error("can't handle positional and keyword arguments at the same time");
+  if (!a.kw.empty()) return Value(py_printf(soft_str(v), Value::dict(DictItems(a.kw.begin(), a.kw.end()))));
+  return Value(py_printf(soft_str(v), Value::tuple(a.pos)));
+}
+
 const std::unordered_map<std::string_view, FilterFn>& filters() {
   static const std::unordered_map<std::string_view, FilterFn> table = {
       {"tojson", f_tojson}, {"trim", f_trim}, {"length", f_length}, {"count", f_length}, {"default", f_default},
@@ -373,9 +382,9 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
       {"reject", f_reject}, {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"map", f_map},
       {"first", f_first}, {"last", f_last}, {"string", f_string}, {"int", f_int}, {"float", f_float},
       {"abs", f_abs}, {"unique", f_unique}, {"safe", f_safe}, {"e", f_escape}, {"escape", f_escape},
-      {"forceescape", f_escape}, {"round", f_round}, {"sum", f_sum}, {"sort", f_sort}, {"reverse", f_reverse},
+      {"forceescape", f_forceescape}, {"round", f_round}, {"sum", f_sum}, {"sort", f_sort}, {"reverse", f_reverse},
       {"indent", f_indent}, {"wordcount", f_wordcount}, {"batch", f_batch}, {"dictsort", f_dictsort},
-      {"min", f_min}, {"max", f_max}, {"attr", f_attr},
+      {"min", f_min}, {"max", f_max}, {"attr", f_attr}, {"format", f_format},
   };
   return table;
 }

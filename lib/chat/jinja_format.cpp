@@ -78,7 +78,11 @@ void append_repr_string(std::string& out, std::string_view s) {
 
 void append_repr(std::string& out, const Value& v) {
   switch (v.kind()) {
-    case Kind::kString: append_repr_string(out, v.str()); return;
+    case Kind::kString:
+      if (v.is_markup()) out += "Markup(";
+      append_repr_string(out, v.str());
+      if (v.is_markup()) out += ')';
+      return;
     case Kind::kUndefined: out += "Undefined"; return;
     default: append_str(out, v);
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "chat/jinja_builtins.h"
 #include "chat/jinja_text.h"
 
 namespace nvllm::jinja {
@@ -40,6 +41,11 @@ Value repeat(const Value& seq, int64_t n) {
 }
 
 Value add(const Value& a, const Value& b) {
+  if (a.is_string() && b.is_string() && (a.is_markup() || b.is_markup())) {
+    std::string out = a.is_markup() ? std::string(a.str()) : text::html_escape(a.str());
+    out += b.is_markup() ? std::string(b.str()) : text::html_escape(b.str());
+    return Value::markup(std::move(out));
+  }
   if (a.is_string() && b.is_string()) {
     std::string out;
     out.reserve(a.str().size() + b.str().size());
@@ -103,6 +109,7 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     append_str(out, b);
     return Value(std::move(out));
   }
+  if (op == "%" && a.is_string()) return Value(py_printf(a.str(), b));
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   if (a.is_number() && b.is_number()) return arith(op, a, b);
@@ -111,7 +118,6 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     if ((a.is_string() || a.is_sequence()) && (b.kind() == Kind::kInt || b.kind() == Kind::kBool)) return repeat(a, b.as_int());
     if ((b.is_string() || b.is_sequence()) && (a.kind() == Kind::kInt || a.kind() == Kind::kBool)) return repeat(b, a.as_int());
   }
-  if (op == "%" && a.is_string()) throw std::runtime_error("printf-style '%' string formatting is not supported");
   unsupported(op, a, b);
 }
 

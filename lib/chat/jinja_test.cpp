@@ -101,7 +101,6 @@ TEST_CASE("jinja: runtime errors name the line of the failing expression") {
 TEST_CASE("jinja: methods with no Python counterpart here fail loudly, not silently") {
   CHECK_THROWS_AS(render("{{ 'a'.zfill(3) }}"), ChatTemplateError);  // not a known str method: undefined call
   CHECK_THROWS_AS(render("{{ '{:>5}'.format(1) }}"), ChatTemplateError);
-  CHECK_THROWS_AS(render("{{ '%s' % 1 }}"), ChatTemplateError);
 }
 
 TEST_CASE("jinja: the whitespace matrix (trim_blocks + lstrip_blocks with - and +)") {

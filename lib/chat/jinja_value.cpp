@@ -28,6 +28,12 @@ const std::string& Value::undefined_hint() const {
 
 Value::Value(std::string s) : kind_(Kind::kString), obj_(std::make_shared<std::string>(std::move(s))) {}
 
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
 Value Value::list(List items) {
   Value v(Kind::kList);
   v.obj_ = std::make_shared<List>(std::move(items));

@@ -47,6 +47,9 @@ class Value {
   Value(double v) : kind_(Kind::kFloat) { num_.f = v; }
   Value(std::string s);
   Value(const char* s) : Value(std::string(s)) {}
+  // A str marked safe (markupsafe.Markup, from `safe` / `escape`): `+` escapes the plain side.
+  static Value markup(std::string s);
+  bool is_markup() const { return markup_; }
   static Value list(List items);
   static Value tuple(List items);
   static Value dict(DictItems items);
@@ -87,6 +90,7 @@ class Value {
  private:
   explicit Value(Kind k) : kind_(k) {}
   Kind kind_ = Kind::kUndefined;
+  bool markup_ = false;
   union { bool b; int64_t i; double f; } num_{};
   const Json* json_ = nullptr;      // borrowed string/array/object
   std::shared_ptr<void> obj_;       // owned std::string / List / DictItems / LoopState / Callable

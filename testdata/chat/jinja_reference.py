@@ -226,6 +226,11 @@ FEATURES = [
     ("macro.undefined_argument", "{% macro m(a, b='dflt') %}[{{ a }}|{{ b }}]{% endmacro %}{{ m(1, b=missing) }}{{ m(1) }}"),
     ("macro.closure_scope", "{% for i in [1, 2] %}{% set v = i * 10 %}{% macro m() %}{{ v }}{% endmacro %}{{ m() }},{% endfor %}"),
     ("filter.wordcount_word_chars", "{{ f | wordcount }} {{ 'it\\'s a-b_c' | wordcount }} {{ 'héllo wörld' | wordcount }}"),
+    ("printf", "{{ '%s|%r|%d|%i|%5.2f|%x|%%|%-4s|%04d|%e|%g' % ('a', 'b', 3.9, true, 3.14159, 255, 'z', 7, 12345.678, 0.0001) }} "
+               "{{ '%(a)s-%(b)d' % {'a': 'x', 'b': 2} }} {{ '%s' % [1, 2] }} {{ '%s %s' % (none, 1.0) }} {{ 'abc' % [1] }} "
+               "{{ '%s and %s' | format(1, 'two') }} {{ '%(x)s' | format(x='kw') }} {{ 'a%sb' % missing }}"),
+    ("markup", "{{ 'a<' | safe + '<b>' }} {{ '<x>' + ('<y>' | e) }} {{ ['x' | safe, '<' | e] }} {{ ('<' | e) | e }} "
+               "{{ '<' | forceescape | forceescape }} {{ 'a<' | safe ~ '<' }}"),
     ("messages.qwen_like", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
                            "'<|im_end|>\\n' }}{%- endfor %}"),
     # errors (runtime)
@@ -245,6 +250,9 @@ FEATURES = [
     ("error.unique_unhashable", "{{ messages | unique | list }}"),
     ("error.indent_not_string", "{{ n | indent }}"),
     ("error.unhashable_in_dict", "{{ [1] in d }}"),
+    ("error.printf_too_many", "{{ '%s' % (1, 2) }}"),
+    ("error.printf_too_few", "{{ '%s %s' % 'a' }}"),
+    ("error.printf_number", "{{ '%d' % 'a' }}"),
 ]
 
 
