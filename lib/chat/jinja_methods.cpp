@@ -252,7 +252,11 @@ void install_globals(Interpreter& in) {
     else throw std::runtime_error("range expected at least 1 argument, got 0");
     if (a.pos.size() == 3) step = a.pos[2].as_int();
     if (step == 0) throw std::runtime_error("range() arg 3 must not be zero");
-    if ((stop - start) / step > 100000) throw std::runtime_error("range too big");  // jinja2's sandbox limit
+    int64_t len = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
+                           : (start > stop ? (start - stop - step - 1) / -step : 0);
+    if (len > 100000) {  // jinja2's sandbox limit
+      throw std::runtime_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    }
     List items;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.emplace_back(i);
     return Value::list(std::move(items));

@@ -101,6 +101,11 @@ TEST_CASE("jinja: runtime errors name the line of the failing expression") {
 TEST_CASE("jinja: methods with no Python counterpart here fail loudly, not silently") {
   CHECK_THROWS_AS(render("{{ 'a'.zfill(3) }}"), ChatTemplateError);  // not a known str method: undefined call
   CHECK_THROWS_AS(render("{{ '{:>5}'.format(1) }}"), ChatTemplateError);
+  // Python's integers are unbounded: 2 ** 64 prints 18446744073709551616 there. Ours stop at 64 bits.
+  CHECK(render("{{ 2 ** 62 }} {{ 9223372036854775806 + 1 }}") == "4611686018427387904 9223372036854775807");
+  CHECK_THROWS_AS(render("{{ 2 ** 63 }}"), ChatTemplateError);
+  CHECK_THROWS_AS(render("{{ 9223372036854775807 + 1 }}"), ChatTemplateError);
+  CHECK_THROWS_AS(render("{{ 'x' * 1000000000 }}"), ChatTemplateError);
 }
 
 TEST_CASE("jinja: the whitespace matrix (trim_blocks + lstrip_blocks with - and +)") {

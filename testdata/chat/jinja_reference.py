@@ -231,6 +231,8 @@ FEATURES = [
                "{{ '%s and %s' | format(1, 'two') }} {{ '%(x)s' | format(x='kw') }} {{ 'a%sb' % missing }}"),
     ("markup", "{{ 'a<' | safe + '<b>' }} {{ '<x>' + ('<y>' | e) }} {{ ['x' | safe, '<' | e] }} {{ ('<' | e) | e }} "
                "{{ '<' | forceescape | forceescape }} {{ 'a<' | safe ~ '<' }}"),
+    ("expr.pow_edges", "{{ (-1) ** 3 }} {{ 0 ** 0 }} {{ 0 ** 5 }} {{ (-2) ** 3 }} {{ 1 ** 100 }} {{ 2 ** 62 }} {{ 2 ** 0.5 }}"),
+    ("global.range_limit", "{{ range(0, 200000, 2) | length }} {{ range(10, 0, -3) | list }} {{ range(5, 1) | list }}"),
     ("messages.qwen_like", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
                            "'<|im_end|>\\n' }}{%- endfor %}"),
     # errors (runtime)
@@ -250,6 +252,7 @@ FEATURES = [
     ("error.unique_unhashable", "{{ messages | unique | list }}"),
     ("error.indent_not_string", "{{ n | indent }}"),
     ("error.unhashable_in_dict", "{{ [1] in d }}"),
+    ("error.range_too_big", "{{ range(0, 200001, 2) | length }}"),
     ("error.printf_too_many", "{{ '%s' % (1, 2) }}"),
     ("error.printf_too_few", "{{ '%s %s' % 'a' }}"),
     ("error.printf_number", "{{ '%d' % 'a' }}"),
