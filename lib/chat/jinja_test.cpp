@@ -58,6 +58,24 @@ TEST_CASE("jinja: every feature case renders as jinja2 renders it") {
   }
 }
 
+TEST_CASE("jinja: random templates render as jinja2 renders them (differential cases)") {
+  // testdata/chat/jinja_fuzz.py: random whitespace, -/+ modifiers, blocks, filters, tests, methods.
+  ChatJson data = load_json(std::string(NVLLM_TESTDATA) + "/chat/jinja_fuzz_cases.json");
+  REQUIRE(data["cases"].size() == 400);
+  for (const auto& c : data["cases"]) {
+    std::string source = c["template"].get<std::string>();
+    CAPTURE(source);
+    if (c.contains("expected")) {
+      std::string got;
+      CHECK_NOTHROW(got = render_with(source, data["vars"]));
+      CHECK(got == c["expected"].get<std::string>());
+    } else {
+      CAPTURE(c["error"].get<std::string>());
+      CHECK_THROWS_AS(render_with(source, data["vars"]), Error);  // syntax (parse) or runtime error
+    }
+  }
+}
+
 TEST_CASE("jinja: unsupported constructs are refused at parse time, naming the line") {
   auto message_of = [](const std::string& src) {
     try {
