@@ -81,7 +81,7 @@ std::string py_format(std::string_view fmt, const Args& args) {
       if (k >= args.pos.size()) throw std::runtime_error("Replacement index out of range for positional args");
       v = args.pos[k];
     } else {
-      v = args.get(SIZE_MAX, field, Value::undefined());
+      v = args.get(SIZE_MAX, field, Value::undefined());  // keyword only
       if (v.is_undefined()) throw std::runtime_error("KeyError: '" + std::string(field) + "'");
     }
     append_str(out, v);

@@ -166,6 +166,8 @@ FEATURES = [
     ("filter.tojson_indent", "{{ tools | tojson(indent=2) }}"),
     ("filter.tojson_options", "{{ d | tojson(sort_keys=true) }} {{ d | tojson(separators=(',', ':')) }} "
                               "{{ 'é☕𝄞' | tojson }} {{ 'é☕𝄞' | tojson(ensure_ascii=true) }} {{ [] | tojson(indent=2) }}"),
+    ("filter.tojson_positional", "{{ 'é' | tojson(1) }} {{ d | tojson(false, 1) }} {{ {'b': [1]} | tojson(false, none, (',', '=')) }} "
+                                 "{{ {'b': 1, 'a': 2} | tojson(false, none, none, true) }} {{ [1] | tojson(indent=0) }}"),
     ("filter.tojson_values", "{{ [1.0, 1e20, 0.1, 1e-7, 123456789.125, -2, true, none, 'q\"\\\\\\n\\t\\u0001'] | tojson }}"),
     ("filter.tojson_indent_str", "{{ {'a': {'b': []}, 'c': {}} | tojson(indent='\\t') }}"),
     ("filter.length", "{{ l | length }} {{ s | length }} {{ d | count }} {{ 'héllo' | length }} {{ missing | length }}"),
