@@ -88,7 +88,7 @@ Value f_forceescape(Interpreter&, const Value& v, Args&) { return Value::markup(
 Value f_items(Interpreter&, const Value& v, Args&) {
   List out;
   if (v.is_undefined()) return Value::list(std::move(out));
-  if (!v.is_dict()) throw std::runtime_error("items filter needs a mapping, got " + type_name(v));
+  if (!v.is_dict()) throw std::runtime_error("Can only get item pairs from a mapping.");
   v.dict_for_each([&](std::string_view k, const Value& e) { out.push_back(Value::tuple({Value(std::string(k)), e})); });
   return Value::list(std::move(out));
 }

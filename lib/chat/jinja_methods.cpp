@@ -131,6 +131,7 @@ Value str_method(const Value& obj, std::string_view name, Args& a) {
   }
   if (name == "format") return Value(py_format(s, a));
   if (name == "count" || name == "find" || name == "rfind") {
+    if (a.pos.size() > 1) throw std::runtime_error(std::string(name) + " with start/end arguments is not supported");
     auto sub = opt_str(a.get(0, "sub"));
     if (!sub) throw std::runtime_error(std::string(name) + " needs a str argument");
     if (name == "count") return Value(text::count(s, *sub));
