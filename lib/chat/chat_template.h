@@ -35,7 +35,7 @@ using ChatJson = nlohmann::ordered_json;
 
 struct ChatInputs {
   ChatJson messages = ChatJson::array();  // [{"role", "content", ...}]
-  ChatJson tools;       // null when the request has none (the template sees it undefined/none)
+  ChatJson tools;       // null when the request has none (the template sees none, as transformers passes tools=None)
   ChatJson documents;   // null when none
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // render the last (assistant) message open-ended
@@ -66,6 +66,7 @@ class ChatTemplate {
 
   // Renders one conversation. Content in `inputs.messages` is converted to `format` first.
   // Throws ChatTemplateError for raise_exception or a runtime error inside the template.
+  // Parsing happened once in the constructor; render is const and safe to call from several threads.
   std::string render(const ChatInputs& inputs, ContentFormat format) const;
 
   const std::string& name() const;

@@ -6,6 +6,7 @@
 #include "chat/jinja_interpreter.h"
 #include "chat/jinja_operators.h"
 #include "chat/jinja_text.h"
+#include "core/error.h"
 
 namespace nvllm::jinja {
 
@@ -50,14 +51,7 @@ Value Interpreter::eval(const Node& n) {
       return Value(apply_test(*this, n.name, v, args));
     }
     case NodeKind::kNot: return Value(!eval(*n.a).truthy());
-    case NodeKind::kNeg: case NodeKind::kPos: {
-      Value v = eval(*n.a);
-      line_ = n.line;
-      if (v.is_undefined()) undefined_error(v);
-      if (!v.is_number()) throw std::runtime_error("bad operand type for unary -: '" + type_name(v) + "'");
-      if (n.kind == NodeKind::kPos) return v.kind() == Kind::kBool ? Value(v.as_int()) : v;
-      return v.kind() == Kind::kFloat ? Value(-v.as_float()) : Value(-v.as_int());
-    }
+    case NodeKind::kNeg: case NodeKind::kPos: return eval_unary(n);
     case NodeKind::kAnd: {  // Python's and/or return an operand, not a bool
       Value a = eval(*n.a);
       return a.truthy() ? eval(*n.b) : a;
@@ -76,28 +70,39 @@ Value Interpreter::eval(const Node& n) {
     case NodeKind::kCondExpr:
       if (eval(*n.a).truthy()) return eval(*n.b);
       return n.c ? eval(*n.c) : Value::undefined("the conditional expression has no else branch");
-    case NodeKind::kList: case NodeKind::kTuple: {
-      List items;
-      items.reserve(n.items.size());
-      for (const auto& e : n.items) items.push_back(eval(*e));
-      return n.kind == NodeKind::kList ? Value::list(std::move(items)) : Value::tuple(std::move(items));
-    }
-    case NodeKind::kDict: {
-      DictItems items;
-      for (size_t i = 0; i + 1 < n.items.size(); i += 2) {
-        Value k = eval(*n.items[i]);
-        if (!k.is_string()) throw std::runtime_error("dict keys other than strings are not supported");
-        Value v = eval(*n.items[i + 1]);
-        bool replaced = false;
-        for (auto& [ek, ev] : items) {
-          if (ek == k.str()) ev = v, replaced = true;
-        }
-        if (!replaced) items.emplace_back(std::string(k.str()), std::move(v));
-      }
-      return Value::dict(std::move(items));
-    }
+    case NodeKind::kList: case NodeKind::kTuple: case NodeKind::kDict: return eval_literal(n);
     default: throw std::runtime_error("internal: statement node in expression position");
   }
+}
+
+Value Interpreter::eval_unary(const Node& n) {
+  Value v = eval(*n.a);
+  line_ = n.line;
+  if (v.is_undefined()) undefined_error(v);
+  if (!v.is_number()) throw std::runtime_error("bad operand type for unary -: '" + type_name(v) + "'");
+  if (n.kind == NodeKind::kPos) return v.kind() == Kind::kBool ? Value(v.as_int()) : v;
+  return v.kind() == Kind::kFloat ? Value(-v.as_float()) : Value(-v.as_int());
+}
+
+Value Interpreter::eval_literal(const Node& n) {
+  if (n.kind != NodeKind::kDict) {
+    List items;
+    items.reserve(n.items.size());
+    for (const auto& e : n.items) items.push_back(eval(*e));
+    return n.kind == NodeKind::kList ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  DictItems items;
+  for (size_t i = 0; i + 1 < n.items.size(); i += 2) {
+    Value k = eval(*n.items[i]);
+    if (!k.is_string()) throw std::runtime_error("dict keys other than strings are not supported");
+    Value v = eval(*n.items[i + 1]);
+    bool replaced = false;
+    for (auto& [ek, ev] : items) {
+      if (ek == k.str()) ev = v, replaced = true;
+    }
+    if (!replaced) items.emplace_back(std::string(k.str()), std::move(v));
+  }
+  return Value::dict(std::move(items));
 }
 
 Value Interpreter::eval_compare(const Node& n) {
@@ -177,7 +182,7 @@ Value Interpreter::getattr(const Value& obj, std::string_view name) {
       return call_method(in, self, method, args);
     });
   }
-  return Value::undefined("'" + object_repr(obj) + "' has no attribute '" + std::string(name) + "'");
+  return Value::undefined(str_cat("'", object_repr(obj), "' has no attribute '", name, "'"));
 }
 
 Value Interpreter::getitem(const Value& obj, const Value& key) {
@@ -194,7 +199,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
           text::append_cp(ch, cps[static_cast<size_t>(i)]);
           return Value(std::move(ch));
         }
-        return Value::undefined("'" + object_repr(obj) + "' has no element " + std::to_string(key.as_int()));
+        return Value::undefined(str_cat("'", object_repr(obj), "' has no element ", key.as_int()));
       }
       break;
     case Kind::kDict: {
@@ -209,7 +214,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
   if (key.is_string()) return getattr(obj, key.str());  // jinja2: obj[key] falls back to getattr
   std::string k;
   append_repr(k, key);
-  return Value::undefined("'" + object_repr(obj) + "' has no element " + k);
+  return Value::undefined(str_cat("'", object_repr(obj), "' has no element ", k));
 }
 
 Value Interpreter::eval_slice(const Value& obj, const Node& s) {

@@ -236,27 +236,29 @@ NodePtr ExprParser::parse_primary() {
         expect_op(")");
         return n;
       }
-      if (tok.text == "[" || tok.text == "{") {
-        bool is_list = tok.text == "[";
-        auto n = make_node(is_list ? NodeKind::kList : NodeKind::kDict, line);
-        advance();
-        const char* close = is_list ? "]" : "}";
-        while (!is_op(close)) {
-          if (!n->items.empty()) expect_op(",");
-          if (is_op(close)) break;
-          n->items.push_back(parse_expression());
-          if (!is_list) {
-            expect_op(":");
-            n->items.push_back(parse_expression());
-          }
-        }
-        advance();
-        return n;
-      }
+      if (tok.text == "[" || tok.text == "{") return parse_collection();
       break;
     default: break;
   }
   error("unexpected " + describe(tok));
+}
+
+NodePtr ExprParser::parse_collection() {
+  bool is_list = is_op("[");
+  auto n = make_node(is_list ? NodeKind::kList : NodeKind::kDict, cur().line);
+  advance();
+  const char* close = is_list ? "]" : "}";
+  while (!is_op(close)) {
+    if (!n->items.empty()) expect_op(",");
+    if (is_op(close)) break;
+    n->items.push_back(parse_expression());
+    if (!is_list) {
+      expect_op(":");
+      n->items.push_back(parse_expression());
+    }
+  }
+  advance();
+  return n;
 }
 
 NodePtr ExprParser::parse_postfix(NodePtr node) {
@@ -372,7 +374,7 @@ NodePtr ExprParser::parse_filter(NodePtr operand) {
   std::string name = expect_name();
   while (is_op(".")) {
     advance();
-    name += "." + expect_name();
+    name.append(".").append(expect_name());
   }
   if (!has_filter(name)) error("filter '" + name + "' is not supported", line);
   auto n = make_node(NodeKind::kFilter, line);

@@ -53,6 +53,7 @@ class ExprParser {
   NodePtr parse_pow();
   NodePtr parse_unary(bool with_filter);
   NodePtr parse_primary();
+  NodePtr parse_collection();  // [a, b] or {k: v}
   NodePtr parse_postfix(NodePtr node);
   NodePtr parse_filter_expr(NodePtr node);
   NodePtr parse_subscript(NodePtr node);

@@ -17,26 +17,35 @@ namespace {
 
 using FilterFn = Value (*)(Interpreter&, const Value&, Args&);
 
+constexpr size_t kKeywordOnly = SIZE_MAX;  // Args::get index for a keyword-only parameter
+
 std::string soft_str(const Value& v) { return to_str(v); }
 
+// transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False): note
+// that the first positional argument is ensure_ascii, not indent.
 Value f_tojson(Interpreter&, const Value& v, Args& a) {
   DumpOptions o;
-  o.ensure_ascii = a.get(99, "ensure_ascii", Value(false)).truthy();
-  Value indent = a.get(0, "indent", Value::none());
-  if (indent.kind() == Kind::kInt) {
+  o.ensure_ascii = a.get(0, "ensure_ascii", Value(false)).truthy();
+  Value indent = a.get(1, "indent", Value::none());
+  if (indent.kind() == Kind::kInt || indent.kind() == Kind::kBool) {
     o.has_indent = true;
     o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
   } else if (indent.is_string()) {
     o.has_indent = true;
     o.indent = std::string(indent.str());
+  } else if (!indent.is_none()) {
+    throw std::runtime_error("tojson: indent must be an int or a str, not " + type_name(indent));
   }
   if (o.has_indent) o.item_sep = ",";
-  Value seps = a.get(99, "separators", Value::none());
-  if (seps.is_sequence() && seps.size() == 2) {
-    o.item_sep = to_str(seps.at(0));
-    o.key_sep = to_str(seps.at(1));
+  Value seps = a.get(2, "separators", Value::none());
+  if (!seps.is_none()) {
+    if (!seps.is_sequence() || seps.size() != 2 || !seps.at(0).is_string() || !seps.at(1).is_string()) {
+      throw std::runtime_error("tojson: separators must be a pair of strings");
+    }
+    o.item_sep = std::string(seps.at(0).str());
+    o.key_sep = std::string(seps.at(1).str());
   }
-  o.sort_keys = a.get(99, "sort_keys", Value(false)).truthy();
+  o.sort_keys = a.get(3, "sort_keys", Value(false)).truthy();
   return Value(json_dumps(v, o));
 }
 
@@ -79,7 +88,7 @@ Value f_forceescape(Interpreter&, const Value& v, Args&) { return Value::markup(
 Value f_items(Interpreter&, const Value& v, Args&) {
   List out;
   if (v.is_undefined()) return Value::list(std::move(out));
-  if (!v.is_dict()) throw std::runtime_error("items filter needs a mapping, got " + type_name(v));
+  if (!v.is_dict()) throw std::runtime_error("Can only get item pairs from a mapping.");
   v.dict_for_each([&](std::string_view k, const Value& e) { out.push_back(Value::tuple({Value(std::string(k)), e})); });
   return Value::list(std::move(out));
 }
@@ -145,9 +154,9 @@ Value f_rejectattr(Interpreter& in, const Value& v, Args& a) { return select_imp
 Value f_map(Interpreter& in, const Value& v, Args& a) {
   List out;
   if (!v.truthy()) return Value::list(std::move(out));  // jinja2 iterates only a truthy value
-  Value attr = a.get(99, "attribute", Value::none());
+  Value attr = a.get(kKeywordOnly, "attribute", Value::none());
   if (!attr.is_none()) {
-    Value dflt = a.get(99, "default");
+    Value dflt = a.get(kKeywordOnly, "default");
     for (const auto& item : iterate(v)) {
       Value x = attribute_of(in, item, attr);
       out.push_back(x.is_undefined() && !dflt.is_undefined() ? dflt : x);

@@ -37,7 +37,7 @@ std::string py_float_repr(double d) {
     return out;
   }
   out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  if (digits.size() > 1) out.append(".").append(digits, 1);
   char ebuf[16];
   std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
   return out + ebuf;

@@ -36,6 +36,8 @@ std::string Interpreter::render(const Template& tmpl) {
     throw;
   } catch (const std::runtime_error& e) {
     throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": out of memory");
   }
   return out;
 }

@@ -48,6 +48,8 @@ class Interpreter {
   Value eval(const Node& n);
   Value eval_call(const Node& n);
   Value eval_compare(const Node& n);
+  Value eval_unary(const Node& n);
+  Value eval_literal(const Node& n);  // [..], (..), {..}
   Value eval_binary(const Node& n);
   Value eval_filter(const Node& n);
   Value eval_slice(const Value& obj, const Node& slice);

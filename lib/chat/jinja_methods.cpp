@@ -81,7 +81,7 @@ std::string py_format(std::string_view fmt, const Args& args) {
       if (k >= args.pos.size()) throw std::runtime_error("Replacement index out of range for positional args");
       v = args.pos[k];
     } else {
-      v = args.get(SIZE_MAX, field, Value::undefined());
+      v = args.get(SIZE_MAX, field, Value::undefined());  // keyword only
       if (v.is_undefined()) throw std::runtime_error("KeyError: '" + std::string(field) + "'");
     }
     append_str(out, v);
@@ -131,6 +131,7 @@ Value str_method(const Value& obj, std::string_view name, Args& a) {
   }
   if (name == "format") return Value(py_format(s, a));
   if (name == "count" || name == "find" || name == "rfind") {
+    if (a.pos.size() > 1) throw std::runtime_error(std::string(name) + " with start/end arguments is not supported");
     auto sub = opt_str(a.get(0, "sub"));
     if (!sub) throw std::runtime_error(std::string(name) + " needs a str argument");
     if (name == "count") return Value(text::count(s, *sub));
@@ -252,7 +253,11 @@ void install_globals(Interpreter& in) {
     else throw std::runtime_error("range expected at least 1 argument, got 0");
     if (a.pos.size() == 3) step = a.pos[2].as_int();
     if (step == 0) throw std::runtime_error("range() arg 3 must not be zero");
-    if ((stop - start) / step > 100000) throw std::runtime_error("range too big");  // jinja2's sandbox limit
+    int64_t len = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
+                           : (start > stop ? (start - stop - step - 1) / -step : 0);
+    if (len > 100000) {  // jinja2's sandbox limit
+      throw std::runtime_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    }
     List items;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.emplace_back(i);
     return Value::list(std::move(items));

@@ -21,6 +21,9 @@ namespace {
                            type_name(b) + "'");
 }
 
+// Python integers do not overflow; ours are 64-bit, so say so rather than print a wrapped number.
+[[noreturn]] void overflow() { throw std::runtime_error("integer result does not fit in 64 bits (not supported)"); }
+
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -28,6 +31,9 @@ int64_t floor_div(int64_t a, int64_t b) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
+  if (n > 0 && (seq.is_string() ? seq.str().size() : seq.size()) * static_cast<uint64_t>(n) > (1u << 28)) {
+    throw std::runtime_error("repetition result too large");
+  }
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -86,15 +92,22 @@ Value arith(std::string_view op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (ints && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
+      int64_t x = a.as_int(), e = b.as_int(), r = 1;
+      if (x == 0 || x == 1) return Value(e == 0 ? int64_t{1} : x);
+      if (x == -1) return Value(e % 2 ? int64_t{-1} : int64_t{1});
+      for (int64_t i = 0; i < e; ++i) {  // |x| >= 2: overflows within 63 steps
+        if (__builtin_mul_overflow(r, x, &r)) overflow();
+      }
       return Value(r);
     }
     return Value(std::pow(a.as_float(), b.as_float()));
   }
   if (ints) {
-    int64_t x = a.as_int(), y = b.as_int();
-    return Value(c == '+' ? x + y : c == '-' ? x - y : x * y);
+    int64_t x = a.as_int(), y = b.as_int(), r = 0;
+    bool over = c == '+' ? __builtin_add_overflow(x, y, &r)
+                : c == '-' ? __builtin_sub_overflow(x, y, &r) : __builtin_mul_overflow(x, y, &r);
+    if (over) overflow();
+    return Value(r);
   }
   double x = a.as_float(), y = b.as_float();
   return Value(c == '+' ? x + y : c == '-' ? x - y : x * y);

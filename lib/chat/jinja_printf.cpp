@@ -27,7 +27,7 @@ double number_of(const Value& v, char type) {
 std::string c_format(const Spec& sp, const char* conv, double d, bool integral) {
   std::string f = "%" + sp.flags;
   if (sp.width >= 0) f += std::to_string(sp.width);
-  if (sp.precision >= 0 && !integral) f += "." + std::to_string(sp.precision);
+  if (sp.precision >= 0 && !integral) f.append(".").append(std::to_string(sp.precision));
   f += integral ? std::string("ll") + conv : std::string(conv);
   char buf[512];
   if (integral) std::snprintf(buf, sizeof buf, f.c_str(), static_cast<long long>(d));

@@ -58,6 +58,24 @@ TEST_CASE("jinja: every feature case renders as jinja2 renders it") {
   }
 }
 
+TEST_CASE("jinja: random templates render as jinja2 renders them (differential cases)") {
+  // testdata/chat/jinja_fuzz.py: random whitespace, -/+ modifiers, blocks, filters, tests, methods.
+  ChatJson data = load_json(std::string(NVLLM_TESTDATA) + "/chat/jinja_fuzz_cases.json");
+  REQUIRE(data["cases"].size() == 400);
+  for (const auto& c : data["cases"]) {
+    std::string source = c["template"].get<std::string>();
+    CAPTURE(source);
+    if (c.contains("expected")) {
+      std::string got;
+      CHECK_NOTHROW(got = render_with(source, data["vars"]));
+      CHECK(got == c["expected"].get<std::string>());
+    } else {
+      CAPTURE(c["error"].get<std::string>());
+      CHECK_THROWS_AS(render_with(source, data["vars"]), Error);  // syntax (parse) or runtime error
+    }
+  }
+}
+
 TEST_CASE("jinja: unsupported constructs are refused at parse time, naming the line") {
   auto message_of = [](const std::string& src) {
     try {
@@ -101,6 +119,11 @@ TEST_CASE("jinja: runtime errors name the line of the failing expression") {
 TEST_CASE("jinja: methods with no Python counterpart here fail loudly, not silently") {
   CHECK_THROWS_AS(render("{{ 'a'.zfill(3) }}"), ChatTemplateError);  // not a known str method: undefined call
   CHECK_THROWS_AS(render("{{ '{:>5}'.format(1) }}"), ChatTemplateError);
+  // Python's integers are unbounded: 2 ** 64 prints 18446744073709551616 there. Ours stop at 64 bits.
+  CHECK(render("{{ 2 ** 62 }} {{ 9223372036854775806 + 1 }}") == "4611686018427387904 9223372036854775807");
+  CHECK_THROWS_AS(render("{{ 2 ** 63 }}"), ChatTemplateError);
+  CHECK_THROWS_AS(render("{{ 9223372036854775807 + 1 }}"), ChatTemplateError);
+  CHECK_THROWS_AS(render("{{ 'x' * 1000000000 }}"), ChatTemplateError);
 }
 
 TEST_CASE("jinja: the whitespace matrix (trim_blocks + lstrip_blocks with - and +)") {

@@ -166,6 +166,8 @@ FEATURES = [
     ("filter.tojson_indent", "{{ tools | tojson(indent=2) }}"),
     ("filter.tojson_options", "{{ d | tojson(sort_keys=true) }} {{ d | tojson(separators=(',', ':')) }} "
                               "{{ 'é☕𝄞' | tojson }} {{ 'é☕𝄞' | tojson(ensure_ascii=true) }} {{ [] | tojson(indent=2) }}"),
+    ("filter.tojson_positional", "{{ 'é' | tojson(1) }} {{ d | tojson(false, 1) }} {{ {'b': [1]} | tojson(false, none, (',', '=')) }} "
+                                 "{{ {'b': 1, 'a': 2} | tojson(false, none, none, true) }} {{ [1] | tojson(indent=0) }}"),
     ("filter.tojson_values", "{{ [1.0, 1e20, 0.1, 1e-7, 123456789.125, -2, true, none, 'q\"\\\\\\n\\t\\u0001'] | tojson }}"),
     ("filter.tojson_indent_str", "{{ {'a': {'b': []}, 'c': {}} | tojson(indent='\\t') }}"),
     ("filter.length", "{{ l | length }} {{ s | length }} {{ d | count }} {{ 'héllo' | length }} {{ missing | length }}"),
@@ -231,6 +233,8 @@ FEATURES = [
                "{{ '%s and %s' | format(1, 'two') }} {{ '%(x)s' | format(x='kw') }} {{ 'a%sb' % missing }}"),
     ("markup", "{{ 'a<' | safe + '<b>' }} {{ '<x>' + ('<y>' | e) }} {{ ['x' | safe, '<' | e] }} {{ ('<' | e) | e }} "
                "{{ '<' | forceescape | forceescape }} {{ 'a<' | safe ~ '<' }}"),
+    ("expr.pow_edges", "{{ (-1) ** 3 }} {{ 0 ** 0 }} {{ 0 ** 5 }} {{ (-2) ** 3 }} {{ 1 ** 100 }} {{ 2 ** 62 }} {{ 2 ** 0.5 }}"),
+    ("global.range_limit", "{{ range(0, 200000, 2) | length }} {{ range(10, 0, -3) | list }} {{ range(5, 1) | list }}"),
     ("messages.qwen_like", "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
                            "'<|im_end|>\\n' }}{%- endfor %}"),
     # errors (runtime)
@@ -250,6 +254,7 @@ FEATURES = [
     ("error.unique_unhashable", "{{ messages | unique | list }}"),
     ("error.indent_not_string", "{{ n | indent }}"),
     ("error.unhashable_in_dict", "{{ [1] in d }}"),
+    ("error.range_too_big", "{{ range(0, 200001, 2) | length }}"),
     ("error.printf_too_many", "{{ '%s' % (1, 2) }}"),
     ("error.printf_too_few", "{{ '%s %s' % 'a' }}"),
     ("error.printf_number", "{{ '%d' % 'a' }}"),
