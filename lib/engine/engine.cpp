@@ -27,7 +27,7 @@ bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(id
 
 SchedulerConfig scheduler_config(const EngineConfig& c) {
   return {.max_num_seqs = c.max_num_seqs, .max_num_batched_tokens = c.max_num_batched_tokens,
-          .chunked_prefill = c.chunked_prefill};
+          .chunked_prefill = c.chunked_prefill, .priority = c.priority_scheduling};
 }
 
 }  // namespace
@@ -96,6 +96,7 @@ void Engine::Impl::add_request(EngineRequest request) {
     seq->parent = i > 0 ? state->seqs[0].get() : nullptr;
     seq->params = &state->params;
     seq->seed = sequence_seed(state->params.seed, static_cast<uint32_t>(i));
+    seq->priority = request.priority;
     seq->token_ids = request.prompt_ids;
     seq->prompt_len = prompt_len;
     if (tokenizer) {

@@ -29,12 +29,14 @@ struct EngineConfig {
   int max_num_batched_tokens = 8192;   // token budget of one step
   int max_model_len = 4096;            // prompt + output tokens of one sequence
   std::vector<int32_t> eos_token_ids;  // stop unless ignore_eos
+  bool priority_scheduling = false;    // --scheduling-policy priority (see Scheduler)
 };
 
 struct EngineRequest {
   std::string id;  // opaque to the engine; comes back in FinishedRequest
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
+  int priority = 0;  // lower runs first under --scheduling-policy priority (as in vLLM)
 };
 
 struct FinishedSequence {

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -240,6 +241,82 @@ TEST_CASE("engine: outputs equal the one-at-a-time reference under every schedul
     if (v.config.prefix_caching && v.config.block_size <= 16) CHECK(r.counters.hit_tokens > 0);
     CHECK(r.stats.peak_blocks_in_use <= v.num_blocks);
   }
+}
+
+TEST_CASE("engine: the priority policy keeps every output equal to the reference, under preemption") {
+  std::vector<EngineRequest> reqs = workload(11, 30);
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].priority = static_cast<int>(i * 7 % 5) - 2;
+  EngineConfig c = base_config();
+  c.priority_scheduling = true;
+  FakeRunner runner(8, c.block_size, kVocab, kEos);
+  const RunResult r = run(c, runner, reqs);
+  check_against_reference(r, reqs, c);
+  CHECK(r.preemptions > 0);
+}
+
+// The order requests finish in, queued all at once, one step after another.
+std::vector<std::string> finish_order(const EngineConfig& c, int num_blocks, const std::vector<EngineRequest>& reqs) {
+  FakeRunner runner(num_blocks, c.block_size, kVocab, kEos);
+  Engine engine(c, runner, nullptr);
+  for (const EngineRequest& r : reqs) engine.add_request(r);
+  std::vector<std::string> order;
+  while (engine.has_unfinished()) {
+    for (const FinishedRequest& f : engine.step()) order.push_back(f.id);
+  }
+  return order;
+}
+
+TEST_CASE("engine: under the priority policy high-priority requests finish first with a small cache") {
+  // Eight requests of 8 prompt + 24 output tokens (2 blocks of 16 each at the end) in a cache of
+  // 6 blocks: at most three run at once. The last three arrive last but have priority -1
+  // (lower runs first, as in vLLM): they are admitted first and finish first. Under fcfs
+  // they wait for the others.
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    EngineRequest r;
+    r.id = "r" + std::to_string(i);
+    r.prompt_ids.assign(8, 100 + i);
+    r.params.max_tokens = 24;
+    r.params.ignore_eos = true;
+    r.params.temperature = 0;
+    r.priority = i >= 5 ? -1 : 0;
+    reqs.push_back(r);
+  }
+  EngineConfig c = base_config();
+  c.priority_scheduling = true;
+  const std::vector<std::string> prio = finish_order(c, 6, reqs);
+  REQUIRE(prio.size() == 8);
+  const std::set<std::string> first3(prio.begin(), prio.begin() + 3);
+  CHECK(first3 == std::set<std::string>{"r5", "r6", "r7"});
+  // The rest in arrival order: equal priorities are served first come, first served.
+  CHECK(std::vector<std::string>(prio.begin() + 3, prio.end()) == std::vector<std::string>{"r0", "r1", "r2", "r3", "r4"});
+
+  c.priority_scheduling = false;
+  const std::vector<std::string> fcfs = finish_order(c, 6, reqs);
+  REQUIRE(fcfs.size() == 8);
+  CHECK(std::set<std::string>(fcfs.end() - 3, fcfs.end()) == std::set<std::string>{"r5", "r6", "r7"});
+}
+
+TEST_CASE("engine: under the priority policy the lowest-priority running sequence is preempted first") {
+  // Two requests fit the 4-block cache at admission (1 block each) but not at their full
+  // length (2 blocks + 1 each): one must be preempted. The earlier one has the lower priority
+  // (a larger value): it is the victim, so the later, higher-priority request never recomputes
+  // and finishes first. Under fcfs the newest (the high-priority one) would be the victim.
+  std::vector<EngineRequest> reqs(2);
+  for (int i = 0; i < 2; ++i) {
+    reqs[i].id = "r" + std::to_string(i);
+    reqs[i].prompt_ids.assign(8, 200 + i);
+    reqs[i].params.max_tokens = 30;
+    reqs[i].params.ignore_eos = true;
+    reqs[i].params.temperature = 0;
+  }
+  reqs[0].priority = 5;
+  reqs[1].priority = 1;
+  EngineConfig c = base_config();
+  c.priority_scheduling = true;
+  CHECK(finish_order(c, 4, reqs) == std::vector<std::string>{"r1", "r0"});
+  c.priority_scheduling = false;
+  CHECK(finish_order(c, 4, reqs) == std::vector<std::string>{"r0", "r1"});
 }
 
 TEST_CASE("engine: random configurations and workloads with eos, min_tokens and stop ids match the reference") {

@@ -24,6 +24,7 @@ struct Sequence {
   const Sequence* parent = nullptr;  // sample 0 of the request for the others: whose prompt blocks to share
   const SamplingParams* params = nullptr;
   uint64_t seed = 0;              // sequence_seed(request seed, sample_index)
+  int priority = 0;               // the request's; lower runs first under the priority policy
 
   std::vector<int32_t> token_ids;  // prompt then output
   int prompt_len = 0;
