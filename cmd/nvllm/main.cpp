@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   CLI::App app{"nvllm: offline batch generation and benchmarking of large language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", nvllm::version_string());
+  // A repeated option takes its last value, as argparse (vLLM) does: scripts append overrides.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.footer(
       "Run 'nvllm SUBCOMMAND --help' for the flags of each subcommand. vLLM's spellings of the engine\n"
       "flags are accepted too (--max_model_len, --enable-prefix-caching, ...; see README).\n"
