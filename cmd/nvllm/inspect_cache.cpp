@@ -54,6 +54,7 @@ struct Workload {
 
 struct ReplayResult {
   std::vector<FinishedRequest> finished;  // input order
+  std::vector<int64_t> finish_step;       // input order: the step each request finished in
   std::vector<CacheTraceRow> trace;
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
@@ -105,12 +106,14 @@ ReplayResult replay(const Workload& w, const std::vector<size_t>& order, const E
   }
   ReplayResult result;
   result.finished.resize(w.requests.size());
+  result.finish_step.resize(w.requests.size());
   for (int64_t step = 1; engine.has_unfinished(); ++step) {
     for (FinishedRequest& done : engine.step()) {
       const size_t i = std::stoul(done.id);
       result.prompt_tokens += done.prompt_tokens;
       result.cached_tokens += done.cached_tokens;
       result.finished[i] = std::move(done);
+      result.finish_step[i] = step;
     }
     result.trace.push_back(trace_row(engine, step));
   }
@@ -159,7 +162,8 @@ nlohmann::json request_rows(const Workload& w, const ReplayResult& r, int block_
     rows.push_back({{"line", w.lines[i]},
                     {"prompt_tokens", done.prompt_tokens},
                     {"blocks", (done.prompt_tokens + block_size - 1) / block_size},
-                    {"cached_tokens", done.cached_tokens}});
+                    {"cached_tokens", done.cached_tokens},
+                    {"finish_step", r.finish_step[i]}});
   }
   return rows;
 }
