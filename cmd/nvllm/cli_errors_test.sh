@@ -202,4 +202,30 @@ assert max(steps[5:]) < min(steps[:5]), steps
 PY
 expect 3 'priority.*expected an integer (lower runs first)' "a bad priority" -- \
   "$nvllm" generate "${common[@]}" --input <(echo '{"prompt": "x", "priority": "high"}')
+# stop_reason (as vLLM reports it) and the token text beside each logprob.
+echo '{"id": "g", "prompt_token_ids": [1, 2, 3], "max_tokens": 4, "temperature": 0, "ignore_eos": true, "logprobs": 2}' \
+  >"$tmp/greedy.jsonl"
+"$nvllm" generate "${common[@]}" -q --input "$tmp/greedy.jsonl" --output "$tmp/greedy_out.jsonl"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+r = json.loads(open(f"{d}/greedy_out.jsonl").readline())
+assert r["finish_reason"] == "length" and r["stop_reason"] is None, r
+lp = r["logprobs"]
+assert len(lp["tokens"]) == 4 and all(isinstance(t, str) for t in lp["tokens"]), lp
+assert all(len(top) == 2 and all(isinstance(t["token"], str) for t in top) for top in lp["top_logprobs"]), lp
+stop = r["token_ids"][2]
+with open(f"{d}/stop.jsonl", "w") as f:
+    f.write(json.dumps({"id": "s", "prompt_token_ids": [1, 2, 3], "max_tokens": 4, "temperature": 0,
+                        "ignore_eos": True, "stop_token_ids": [stop]}) + "\n")
+open(f"{d}/stop_id", "w").write(str(stop))
+PY
+"$nvllm" generate "${common[@]}" -q --input "$tmp/stop.jsonl" --output "$tmp/stop_out.jsonl"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+r = json.loads(open(f"{d}/stop_out.jsonl").readline())
+stop = int(open(f"{d}/stop_id").read())
+assert r["finish_reason"] == "stop" and r["stop_reason"] == stop and r["token_ids"][-1] == stop, r
+PY
 echo "cli_errors_test: ok"

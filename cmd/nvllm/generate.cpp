@@ -134,6 +134,8 @@ RequestResult to_result(const Request& request, const FinishedRequest& done, con
     out.text = seq.text;
     out.token_ids = seq.token_ids;
     out.finish_reason = seq.finish_reason;
+    if (!seq.stop_string.empty()) out.stop_string = seq.stop_string;
+    if (seq.stop_token_id >= 0) out.stop_token_id = seq.stop_token_id;
     if (request.params.logprobs) {
       std::vector<StepLogprobs> steps(seq.token_ids.size());
       for (size_t k = 0; k < seq.token_ids.size() && k < seq.logprobs.size(); ++k) {

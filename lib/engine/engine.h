@@ -43,6 +43,8 @@ struct FinishedSequence {
   std::vector<int32_t> token_ids;  // generated tokens (an eos / stop id / stop string token included)
   std::string text;                // detokenized, stop string cut; empty without a tokenizer
   std::string finish_reason;       // "stop" or "length"
+  std::string stop_string;         // the stop string that ended it ("" if none)
+  int32_t stop_token_id = -1;      // the stop_token_ids id that ended it (-1 if none; eos is not one)
   std::vector<float> logprobs;     // per token, when params.logprobs is set
   std::vector<std::vector<TokenLogprob>> top_logprobs;
 };

@@ -44,6 +44,8 @@ struct Expected {
   std::vector<int32_t> tokens;
   std::string reason;
   std::string text;
+  std::string stop_string;     // vLLM's stop_reason: the stop string, or
+  int32_t stop_token_id = -1;  // the stop_token_ids id (eos is none)
 };
 
 // The reference: one sequence alone, the stop rules in their stated order.
@@ -66,13 +68,14 @@ Expected simulate(const std::vector<int32_t>& prompt, const SamplingParams& p, i
     if (with_text && (!stop_id || p.include_stop_str_in_output)) text += LetterTokenizer::piece(t);
     if (stop_id) {
       e.reason = "stop";
+      if (p.ignore_eos || t != kEos[0]) e.stop_token_id = t;
       break;
     }
     if (with_text && may_stop) {
       size_t cut = std::string::npos, len = 0;
       for (const std::string& s : p.stop) {
         const size_t pos = text.find(s);
-        if (pos < cut) cut = pos, len = s.size();
+        if (pos < cut) cut = pos, len = s.size(), e.stop_string = s;
       }
       if (cut != std::string::npos) {
         text.resize(cut + (p.include_stop_str_in_output ? len : 0));
@@ -167,6 +170,8 @@ void check_against_reference(const RunResult& r, const std::vector<EngineRequest
       const Expected e = simulate(req.prompt_ids, req.params, i, config.max_model_len, eos_every, with_text);
       CHECK(f.outputs[i].token_ids == e.tokens);
       CHECK(f.outputs[i].finish_reason == e.reason);
+      CHECK(f.outputs[i].stop_string == e.stop_string);
+      CHECK(f.outputs[i].stop_token_id == e.stop_token_id);
       CHECK(f.outputs[i].text == e.text);
       output_tokens += static_cast<int64_t>(e.tokens.size());
       multi_token_seqs += e.tokens.size() > 1;
@@ -476,6 +481,10 @@ TEST_CASE("engine: stop token ids, max_tokens, min_tokens against eos, max_model
   CHECK(d.at("stop_id").outputs[0].token_ids.size() <= 3);
   CHECK(d.at("stop_id").outputs[0].token_ids.back() == free_run.tokens[2]);
   CHECK(d.at("stop_id").outputs[0].finish_reason == "stop");
+  // stop_reason as vLLM reports it: the stop id; none for eos or "length".
+  CHECK(d.at("stop_id").outputs[0].stop_token_id == d.at("stop_id").outputs[0].token_ids.back());
+  CHECK(d.at("plain").outputs[0].stop_token_id == -1);
+  CHECK(d.at("ignore_eos").outputs[0].stop_token_id == -1);
 }
 
 TEST_CASE("engine: stop strings cut the text; logprobs are kept per token") {
@@ -506,6 +515,7 @@ TEST_CASE("engine: stop strings cut the text; logprobs are kept per token") {
   check_against_reference(r, reqs, c, 0, true);
   const FinishedSequence& cut = r.done.at("cut").outputs[0];
   CHECK(cut.finish_reason == "stop");
+  CHECK(cut.stop_string == stop);  // vLLM's stop_reason
   CHECK(cut.text.find(stop) == std::string::npos);
   CHECK(r.done.at("include").outputs[0].text.size() == cut.text.size() + stop.size());
   CHECK(cut.logprobs.size() == cut.token_ids.size());

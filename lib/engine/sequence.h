@@ -36,6 +36,10 @@ struct Sequence {
 
   double first_token_s = -1, finish_s = -1;
   std::string finish_reason;
+  // What ended it with "stop", as vLLM's stop_reason: a stop string, or a stop_token_ids id
+  // (-1: neither; eos and "length" have no stop reason).
+  std::string stop_string;
+  int32_t stop_token_id = -1;
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;  // only with a tokenizer

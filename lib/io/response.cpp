@@ -34,16 +34,23 @@ int64_t code_points(const std::string& s) {
 }
 
 OrderedJson our_logprobs(const std::vector<StepLogprobs>& steps) {
-  OrderedJson chosen = OrderedJson::array(), top = OrderedJson::array();
+  OrderedJson chosen = OrderedJson::array(), tokens = OrderedJson::array(), top = OrderedJson::array();
   for (const StepLogprobs& step : steps) {
     chosen.push_back(json_float(step.chosen.logprob));
+    tokens.push_back(step.chosen.token);
     OrderedJson alternatives = OrderedJson::array();
     for (const OutputLogprob& t : step.top) {
-      alternatives.push_back({{"token_id", t.token_id}, {"logprob", json_float(t.logprob)}});
+      alternatives.push_back({{"token_id", t.token_id}, {"token", t.token}, {"logprob", json_float(t.logprob)}});
     }
     top.push_back(std::move(alternatives));
   }
-  return {{"token_logprobs", std::move(chosen)}, {"top_logprobs", std::move(top)}};
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(chosen)}, {"top_logprobs", std::move(top)}};
+}
+
+OrderedJson stop_reason(const CompletionOutput& out) {
+  if (out.stop_string) return *out.stop_string;
+  if (out.stop_token_id) return *out.stop_token_id;
+  return nullptr;
 }
 
 // OpenAI's completion logprobs. As in vLLM, each step's top_logprobs also holds the sampled
@@ -71,7 +78,10 @@ OrderedJson openai_logprobs(const std::vector<StepLogprobs>& steps) {
 }
 
 OrderedJson our_output(const CompletionOutput& out) {
-  OrderedJson o = {{"text", out.text}, {"token_ids", out.token_ids}, {"finish_reason", out.finish_reason}};
+  OrderedJson o = {{"text", out.text},
+                   {"token_ids", out.token_ids},
+                   {"finish_reason", out.finish_reason},
+                   {"stop_reason", stop_reason(out)}};
   if (out.logprobs) o["logprobs"] = our_logprobs(*out.logprobs);
   return o;
 }
@@ -114,7 +124,8 @@ OrderedJson openai_record(const RequestResult& r) {
     choices.push_back({{"index", i},
                        {"text", out.text},
                        {"logprobs", out.logprobs ? openai_logprobs(*out.logprobs) : OrderedJson(nullptr)},
-                       {"finish_reason", out.finish_reason}});
+                       {"finish_reason", out.finish_reason},
+                       {"stop_reason", stop_reason(out)}});
   }
   const int completion = completion_tokens(r);
   OrderedJson body = {{"id", str_cat("cmpl-", r.line)},
