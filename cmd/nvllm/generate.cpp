@@ -274,7 +274,7 @@ int64_t run_loop(const GenerateFlags& f, Engine& engine, const Queue& q, JsonlWr
   const bool show = !f.no_progress && !f.quiet;
   ProgressBar bar(q.queued, stderr, show && isatty(2));
   bar.set_token_total(q.token_total);
-  ProgressLog log(q.queued, q.token_total, f.progress_interval_s, stderr, show && !isatty(2));
+  ProgressLog log(q.queued, q.token_total, f.progress_interval_s, stderr, show && !isatty(2) && q.queued > 0);
   int64_t finished = 0;
   while (engine.has_unfinished() && !g_interrupted) {
     for (const FinishedRequest& done : engine.step()) {
