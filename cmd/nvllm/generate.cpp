@@ -88,10 +88,12 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
                       "Default temperature for requests that set none (0: greedy); default: the model's "
                       "generation_config.json, else 1")
           ->check(number_at_least(0));
-  f.top_p_flag = cmd->add_option("--top-p", f.top_p, "Default top_p, in (0, 1]; default: generation_config.json, else 1")
-                     ->check(number_in(0, 1, /*lo_exclusive=*/true));
-  f.top_k_flag = cmd->add_option("--top-k", f.top_k, "Default top_k (0 or -1: off); default: generation_config.json, else 0")
-                     ->check(integer_at_least(-1));
+  f.top_p_flag =
+      cmd->add_option("--top-p", f.top_p, "Default top_p, in (0, 1]; default: generation_config.json, else 1")
+          ->check(number_in(0, 1, /*lo_exclusive=*/true));
+  f.top_k_flag =
+      cmd->add_option("--top-k", f.top_k, "Default top_k (0 or -1: off); default: generation_config.json, else 0")
+          ->check(integer_at_least(-1));
   f.max_tokens_flag =
       cmd->add_option("--max-tokens", f.max_tokens,
                       "Default max_tokens; default: generation_config.json's max_new_tokens, else 256")

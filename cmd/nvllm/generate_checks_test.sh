@@ -143,7 +143,8 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": f"m{i}", "prompt_token_ids": [i % 90 + 1] * 8, "max_tokens": 200,
                             "ignore_eos": True}) + "\n")
 PY
-"$nvllm" generate --model "$testdata/tiny-qwen3" --device cpu --load-format dummy --threads 1 --max-num-seqs 2 --input "$tmp/many.jsonl" --output "$tmp/term.jsonl" \
+"$nvllm" generate --model "$testdata/tiny-qwen3" --device cpu --load-format dummy --threads 1 --max-num-seqs 2 \
+  --input "$tmp/many.jsonl" --output "$tmp/term.jsonl" \
   2>"$tmp/term_err" &
 pid=$!
 for _ in $(seq 600); do [[ -s "$tmp/term.jsonl" ]] && break; sleep 0.1; done
@@ -182,4 +183,8 @@ expect 0 "KV cache on the CPU: 32 blocks of 16 tokens.*within --cpu-kv-cache-spa
 # tiny Qwen3: 2 layers x 2 KV heads x 64 dims x K,V x 4 bytes x 16 tokens = 32 KiB a block.
 expect 0 "KV cache on the CPU: 4 blocks.*limited by --cpu-kv-cache-space" "CPU KV limited" -- \
   "$nvllm" generate "${common[@]}" --cpu-kv-cache-space 0.000125 --input "$tmp/one.jsonl" --output "$tmp/o.jsonl"
+# More than the machine's memory: refused with the numbers, not an allocation failure.
+expect 1 "more than this machine's .* GiB of memory" "CPU KV over memory" -- \
+  "$nvllm" generate "${common[@]}" --max-model-len 4096 --max-num-seqs 100000000 --cpu-kv-cache-space 1e9 \
+  --input "$tmp/one.jsonl" --output "$tmp/o.jsonl"
 echo "generate_checks_test: ok"

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <thread>
 
+#include <unistd.h>
+
 #include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/model_source.h"
 #include "core/error.h"
@@ -171,6 +173,10 @@ int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) 
   NVLLM_CHECK(budget >= 1, "--cpu-kv-cache-space ", f.cpu_kv_cache_gib, " GiB holds no KV block of ",
               bytes_per_block, " bytes; raise it");
   const int64_t blocks = std::min({wanted, budget, int64_t{std::numeric_limits<int32_t>::max()}});
+  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  NVLLM_CHECK(physical <= 0 || blocks * bytes_per_block < physical, "the CPU KV cache would take ",
+              blocks * bytes_per_block / kGiB, " GiB, more than this machine's ", physical / kGiB,
+              " GiB of memory; lower --cpu-kv-cache-space (or --max-num-seqs, --max-model-len)");
   log_info("KV cache on the CPU: ", blocks, " blocks of ", f.block_size, " tokens (", blocks * bytes_per_block / kGiB,
            " GiB); ", blocks < wanted ? "limited by" : "within", " --cpu-kv-cache-space ", f.cpu_kv_cache_gib,
            " GiB; --max-num-seqs ", f.max_num_seqs, " x --max-model-len ", max_model_len, " would take ", wanted,
