@@ -4,14 +4,20 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <utility>
+
+#include <unistd.h>
 
 #include "analysis/prefix_tree.h"
 #include "analysis/workload.h"
 #include "cmd/nvllm/chat_setup.h"
+#include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/commands.h"
+#include "cmd/nvllm/generate_input.h"
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "io/progress.h"
 #include "io/request.h"
 
 #include "git_rev.h"  // NVLLM_GIT_REV, written at build time
@@ -19,8 +25,9 @@
 namespace nvllm {
 namespace {
 
-// Measured ceilings of the H100 used for the roofline (device copy, bf16 cuBLAS GEMM); override
-// with --peak-bandwidth / --peak-flops on another card.
+// Measured ceilings of the H100 used for the roofline on the GPU (device copy, bf16 cuBLAS GEMM);
+// override with --peak-bandwidth / --peak-flops on another card. On the CPU there is no default:
+// the roofline is left out unless both are given.
 constexpr double kH100Bandwidth = 3.03e12;
 constexpr double kH100Flops = 854e12;
 
@@ -37,10 +44,20 @@ struct BenchFlags {
   int batch_size = 1;
   int iterations = 3;
   std::string output_json;
-  double peak_bandwidth = kH100Bandwidth;
-  double peak_flops = kH100Flops;
+  double peak_bandwidth = 0;  // 0: the H100's on the GPU, none on the CPU
+  double peak_flops = 0;
   bool no_warmup = false;
+  bool quiet = false;
 };
+
+// The roofline's ceilings for this device, or {0, 0} when there are none (the CPU without flags).
+std::pair<double, double> peaks(const BenchFlags& f, const LoadedModel& m) {
+  if (f.peak_bandwidth > 0 && f.peak_flops > 0) return {f.peak_bandwidth, f.peak_flops};
+  if (m.device == "cuda") {
+    return {f.peak_bandwidth > 0 ? f.peak_bandwidth : kH100Bandwidth, f.peak_flops > 0 ? f.peak_flops : kH100Flops};
+  }
+  return {0, 0};
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -110,9 +127,18 @@ struct RunResult {
   std::vector<FinishedRequest> finished;
 };
 
-RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& requests) {
+// `show_progress`: a bar on a terminal, a line every 30 s in a log (none with -q).
+RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& requests, bool show_progress = false) {
   Engine engine(m.engine, *m.runner, nullptr);
-  for (const EngineRequest& r : requests) engine.add_request(r);
+  int64_t token_total = 0;
+  for (const EngineRequest& r : requests) {
+    engine.add_request(r);
+    token_total += int64_t{r.params.max_tokens} * r.params.n;
+  }
+  const auto total = static_cast<int64_t>(requests.size());
+  ProgressBar bar(total, stderr, show_progress && isatty(2));
+  bar.set_token_total(token_total);
+  ProgressLog log(total, token_total, 30, stderr, show_progress && !isatty(2));
   RunResult result;
   const auto start = Clock::now();
   while (engine.has_unfinished()) {
@@ -121,9 +147,13 @@ RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& request
     result.step_s.push_back(seconds_since(t));
     result.step_device_s.push_back(m.runner->last_step_device_seconds());
     result.step_outputs.push_back(engine.stats().output_tokens);
+    bar.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
+    log.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
   }
   result.seconds = seconds_since(start);
   result.stats = engine.stats();
+  bar.finish();
+  log.finish(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
   return result;
 }
 
@@ -186,7 +216,8 @@ double device_seconds(const RunResult& run) {
 
 nlohmann::json throughput_report(const BenchFlags& f, const LoadedModel& m, const RunResult& run,
                                  const Roofline& roof) {
-  const double bound_s = roof.min_time_s(f.peak_bandwidth, f.peak_flops);
+  const auto [peak_bandwidth, peak_flops] = peaks(f, m);
+  const double bound_s = peak_bandwidth > 0 ? roof.min_time_s(peak_bandwidth, peak_flops) : 0.0;
   const RunStats& s = run.stats;
   nlohmann::json report = header(f, m, "throughput");
   report["requests"] = s.requests;
@@ -205,19 +236,25 @@ nlohmann::json throughput_report(const BenchFlags& f, const LoadedModel& m, cons
   report["schedule"] = f.schedule;
   report["steps"] = s.steps;
   report["device_busy_s"] = device_seconds(run);
-  report["roofline"] = {{"bytes", roof.bytes},
-                        {"flops", roof.flops},
-                        {"peak_bandwidth", f.peak_bandwidth},
-                        {"peak_flops", f.peak_flops},
-                        {"min_time_s", bound_s},
-                        {"fraction_of_bound", bound_s / run.seconds},
-                        {"achieved_bandwidth", roof.bytes / run.seconds},
-                        {"output_tokens_per_s_bound", s.output_tokens / bound_s}};
+  if (bound_s > 0) {
+    report["roofline"] = {{"bytes", roof.bytes},
+                          {"flops", roof.flops},
+                          {"peak_bandwidth", peak_bandwidth},
+                          {"peak_flops", peak_flops},
+                          {"min_time_s", bound_s},
+                          {"fraction_of_bound", bound_s / run.seconds},
+                          {"achieved_bandwidth", roof.bytes / run.seconds},
+                          {"output_tokens_per_s_bound", s.output_tokens / bound_s}};
+  } else {
+    report["roofline"] = nullptr;  // no ceilings for this CPU: a bound from the H100's would mislead
+  }
   return report;
 }
 
 void print_throughput(const BenchFlags& f, const LoadedModel& m, const RunResult& run, const Roofline& roof) {
-  const double bound_s = roof.min_time_s(f.peak_bandwidth, f.peak_flops), device_s = device_seconds(run);
+  const auto [peak_bandwidth, peak_flops] = peaks(f, m);
+  const double bound_s = peak_bandwidth > 0 ? roof.min_time_s(peak_bandwidth, peak_flops) : 0.0;
+  const double device_s = device_seconds(run);
   const RunStats& s = run.stats;
   std::printf("device            %s\n", m.device_name.c_str());
   std::printf("requests          %lld in %.2f s: %.2f req/s\n", static_cast<long long>(s.requests), run.seconds,
@@ -235,19 +272,25 @@ void print_throughput(const BenchFlags& f, const LoadedModel& m, const RunResult
   std::printf("KV cache          peak %d of %d blocks; prefix-cache hit rate %.1f%%; preemptions %lld\n",
               s.peak_blocks_in_use, s.num_kv_blocks, 100 * s.prefix_cache_hit_rate(),
               static_cast<long long>(s.preemptions));
-  std::printf("roofline          %.2f TB moved, %.1f TFLOP; bound %.2f s (%.0f output tok/s); achieved %.0f%% of "
-              "bound, %.2f TB/s\n",
-              roof.bytes / 1e12, roof.flops / 1e12, bound_s, s.output_tokens / bound_s, 100 * bound_s / run.seconds,
-              roof.bytes / run.seconds / 1e12);
+  if (bound_s > 0) {
+    std::printf("roofline          %.2f TB moved, %.1f TFLOP; bound %.2f s (%.0f output tok/s); achieved %.0f%% of "
+                "bound, %.2f TB/s\n",
+                roof.bytes / 1e12, roof.flops / 1e12, bound_s, s.output_tokens / bound_s,
+                100 * bound_s / run.seconds, roof.bytes / run.seconds / 1e12);
+  } else {
+    std::printf("roofline          left out on the CPU (give --peak-bandwidth and --peak-flops of this machine)\n");
+  }
 }
 
 // Read the workload, warm up, run it, report.
 int run_throughput(const BenchFlags& f) {
+  check_output_path(f.output_json, "--output-json");
+  check_not_input(f.output_json, "--output-json", f.input.empty() ? "-" : f.input);
   LoadedModel m = load_model(f.model);
   const std::vector<EngineRequest> requests = throughput_requests(f, m);
   warm_up(m, f);
   log_info("bench throughput: ", requests.size(), " requests on ", m.device_name);
-  const RunResult run = run_requests(m, requests);
+  const RunResult run = run_requests(m, requests, !f.quiet);
   const Roofline roof = run_roofline(m, run);
   const nlohmann::json report = throughput_report(f, m, run, roof);
   print_throughput(f, m, run, roof);
@@ -255,7 +298,21 @@ int run_throughput(const BenchFlags& f) {
   return 0;
 }
 
+// A latency run whose sequences cannot reach input + output tokens would time steps that never
+// ran: refused up front, with the numbers.
+void check_latency_fits(const BenchFlags& f, const LoadedModel& m, int input_len, int output_len) {
+  const int64_t len = int64_t{input_len} + output_len;
+  NVLLM_CHECK(len <= m.engine.max_model_len, "bench latency: --input-len ", input_len, " + --output-len ", output_len,
+              " = ", len, " tokens exceeds the context of ", m.engine.max_model_len,
+              " tokens (--max-model-len or the model's limit); shorten them or raise --max-model-len");
+  const int64_t blocks = int64_t{f.batch_size} * blocks_for(static_cast<int>(len), m.engine.block_size);
+  NVLLM_CHECK(blocks <= m.runner->num_kv_blocks(), "bench latency: --batch-size ", f.batch_size, " sequences of ",
+              len, " tokens need ", blocks, " KV blocks but the cache has ", m.runner->num_kv_blocks(),
+              " (they would be preempted and timed twice); lower --batch-size or the lengths, or raise the cache");
+}
+
 int run_latency(const BenchFlags& f) {
+  check_output_path(f.output_json, "--output-json");
   LoadedModel m = load_model(f.model);
   WorkloadSpec spec;
   spec.num_prompts = f.batch_size;
@@ -268,11 +325,17 @@ int run_latency(const BenchFlags& f) {
   spec.seed = f.model.seed;
   NVLLM_CHECK(f.batch_size <= m.engine.max_num_seqs, "--batch-size ", f.batch_size, " exceeds --max-num-seqs ",
               m.engine.max_num_seqs);
+  check_latency_fits(f, m, spec.input_len.min, spec.output_len.min);
   warm_up(m, f);
   std::vector<double> prefill_s, decode_s, decode_device_s, e2e_s;
   for (int it = 0; it < f.iterations; ++it) {
     spec.seed = f.model.seed + it;
+    if (!f.quiet) log_info("bench latency: iteration ", it + 1, " of ", f.iterations);
     RunResult run = run_requests(m, random_requests(m, spec));
+    NVLLM_CHECK(run.stats.output_tokens == int64_t{f.batch_size} * spec.output_len.min && run.stats.preemptions == 0,
+                "bench latency: iteration ", it + 1, " produced ", run.stats.output_tokens, " of ",
+                int64_t{f.batch_size} * spec.output_len.min, " tokens with ", run.stats.preemptions,
+                " preemptions; its timings would not be of the asked batch");
     e2e_s.push_back(run.seconds);
     // Prefill is every step up to the one that samples the last sequence's first token; the
     // rest decode one token per sequence.
@@ -300,15 +363,18 @@ int run_latency(const BenchFlags& f) {
   report["e2e_s"] = percentiles(e2e_s);
   report["decode_tokens_per_s"] = decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0;
   const double weight_bytes = roofline(m.config, {}, {}, 1, m.device == "cuda" ? 2 : 4, 2).weight_bytes;
-  report["decode_step_bound_s"] = weight_bytes / f.peak_bandwidth;
+  const double peak_bandwidth = peaks(f, m).first;
+  report["decode_step_bound_s"] = peak_bandwidth > 0 ? nlohmann::json(weight_bytes / peak_bandwidth) : nlohmann::json();
 
   std::printf("device            %s\n", m.device_name.c_str());
   std::printf("batch %d, input %d, output %d, %d iterations\n", f.batch_size, spec.input_len.min, spec.output_len.min,
               f.iterations);
   std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(prefill_s, 50),
               1e3 * percentile(prefill_s, 90), 1e3 * percentile(prefill_s, 99));
-  std::printf("decode step ms    p50 %.3f  p90 %.3f  p99 %.3f   (weights-read bound %.3f)\n", 1e3 * decode_p50,
-              1e3 * percentile(decode_s, 90), 1e3 * percentile(decode_s, 99), 1e3 * weight_bytes / f.peak_bandwidth);
+  std::printf("decode step ms    p50 %.3f  p90 %.3f  p99 %.3f", 1e3 * decode_p50, 1e3 * percentile(decode_s, 90),
+              1e3 * percentile(decode_s, 99));
+  if (peak_bandwidth > 0) std::printf("   (weights-read bound %.3f)", 1e3 * weight_bytes / peak_bandwidth);
+  std::printf("\n");
   if (percentile(decode_device_s, 50) > 0)
     std::printf("  of which GPU    p50 %.3f (the rest is the host: scheduling, batch packing, launch)\n",
                 1e3 * percentile(decode_device_s, 50));
@@ -321,13 +387,23 @@ void add_common(CLI::App& cmd, BenchFlags& f) {
   add_model_flags(cmd, f.model);
   cmd.add_option("--output-len", f.output_len, "Output tokens per request: N or MIN:MAX")->capture_default_str();
   cmd.add_option("--input-len", f.input_len, "Prompt tokens per request: N or MIN:MAX")->capture_default_str();
-  cmd.add_option("--temperature", f.temperature, "Sampling temperature (0: greedy)")->capture_default_str();
+  cmd.add_option("--temperature", f.temperature, "Sampling temperature (0: greedy)")
+      ->check(number_at_least(0))
+      ->capture_default_str();
   cmd.add_option("--output-json", f.output_json, "Write every figure, the command, the GPU and git revision as JSON");
-  cmd.add_option("--peak-bandwidth", f.peak_bandwidth, "Memory bandwidth ceiling for the roofline, bytes/s (H100 measured)")
-      ->capture_default_str();
-  cmd.add_option("--peak-flops", f.peak_flops, "Matrix FLOP/s ceiling for the roofline (H100 bf16 measured)")
-      ->capture_default_str();
+  cmd.add_option("--peak-bandwidth", f.peak_bandwidth,
+                 str_cat("Memory bandwidth ceiling for the roofline, bytes/s (default on the GPU: the H100's measured ",
+                         kH100Bandwidth, "; on the CPU none: no roofline)"))
+      ->check(number_at_least(0, /*exclusive=*/true));
+  cmd.add_option("--peak-flops", f.peak_flops,
+                 str_cat("Matrix FLOP/s ceiling for the roofline (default on the GPU: the H100's bf16 measured ",
+                         kH100Flops, ")"))
+      ->check(number_at_least(0, /*exclusive=*/true));
   cmd.add_flag("--no-warmup", f.no_warmup, "Skip the untimed warm-up run");
+  cmd.add_flag("-q,--quiet", f.quiet, "Print only the results and errors (no progress, no info lines)");
+  cmd.parse_complete_callback([&f] {
+    if (f.quiet) log_threshold() = LogLevel::kError;
+  });
 }
 
 }  // namespace
@@ -343,8 +419,12 @@ Command make_bench_command() {
     add_common(*tp, *flags);
     tp->add_option("--preset", flags->preset, "A published workload: nano-vllm (256 requests, lengths 100..1024)");
     tp->add_option("--input", flags->input, "Workload from a JSONL file (as nvllm generate reads) instead of flags");
-    tp->add_option("--num-prompts", flags->num_prompts, "Requests in the workload")->capture_default_str();
-    tp->add_option("--prefix-len", flags->prefix_len, "Tokens shared by the start of every prompt")->capture_default_str();
+    tp->add_option("--num-prompts", flags->num_prompts, "Requests in the workload")
+        ->check(integer_at_least(1))
+        ->capture_default_str();
+    tp->add_option("--prefix-len", flags->prefix_len, "Tokens shared by the start of every prompt")
+        ->check(integer_at_least(0))
+        ->capture_default_str();
     tp->add_option("--schedule", flags->schedule,
                    "Admission order: fcfs (workload order) or prefix-aware (longest shared prefixes together)")
         ->check(CLI::IsMember({"fcfs", "prefix-aware"}))
@@ -352,8 +432,12 @@ Command make_bench_command() {
     tp->callback([mode] { *mode = "throughput"; });
     CLI::App* lat = bench->add_subcommand("latency", "Time prefill and per-step decode of a fixed batch");
     add_common(*lat, *flags);
-    lat->add_option("--batch-size", flags->batch_size, "Sequences decoded together")->capture_default_str();
-    lat->add_option("--iterations", flags->iterations, "Timed repetitions")->capture_default_str();
+    lat->add_option("--batch-size", flags->batch_size, "Sequences decoded together")
+        ->check(integer_at_least(1))
+        ->capture_default_str();
+    lat->add_option("--iterations", flags->iterations, "Timed repetitions")
+        ->check(integer_at_least(1))
+        ->capture_default_str();
     lat->callback([mode] { *mode = "latency"; });
     return bench;
   };

@@ -147,7 +147,7 @@ def body(r):
     assert b["object"] == "chat.completion" and b["id"].startswith("chatcmpl-"), b
     assert b["model"] == "tiny-qwen3" and isinstance(b["created"], int), b
     for i, c in enumerate(b["choices"]):
-        assert list(c) == ["index", "message", "logprobs", "finish_reason"], list(c)
+        assert list(c) == ["index", "message", "logprobs", "finish_reason", "stop_reason"], list(c)
         assert c["index"] == i and c["finish_reason"] == "length", c
         assert list(c["message"]) == ["role", "content"] and c["message"]["role"] == "assistant", c
         assert isinstance(c["message"]["content"], str), c

@@ -1,7 +1,9 @@
 // nvllm generate: JSONL prompts in, JSONL completions out, one line per request as it finishes.
 #include <csignal>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <numeric>
@@ -13,6 +15,10 @@
 #include "analysis/prefix_tree.h"
 #include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/commands.h"
+#include "cmd/nvllm/cli_checks.h"
+#include "cmd/nvllm/generate_input.h"
+#include "cmd/nvllm/generation_defaults.h"
+#include "cmd/nvllm/model_source.h"
 #include "cmd/nvllm/model_setup.h"
 #include "cmd/nvllm/shard_flags.h"
 #include "core/error.h"
@@ -21,6 +27,7 @@
 #include "io/progress.h"
 #include "io/request.h"
 #include "io/response.h"
+#include "io/resume.h"
 #include "io/shard.h"
 
 namespace nvllm {
@@ -44,10 +51,19 @@ struct GenerateFlags {
   bool quiet = false;
   std::string schedule = "fcfs";
   std::string cache_trace;
+  // The sampling flags as options: one given on the command line overrides generation_config.json.
+  CLI::Option* temperature_flag = nullptr;
+  CLI::Option* top_p_flag = nullptr;
+  CLI::Option* top_k_flag = nullptr;
+  CLI::Option* max_tokens_flag = nullptr;
+  bool allow_empty = false;
+  bool allow_duplicate_ids = false;
+  double progress_interval_s = 30;
 };
 
+// The signal that interrupted the run (SIGINT or SIGTERM: both end it the same way), 0 if none.
 volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_sigint(int) { g_interrupted = 1; }
+extern "C" void on_interrupt(int signal) { g_interrupted = signal; }
 
 CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate completions for a JSONL file of prompts");
@@ -58,7 +74,8 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
       "OpenAI batch form {\"custom_id\", \"method\", \"url\", \"body\"}. Output: one line per request with id,\n"
       "text, token_ids, finish_reason, usage and timing; a bad line becomes {\"id\", \"error\"} and the rest\n"
       "goes on. Exit status: 0 when every request completed, 3 when some lines were errors, 1 on a fatal\n"
-      "error, 130 when interrupted (rerun with --resume to finish).");
+      "error (before anything runs when a path or the input is wrong), 2 on a command-line error or an\n"
+      "internal error, 130 when interrupted by SIGINT or SIGTERM (rerun with --resume to finish).");
   add_model_flags(*cmd, f.model);
   add_shard_flags(*cmd, f.shard);
   add_chat_flags(*cmd, f.chat, /*reasoning=*/true);
@@ -66,16 +83,35 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   cmd->add_option("--output", f.output, "Completions, JSONL; - writes standard output")->capture_default_str();
   cmd->add_flag("--ordered", f.ordered, "Write output lines in input order (default: as requests finish)");
   cmd->add_flag("--resume", f.resume,
-                "Skip requests whose id is already in --output and append the rest (continues an interrupted job)");
+                "Continue an interrupted job: skip requests whose id already has a result in --output, run the "
+                "rest and the ones that ended in an error record (fix their lines first), and append them");
+  cmd->add_flag("--allow-empty", f.allow_empty, "Accept an input without requests (a warning and exit status 0)");
+  cmd->add_flag("--allow-duplicate-ids", f.allow_duplicate_ids,
+                "Run an input with a repeated id: the first runs, each repeat becomes an error record with "
+                "\"duplicate_of\" (default: refuse the input)");
   cmd->add_option("--stats-json", f.stats_json, "Also write the run summary as JSON to this file");
-  cmd->add_option("--temperature", f.temperature, "Default temperature for requests that set none (0: greedy)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--top-p", f.top_p, "Default top_p")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
-  cmd->add_option("--top-k", f.top_k, "Default top_k (0: off)")->capture_default_str();
-  cmd->add_option("--max-tokens", f.max_tokens, "Default max_tokens")->check(CLI::PositiveNumber)->capture_default_str();
+  f.temperature_flag =
+      cmd->add_option("--temperature", f.temperature,
+                      "Default temperature for requests that set none (0: greedy); default: the model's "
+                      "generation_config.json, else 1")
+          ->check(number_at_least(0));
+  f.top_p_flag =
+      cmd->add_option("--top-p", f.top_p, "Default top_p, in (0, 1]; default: generation_config.json, else 1")
+          ->check(number_in(0, 1, /*lo_exclusive=*/true));
+  f.top_k_flag =
+      cmd->add_option("--top-k", f.top_k, "Default top_k (0 or -1: off); default: generation_config.json, else 0")
+          ->check(integer_at_least(-1));
+  f.max_tokens_flag =
+      cmd->add_option("--max-tokens", f.max_tokens,
+                      "Default max_tokens; default: generation_config.json's max_new_tokens, else 256")
+          ->check(integer_at_least(1));
   cmd->add_flag("--allow-unknown-fields", f.allow_unknown_fields, "Ignore unknown request fields instead of failing the line");
-  cmd->add_flag("--no-progress", f.no_progress, "No progress bar (it is shown only when stderr is a terminal)");
+  cmd->add_flag("--no-progress", f.no_progress,
+                "No progress (a bar when stderr is a terminal, else a plain line every --progress-interval)");
+  cmd->add_option("--progress-interval", f.progress_interval_s,
+                  "Seconds between progress lines when stderr is not a terminal (logs)")
+      ->check(CLI::Range(0.0, 86400.0).description("a number of seconds from 0 to 86400"))
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", f.quiet, "Print only errors on stderr");
   cmd->add_option("--schedule", f.schedule,
                   "Admission order: fcfs (input order) or prefix-aware (requests sharing the longest prompt prefix "
@@ -86,13 +122,6 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
                   "Write one JSON line per engine step (KV blocks used, hits, evictions, preemptions, queues); "
                   "summarise it with nvllm inspect-cache --trace");
   return cmd;
-}
-
-std::vector<ParsedLine> read_input(const GenerateFlags& f, const ParseOptions& options) {
-  if (f.input == "-") return read_requests(std::cin, options);
-  std::ifstream in(f.input);
-  NVLLM_CHECK(in, "--input ", f.input, ": cannot open the file");
-  return read_requests(in, options);
 }
 
 // What the engine gives back, in the output schema's terms.
@@ -114,6 +143,8 @@ RequestResult to_result(const Request& request, const FinishedRequest& done, con
     out.text = seq.text;
     out.token_ids = seq.token_ids;
     out.finish_reason = seq.finish_reason;
+    if (!seq.stop_string.empty()) out.stop_string = seq.stop_string;
+    if (seq.stop_token_id >= 0) out.stop_token_id = seq.stop_token_id;
     if (request.params.logprobs) {
       std::vector<StepLogprobs> steps(seq.token_ids.size());
       for (size_t k = 0; k < seq.token_ids.size() && k < seq.logprobs.size(); ++k) {
@@ -131,74 +162,97 @@ RequestResult to_result(const Request& request, const FinishedRequest& done, con
   return r;
 }
 
-int run_generate(GenerateFlags f) {
-  if (f.quiet) log_threshold() = LogLevel::kError;
-  const ShardSpec shard = resolve_shard(f.shard);
-  for (std::string* path : {&f.output, &f.stats_json, &f.cache_trace}) *path = shard_output_path(*path, shard);
+// Step 1, read: every path this run writes is checked and the input read before the model
+// loads; --resume drops what an earlier run finished.
+struct Job {
+  std::vector<ParsedLine> lines;  // to run
+  std::vector<std::string> ids;   // every input line's id, in input order (--resume --ordered)
+};
+
+void apply_resume(const GenerateFlags& f, const ShardSpec& shard, Job& job) {
+  const ExistingOutput existing =
+      read_existing_output(f.output, std::set<std::string>(job.ids.begin(), job.ids.end()), f.input);
+  check_resumed_ids(shard, existing.done, f.output);
+  if (!existing.failed.empty()) drop_error_records(f.output);
+  const size_t before = job.lines.size();
+  // A repeated id's line is never "done": its error record is dropped above and written again.
+  std::erase_if(job.lines,
+                [&](const ParsedLine& l) { return l.duplicate_of == 0 && existing.done.count(id_to_string(l.id)); });
+  log_info("--resume: ", before - job.lines.size(), " requests already done in ", f.output, "; ",
+           existing.failed.size(), " that ended in an error run again; ", job.lines.size(), " to go");
+}
+
+Job read_job(const GenerateFlags& f, const ShardSpec& shard, const ParseOptions& options) {
   NVLLM_CHECK(!f.resume || f.output != "-", "--resume needs --output FILE (it reads what an earlier run wrote)");
-
-  ParseOptions options;
-  options.allow_unknown_fields = f.allow_unknown_fields;
-  options.defaults.temperature = f.temperature;
-  options.defaults.top_p = f.top_p;
-  options.defaults.top_k = f.top_k;
-  options.defaults.max_tokens = f.max_tokens;
-  options.defaults.seed = f.model.seed;
-  const ChatSetup chat(f.chat, f.model.model);
-  std::vector<ParsedLine> lines = read_input(f, options);
-  keep_shard(shard, lines);
-
-  if (f.resume) {
-    const std::set<std::string> done = read_existing_ids(f.output);
-    check_resumed_ids(shard, done, f.output);
-    const size_t before = lines.size();
-    std::erase_if(lines, [&](const ParsedLine& l) { return done.count(id_to_string(l.id)) > 0; });
-    log_info("--resume: ", before - lines.size(), " requests already in ", f.output, ", ", lines.size(), " to go");
+  const std::pair<const std::string&, const char*> outputs[] = {
+      {f.output, "--output"}, {f.stats_json, "--stats-json"}, {f.cache_trace, "--cache-trace"}};
+  for (const auto& [path, flag] : outputs) {
+    check_not_input(path, flag, f.input);
+    check_output_path(path, flag);
   }
+  Job job;
+  job.lines = read_input({.path = f.input, .parse = options, .allow_empty = f.allow_empty,
+                          .allow_duplicate_ids = f.allow_duplicate_ids});
+  job.ids = input_ids(job.lines);  // every input id: another shard's ids in --output are named as such
+  keep_shard(shard, job.lines);
+  if (f.resume) apply_resume(f, shard, job);
+  return job;
+}
 
-  LoadedModel model = load_model(f.model);
-  Engine engine(model.engine, *model.runner, model.tokenizer.get());
-  JsonlWriter writer(f.output, {.append = f.resume, .ordered = f.ordered});
-  const std::string model_name = std::filesystem::path(f.model.model).filename().string();
-
-  // Tokenize every good request; a line that cannot run becomes its error record right away.
+// Step 2, queue: each good line is tokenized and queued; a line that cannot run becomes its
+// error record right away.
+struct Queue {
+  std::vector<const Request*> by_index;  // per line; null once the line's record is written
+  int64_t queued = 0;
   int64_t errors = 0;
-  std::vector<const Request*> by_index(lines.size(), nullptr);
+  int64_t token_total = 0;  // output tokens the queued requests may produce (max_tokens * n)
+};
+
+void write_error(JsonlWriter& writer, size_t i, const ParsedLine& line, const std::string& message, Queue& q) {
+  OrderedJson record = error_record(line.id, line.line, line.openai_batch, message);
+  if (line.duplicate_of > 0) record["error"]["duplicate_of"] = line.duplicate_of;
+  writer.write(static_cast<int64_t>(i), record);
+  q.by_index[i] = nullptr;
+  ++q.errors;
+}
+
+EngineRequest engine_request(const Request& request, size_t i, const LoadedModel& model, const ChatSetup& chat) {
+  EngineRequest er;
+  er.id = std::to_string(i);
+  er.params = request.params;
+  er.priority = request.priority;
+  check_request_support(request, model.config.vocab_size, model.device);
+  if (request.chat) {
+    er.prompt_ids = chat.prompt_ids(*request.chat, *model.tokenizer);
+  } else if (request.prompt) {
+    er.prompt_ids = model.tokenizer->encode(*request.prompt, /*add_special_tokens=*/true);
+  } else {
+    er.prompt_ids = request.prompt_token_ids;
+    for (int32_t id : er.prompt_ids) {
+      NVLLM_CHECK(id < model.config.vocab_size, "field \"prompt_token_ids\": id ", id,
+                  " is outside the model's vocabulary (", model.config.vocab_size, " tokens)");
+    }
+  }
+  return er;
+}
+
+Queue queue_requests(const GenerateFlags& f, const std::vector<ParsedLine>& lines, const LoadedModel& model,
+                     const ChatSetup& chat, Engine& engine, JsonlWriter& writer) {
+  Queue q;
+  q.by_index.assign(lines.size(), nullptr);
   std::vector<EngineRequest> pending;
   for (size_t i = 0; i < lines.size(); ++i) {
-    const ParsedLine& line = lines[i];
-    const auto write_error = [&](const std::string& message) {
-      writer.write(static_cast<int64_t>(i), error_record(line.id, line.line, line.openai_batch, message));
-      ++errors;
-    };
-    if (!line.request) {
-      write_error(line.error);
+    if (!lines[i].request) {
+      write_error(writer, i, lines[i], lines[i].error, q);
       continue;
     }
-    const Request& request = *line.request;
     try {
-      EngineRequest er;
-      er.id = std::to_string(i);
-      er.params = request.params;
-      check_request_support(request, model.config.vocab_size, model.device);
-      if (request.chat) {
-        er.prompt_ids = chat.prompt_ids(*request.chat, *model.tokenizer);
-      } else if (request.prompt) {
-        er.prompt_ids = model.tokenizer->encode(*request.prompt, /*add_special_tokens=*/true);
-      } else {
-        er.prompt_ids = request.prompt_token_ids;
-        for (int32_t id : er.prompt_ids) {
-          NVLLM_CHECK(id < model.config.vocab_size, "field \"prompt_token_ids\": id ", id,
-                      " is outside the model's vocabulary (", model.config.vocab_size, " tokens)");
-        }
-      }
-      pending.push_back(std::move(er));
-      by_index[i] = &request;
+      pending.push_back(engine_request(*lines[i].request, i, model, chat));
+      q.by_index[i] = &*lines[i].request;
     } catch (const Error& e) {
-      write_error(str_cat("line ", request.line, ": ", e.what()));
+      write_error(writer, i, lines[i], str_cat("line ", lines[i].line, ": ", e.what()), q);
     }
   }
-
   std::vector<size_t> order(pending.size());
   std::iota(order.begin(), order.end(), size_t{0});
   if (f.schedule == "prefix-aware") {
@@ -206,65 +260,135 @@ int run_generate(GenerateFlags f) {
     for (const EngineRequest& r : pending) prompts.emplace_back(r.prompt_ids);
     order = prefix_aware_order(prompts);
   }
-  int64_t queued = 0;
   for (size_t k : order) {
     const size_t i = std::stoul(pending[k].id);
+    const int64_t tokens = int64_t{pending[k].params.max_tokens} * pending[k].params.n;
     try {
       engine.add_request(std::move(pending[k]));
-      ++queued;
+      ++q.queued;
+      q.token_total += tokens;
     } catch (const Error& e) {
-      writer.write(static_cast<int64_t>(i), error_record(lines[i].id, lines[i].line, by_index[i]->openai_batch,
-                                                         str_cat("line ", lines[i].line, ": ", e.what())));
-      by_index[i] = nullptr;
-      ++errors;
+      write_error(writer, i, lines[i], str_cat("line ", lines[i].line, ": ", e.what()), q);
     }
   }
+  return q;
+}
+
+// Step 3, loop: steps the engine until every request is out or a signal arrives; each finished
+// request is written as it comes. Returns the number of requests written.
+int64_t run_loop(const GenerateFlags& f, Engine& engine, const Queue& q, JsonlWriter& writer,
+                 const std::function<OrderedJson(size_t, const FinishedRequest&)>& record) {
   std::unique_ptr<std::ofstream> trace;
   if (!f.cache_trace.empty()) {
     trace = std::make_unique<std::ofstream>(f.cache_trace);
     NVLLM_CHECK(*trace, "--cache-trace ", f.cache_trace, ": cannot write the file");
   }
-
-  std::signal(SIGINT, on_sigint);
-  ProgressBar progress(queued, stderr, !f.no_progress && !f.quiet && isatty(2));
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  const bool show = !f.no_progress && !f.quiet;
+  ProgressBar bar(q.queued, stderr, show && isatty(2));
+  bar.set_token_total(q.token_total);
+  ProgressLog log(q.queued, q.token_total, f.progress_interval_s, stderr, show && !isatty(2) && q.queued > 0);
   int64_t finished = 0;
   while (engine.has_unfinished() && !g_interrupted) {
     for (const FinishedRequest& done : engine.step()) {
       const size_t i = std::stoul(done.id);
-      const Request& request = *by_index[i];
-      writer.write(static_cast<int64_t>(i),
-                   result_record(chat.answer(request, to_result(request, done, *model.tokenizer, model_name))));
+      writer.write(static_cast<int64_t>(i), record(i, done));
       ++finished;
     }
     if (trace) *trace << to_json(trace_row(engine, engine.stats().steps)).dump() << '\n';
-    progress.update(finished, engine.stats().output_tokens);
+    bar.update(finished, engine.stats().output_tokens);
+    log.update(finished, engine.stats().output_tokens);
   }
-  progress.finish();
+  bar.finish();
+  log.finish(finished, engine.stats().output_tokens);
   writer.flush_held();
   std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return finished;
+}
 
+// Step 4, report: the summary, --stats-json, and the exit status.
+int report(const GenerateFlags& f, const LoadedModel& model, const Engine& engine, const Job& job, const Queue& q,
+           int64_t finished) {
   const RunStats& stats = engine.stats();
   if (!f.quiet) std::fprintf(stderr, "%s\n", stats.summary().c_str());
   if (!f.stats_json.empty()) {
     nlohmann::json j = stats.to_json();
     j["device"] = model.device_name;
     j["model"] = f.model.model;
-    j["errors"] = errors;
-    j["interrupted"] = static_cast<bool>(g_interrupted);
+    j["errors"] = q.errors;
+    j["interrupted"] = g_interrupted != 0;
     std::ofstream out(f.stats_json);
     NVLLM_CHECK(out, "--stats-json ", f.stats_json, ": cannot write the file");
     out << j.dump(2) << "\n";
   }
   if (g_interrupted) {
-    std::fprintf(stderr, "nvllm: interrupted: %lld of %lld requests written; rerun with --resume to finish\n",
-                 static_cast<long long>(finished), static_cast<long long>(queued));
+    std::fprintf(stderr, "nvllm: interrupted (%s): %lld of %lld requests written; rerun with --resume to finish\n",
+                 g_interrupted == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<long long>(finished),
+                 static_cast<long long>(q.queued));
     return 130;
   }
-  if (errors > 0) {
-    log_warn(errors, " of ", lines.size(), " requests failed; their lines in the output hold the error");
+  if (f.resume && f.ordered) sort_records(f.output, job.ids);
+  if (q.errors > 0) {
+    log_warn(q.errors, " of ", job.lines.size(), " requests failed; their lines in the output hold the error");
     return 3;
   }
   return 0;
+}
+
+// The request defaults: the flags' values, then generation_config.json's, then the flags given
+// on the command line again (they win).
+SamplingParams request_defaults(const GenerateFlags& f, const std::string& model_dir) {
+  SamplingParams d;
+  d.temperature = f.temperature;
+  d.top_p = f.top_p;
+  d.top_k = f.top_k < 0 ? 0 : f.top_k;
+  d.max_tokens = f.max_tokens;
+  d.seed = f.model.seed;
+  const std::string said = apply_generation_config(f.model.generation_config, model_dir, d);
+  if (f.temperature_flag->count()) d.temperature = f.temperature;
+  if (f.top_p_flag->count()) d.top_p = f.top_p;
+  if (f.top_k_flag->count()) d.top_k = f.top_k < 0 ? 0 : f.top_k;
+  if (f.max_tokens_flag->count()) d.max_tokens = f.max_tokens;
+  if (!said.empty()) log_info(said);
+  return d;
+}
+
+int run_generate(const GenerateFlags& flags) {
+  if (flags.quiet) log_threshold() = LogLevel::kError;
+  check_model_flags(flags.model);
+  GenerateFlags f = flags;
+  f.model = resolve_model_paths(flags.model);
+  const ShardSpec shard = resolve_shard(f.shard);
+  for (std::string* path : {&f.output, &f.stats_json, &f.cache_trace}) *path = shard_output_path(*path, shard);
+  ParseOptions options;
+  options.allow_unknown_fields = f.allow_unknown_fields;
+  options.defaults = request_defaults(f, f.model.model);
+  const ChatSetup chat(f.chat, f.model.model);
+  const Job job = read_job(f, shard, options);
+  if (job.lines.empty()) {  // an allowed empty input, or a resume with nothing left
+    { JsonlWriter writer(f.output, {.append = f.resume}); }
+    if (f.resume && f.ordered) sort_records(f.output, job.ids);
+    return 0;
+  }
+
+  LoadedModel model = load_model(f.model);
+  Engine engine(model.engine, *model.runner, model.tokenizer.get());
+  const std::string model_name = !f.model.served_model_name.empty()
+                                     ? f.model.served_model_name
+                                     : std::filesystem::path(flags.model.model).filename().string();
+  int64_t finished = 0;
+  Queue q;
+  {
+    JsonlWriter writer(f.output, {.append = f.resume, .ordered = f.ordered});
+    q = queue_requests(f, job.lines, model, chat, engine, writer);
+    finished = run_loop(f, engine, q, writer, [&](size_t i, const FinishedRequest& done) {
+      const Request& request = *q.by_index[i];
+      return result_record(chat.answer(request, to_result(request, done, *model.tokenizer, model_name)));
+    });
+  }  // the writer closes its file before report() may rewrite it (--resume --ordered)
+  return report(f, model, engine, job, q, finished);
 }
 
 }  // namespace

@@ -9,7 +9,11 @@
 #include "analysis/prefix_tree.h"
 #include "analysis/replay.h"
 #include "cmd/nvllm/chat_setup.h"
+#include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/commands.h"
+#include "cmd/nvllm/generate_input.h"
+#include "cmd/nvllm/model_setup.h"
+#include "cmd/nvllm/model_source.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -40,6 +44,7 @@ struct InspectFlags {
   bool json = false;
   bool all_requests = false;
   bool allow_unknown_fields = false;
+  std::string scheduling_policy = "fcfs";
 };
 
 struct Workload {
@@ -48,14 +53,14 @@ struct Workload {
   int64_t bad_lines = 0;
 };
 
-Workload read_workload(const InspectFlags& f, const Tokenizer& tokenizer, const ModelConfig& config) {
-  std::ifstream in(f.input);
-  NVLLM_CHECK(in, "--input ", f.input, ": cannot open the file");
+Workload read_workload(const InspectFlags& f, const std::string& model_dir, const Tokenizer& tokenizer,
+                       const ModelConfig& config) {
   ParseOptions options;
   options.allow_unknown_fields = f.allow_unknown_fields;
   Workload w;
-  const ChatSetup chat(ChatFlags{}, f.model);  // conversations rendered by the model's template
-  for (const ParsedLine& line : read_requests(in, options)) {
+  const ChatSetup chat(ChatFlags{}, model_dir);  // conversations rendered by the model's template
+  // A repeated id matters to generate's output, not to a replay of the cache.
+  for (const ParsedLine& line : read_input({.path = f.input, .parse = options, .allow_duplicate_ids = true})) {
     if (!line.request) {
       log_warn(f.input, ": ", line.error, " (left out of the replay)");
       ++w.bad_lines;
@@ -64,6 +69,7 @@ Workload read_workload(const InspectFlags& f, const Tokenizer& tokenizer, const 
     EngineRequest r;
     r.id = std::to_string(w.requests.size());
     r.params = line.request->params;
+    r.priority = line.request->priority;
     if (f.assume_output_len > 0) r.params.max_tokens = f.assume_output_len;
     try {
       r.prompt_ids = request_prompt_ids(*line.request, tokenizer, chat);
@@ -107,7 +113,8 @@ nlohmann::json request_rows(const Workload& w, const ReplayResult& r, int block_
     rows.push_back({{"line", w.lines[i]},
                     {"prompt_tokens", done.prompt_tokens},
                     {"blocks", (done.prompt_tokens + block_size - 1) / block_size},
-                    {"cached_tokens", done.cached_tokens}});
+                    {"cached_tokens", done.cached_tokens},
+                    {"finish_step", r.finish_step[i]}});
   }
   return rows;
 }
@@ -166,21 +173,24 @@ struct Inspection {
   PrefixNode tree;
 };
 
-EngineConfig replay_engine_config(const InspectFlags& f, const ModelConfig& config) {
+EngineConfig replay_engine_config(const InspectFlags& f, const ModelConfig& config, int num_blocks) {
   EngineConfig engine;
   engine.block_size = f.block_size;
   engine.max_num_seqs = f.max_num_seqs;
   engine.max_num_batched_tokens = f.max_num_batched_tokens;
-  engine.max_model_len = f.max_model_len > 0 ? f.max_model_len : config.max_position_embeddings;
+  engine.max_model_len =
+      fit_max_model_len(f.max_model_len > 0 ? f.max_model_len : config.max_position_embeddings, num_blocks, f.block_size);
   engine.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  engine.priority_scheduling = f.scheduling_policy == "priority";
   return engine;
 }
 
 // Read the workload, plan the cache, replay it in input order and in prefix-aware order.
 void inspect(const InspectFlags& f, Inspection& r) {
-  r.config = load_model_config(f.model);
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(f.model);
-  r.workload = read_workload(f, *tokenizer, r.config);
+  const std::string model = resolve_model_path(f.model, hf_hub_cache_from_env(), "--model");
+  r.config = load_model_config(model);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model);
+  r.workload = read_workload(f, model, *tokenizer, r.config);
   const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
   r.kv = r.config.kv_layout(f.block_size, dtype_bytes);
   r.memory = plan_memory(memory_input(f, static_cast<double>(r.kv.bytes_per_block()), dtype_bytes), r.config);
@@ -188,7 +198,7 @@ void inspect(const InspectFlags& f, Inspection& r) {
   NVLLM_CHECK(r.num_blocks > 0, "the weights and activations leave no room for a KV cache in ", r.memory.source,
               "; give more --gpu-memory");
 
-  const EngineConfig engine = replay_engine_config(f, r.config);
+  const EngineConfig engine = replay_engine_config(f, r.config, r.num_blocks);
   const std::vector<EngineRequest>& requests = r.workload.requests;
   const int32_t token = neutral_token(requests, r.config);
   std::vector<std::span<const int32_t>> prompts;
@@ -290,6 +300,10 @@ int run_inspect(const InspectFlags& f) {
   NVLLM_CHECK(!f.model.empty() && !f.input.empty(), "inspect-cache needs --model DIR --input FILE, or --trace FILE");
   NVLLM_CHECK(f.block_size >= 1 && f.block_size <= 256 && (f.block_size & (f.block_size - 1)) == 0, "--block-size ",
               f.block_size, ": must be a power of two from 1 to 256");
+  for (const auto& [path, flag] : {std::pair{f.plot, "--plot"}, std::pair{f.cache_trace, "--cache-trace"}}) {
+    check_not_input(path, flag, f.input);
+    check_output_path(path, flag);
+  }
   Inspection r;
   inspect(f, r);
   write_artifacts(f, r);
@@ -321,15 +335,30 @@ Command make_inspect_cache_command() {
     cmd->add_option("--plot", f->plot, "Also draw the blocks-in-use curve as SVG to this file");
     cmd->add_option("--cache-trace", f->cache_trace, "Write the replay's per-step trace (JSONL) to this file");
     cmd->add_option("--assume-output-len", f->assume_output_len, "Output tokens per request (0: each request's max_tokens)")
+        ->check(integer_at_least(0))
         ->capture_default_str();
-    cmd->add_option("--block-size", f->block_size, "Tokens per KV block")->capture_default_str();
-    cmd->add_option("--max-num-seqs", f->max_num_seqs, "Most sequences in one step")->capture_default_str();
-    cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget of one step")->capture_default_str();
-    cmd->add_option("--max-model-len", f->max_model_len, "Longest sequence (0: the model's)")->capture_default_str();
-    cmd->add_option("--gpu-memory", f->gpu_memory_gib, "GPU memory in GiB (default: the local GPU's, else 80)");
+    cmd->add_option("--block-size", f->block_size, "Tokens per KV block")->check(integer_in(1, 256))->capture_default_str();
+    cmd->add_option("--max-num-seqs", f->max_num_seqs, "Most sequences in one step")
+        ->check(integer_at_least(1))
+        ->capture_default_str();
+    cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget of one step")
+        ->check(integer_at_least(1))
+        ->capture_default_str();
+    cmd->add_option("--max-model-len", f->max_model_len, "Longest sequence (0: the model's)")
+        ->check(integer_at_least(0))
+        ->capture_default_str();
+    cmd->add_option("--gpu-memory", f->gpu_memory_gib, "GPU memory in GiB (default: the local GPU's, else 80)")
+        ->check(number_at_least(0, /*exclusive=*/true));
     cmd->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "Fraction of it nvllm may use")
+        ->check(number_in(0.05, 1.0))
         ->capture_default_str();
-    cmd->add_option("--num-kv-blocks", f->num_kv_blocks, "Replay with exactly this many blocks (0: what fits)")
+    cmd->add_option("--num-kv-blocks,--num-gpu-blocks-override", f->num_kv_blocks,
+                    "Replay with exactly this many blocks (0: what fits)")
+        ->check(integer_at_least(0))
+        ->capture_default_str();
+    cmd->add_option("--scheduling-policy", f->scheduling_policy,
+                    "Replay with fcfs or priority scheduling (requests' \"priority\" field, as nvllm generate)")
+        ->check(CLI::IsMember({"fcfs", "priority"}))
         ->capture_default_str();
     cmd->add_option("--dtype", f->dtype, "KV-cache dtype: bfloat16 or float32 (the CPU runner's)")
         ->check(CLI::IsMember({"bfloat16", "float16", "float32"}))

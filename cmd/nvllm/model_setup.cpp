@@ -4,9 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <string_view>
 #include <thread>
 
+#include <unistd.h>
+
+#include "cmd/nvllm/cli_checks.h"
+#include "cmd/nvllm/model_source.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/weights.h"
@@ -18,50 +23,103 @@
 
 namespace nvllm {
 
+namespace {
+
+// vLLM's dtype spellings, mapped to ours.
+std::string canonical_dtype(const std::string& d) {
+  if (d == "bf16") return "bfloat16";
+  if (d == "half" || d == "fp16") return "float16";
+  if (d == "float" || d == "fp32") return "float32";
+  return d;
+}
+
+// `--enable-NAME` / `--no-enable-NAME` (vLLM's spelling) beside our `--NAME on|off`.
+void add_on_off_aliases(CLI::App& app, const std::string& name, std::string& value, const std::string& what) {
+  app.add_flag_callback("--enable-" + name, [&value] { value = "on"; }, what + " on (vLLM's spelling of --" + name +
+                                                                          " on)");
+  app.add_flag_callback("--no-enable-" + name, [&value] { value = "off"; }, "Turn " + name + " off");
+}
+
+}  // namespace
+
 void add_model_flags(CLI::App& app, ModelFlags& f) {
-  app.add_option("--model", f.model, "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer)")
+  app.add_option("--model", f.model,
+                 "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer), or a hub id such as "
+                 "Qwen/Qwen3-0.6B found in the local Hugging Face cache (offline; $HF_HUB_CACHE, $HF_HOME/hub, "
+                 "~/.cache/huggingface/hub)")
       ->required();
+  app.add_option("--tokenizer", f.tokenizer, "Tokenizer folder or hub id, if not the model's");
+  app.add_option("--served-model-name", f.served_model_name,
+                 "Model name written in the output records (default: the --model folder's name)");
   app.add_option("--device", f.device, "Where to run: cuda, cpu, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--load-format", f.load_format,
-                 "auto reads *.safetensors; dummy draws weights from a fixed seed (no weight files needed)")
-      ->check(CLI::IsMember({"auto", "dummy"}))
+                 "auto or safetensors read *.safetensors; dummy draws weights from a fixed seed (no weight files)")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
       ->capture_default_str();
-  app.add_option("--dtype", f.dtype, "Compute dtype: auto (bfloat16 on GPU, float32 on CPU), bfloat16, float16, float32")
+  app.add_option("--dtype", f.dtype,
+                 "Compute dtype: auto (bfloat16 on GPU, float32 on CPU), bfloat16 (bf16), float16 (half), "
+                 "float32 (float)")
+      ->transform([](std::string d) { return canonical_dtype(d); }, "", "dtype alias")
       ->check(CLI::IsMember({"auto", "bfloat16", "float16", "float32"}))
+      ->capture_default_str();
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV-cache dtype: auto (the compute dtype) or bfloat16; fp8 is "
+                                                       "not supported yet")
+      ->check(CLI::IsMember({"auto", "bfloat16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"}))
+      ->capture_default_str();
+  app.add_option("--generation-config", f.generation_config,
+                 "Default sampling parameters: auto (the model's generation_config.json), vllm (neutral: "
+                 "temperature 1, top_p 1, ...), or a folder holding a generation_config.json. Request fields "
+                 "and the sampling flags override them")
       ->capture_default_str();
   app.add_option("--max-model-len", f.max_model_len,
                  "Longest sequence (prompt + output) in tokens; 0 uses the model's max_position_embeddings")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_at_least(0))
       ->capture_default_str();
   app.add_option("--block-size", f.block_size, "Tokens per KV-cache block (power of two, 1..256)")
+      ->check(integer_in(1, 256))
       ->capture_default_str();
   app.add_option("--prefix-caching", f.prefix_caching, "Reuse KV blocks of shared prompt prefixes: on or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  add_on_off_aliases(app, "prefix-caching", f.prefix_caching, "Turn prefix caching");
   app.add_option("--chunked-prefill", f.chunked_prefill,
                  "Split long prompts across steps so decodes keep running: on or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  add_on_off_aliases(app, "chunked-prefill", f.chunked_prefill, "Turn chunked prefill");
   app.add_option("--max-num-seqs", f.max_num_seqs, "Most sequences in one step")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
   app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
                  "Token budget of one step, shared by decodes and prefill chunks")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
-  app.add_option("--num-kv-blocks", f.num_kv_blocks,
+  app.add_option("--scheduling-policy", f.scheduling_policy,
+                 "fcfs: requests run in arrival order; priority: by each request's \"priority\" field (lower "
+                 "first, as in vLLM), then arrival; when the KV cache is full the lowest-priority sequence is "
+                 "preempted first")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
+  app.add_option("--num-kv-blocks,--num-gpu-blocks-override", f.num_kv_blocks,
                  "KV-cache size in blocks, overriding the size computed from memory (0: computed)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_at_least(0))
       ->capture_default_str();
   app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "Fraction of GPU memory for weights, activations and KV cache")
-      ->check(CLI::Range(0.05, 1.0))
+      ->check(number_in(0.05, 1.0))
+      ->capture_default_str();
+  app.add_option("--cpu-kv-cache-space", f.cpu_kv_cache_gib,
+                 "CPU runner: most host memory for the KV cache, GiB (it takes only what --max-num-seqs x "
+                 "--max-model-len needs); vLLM's VLLM_CPU_KVCACHE_SPACE")
+      ->check(number_at_least(0, /*exclusive=*/true))
       ->capture_default_str();
   app.add_flag("--enforce-eager", f.enforce_eager, "Do not capture CUDA graphs for decode steps");
-  app.add_option("--threads", f.threads, "CPU runner threads (0: one per core)")
-      ->check(CLI::NonNegativeNumber)
+  app.add_flag("--trust-remote-code", f.trust_remote_code,
+               "Accepted for vLLM command lines; nvllm never runs code from a checkpoint");
+  app.add_option("--threads", f.threads, str_cat("CPU runner threads (0: one per core; at most ", kMaxThreads, ")"))
+      ->check(integer_in(0, kMaxThreads))
       ->capture_default_str();
   app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
                  "Tensor-parallel ranks (vLLM's -tp). --device cpu runs N simulated ranks, each with its slice of "
@@ -73,6 +131,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--seed", f.seed, "Base seed: requests without a seed get one derived from it and their line")
+      ->check(unsigned_64())
       ->capture_default_str();
 }
 
@@ -104,10 +163,16 @@ std::string resolve_device(const ModelFlags& f, GpuInfo* gpu) {
 #endif
 }
 
-void check_flags(const ModelFlags& f) {
+}  // namespace
+
+void check_model_flags(const ModelFlags& f) {
   NVLLM_CHECK(f.block_size >= 1 && f.block_size <= 256 && (f.block_size & (f.block_size - 1)) == 0,
               "--block-size ", f.block_size, ": must be a power of two from 1 to 256");
+  NVLLM_CHECK(!f.kv_cache_dtype.starts_with("fp8"), "--kv-cache-dtype ", f.kv_cache_dtype,
+              ": an fp8 KV cache is not supported yet; use --kv-cache-dtype auto (bfloat16 on the GPU)");
 }
+
+namespace {
 
 // Several GPUs per process (NCCL) is not built yet: say so, with the GPU count, rather than
 // silently using one.
@@ -121,21 +186,57 @@ void check_parallel(const ModelFlags& f, const std::string& device, const GpuInf
               "to check the sharded math");
 }
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The CPU runner's cache: what max_num_seqs sequences of max_model_len tokens need, within
+// --cpu-kv-cache-space; said in one line, with what it means for the run.
 int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) {
-  if (f.num_kv_blocks > 0) return f.num_kv_blocks;
   // Simulated tensor-parallel ranks hold a KV head each when there are fewer KV heads than ranks.
   KvLayout layout = c.kv_layout(f.block_size, sizeof(float));
   layout.num_kv_heads = std::max(c.num_kv_heads, f.tensor_parallel_size);
   const int64_t bytes_per_block = layout.bytes_per_block();
-  const int64_t wanted = (int64_t{f.max_num_seqs} * max_model_len + f.block_size - 1) / f.block_size;
-  const int64_t budget = (int64_t{2} << 30) / bytes_per_block;  // 2 GiB of host memory at most
-  return static_cast<int>(std::max<int64_t>(1, std::min(wanted, budget)));
+  if (f.num_kv_blocks > 0) {
+    log_info("KV cache on the CPU: ", f.num_kv_blocks, " blocks (--num-kv-blocks), ",
+             f.num_kv_blocks * bytes_per_block / kGiB, " GiB");
+    return f.num_kv_blocks;
+  }
+  const int64_t wanted = int64_t{f.max_num_seqs} * ((max_model_len + f.block_size - 1) / f.block_size);
+  const int64_t budget = static_cast<int64_t>(f.cpu_kv_cache_gib * kGiB) / bytes_per_block;
+  NVLLM_CHECK(budget >= 1, "--cpu-kv-cache-space ", f.cpu_kv_cache_gib, " GiB holds no KV block of ",
+              bytes_per_block, " bytes; raise it");
+  const int64_t blocks = std::min({wanted, budget, int64_t{std::numeric_limits<int32_t>::max()}});
+  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  NVLLM_CHECK(physical <= 0 || blocks * bytes_per_block < physical, "the CPU KV cache would take ",
+              blocks * bytes_per_block / kGiB, " GiB, more than this machine's ", physical / kGiB,
+              " GiB of memory; lower --cpu-kv-cache-space (or --max-num-seqs, --max-model-len)");
+  log_info("KV cache on the CPU: ", blocks, " blocks of ", f.block_size, " tokens (", blocks * bytes_per_block / kGiB,
+           " GiB); ", blocks < wanted ? "limited by" : "within", " --cpu-kv-cache-space ", f.cpu_kv_cache_gib,
+           " GiB; --max-num-seqs ", f.max_num_seqs, " x --max-model-len ", max_model_len, " would take ", wanted,
+           " blocks");
+  return static_cast<int>(blocks);
+}
+
+int cpu_threads(const ModelFlags& f) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (f.threads == 0) return cores;
+  if (f.threads > cores) log_warn("--threads ", f.threads, " is more than this machine's ", cores, " cores");
+  return f.threads;
 }
 
 }  // namespace
 
-LoadedModel load_model(const ModelFlags& f) {
-  check_flags(f);
+int fit_max_model_len(int max_model_len, int num_blocks, int block_size) {
+  const int64_t capacity = int64_t{num_blocks} * block_size;
+  if (capacity >= max_model_len) return max_model_len;
+  log_warn("the KV cache holds ", capacity, " tokens (", num_blocks, " blocks of ", block_size, "), less than ",
+           "--max-model-len ", max_model_len, ": one sequence could not grow to it, so --max-model-len is capped to ",
+           capacity, " (raise --num-kv-blocks, --cpu-kv-cache-space or --gpu-memory-utilization for more)");
+  return static_cast<int>(capacity);
+}
+
+LoadedModel load_model(const ModelFlags& flags) {
+  check_model_flags(flags);
+  const ModelFlags f = resolve_model_paths(flags);
   LoadedModel m;
   m.config = load_model_config(f.model);
   GpuInfo gpu;
@@ -151,17 +252,18 @@ LoadedModel load_model(const ModelFlags& f) {
   }
   NVLLM_CHECK(max_model_len > 0, "--max-model-len: the model's config.json has no max_position_embeddings; set it");
 
-  m.tokenizer = load_tokenizer(f.model);
+  m.tokenizer = load_tokenizer(f.tokenizer.empty() ? f.model : f.tokenizer);
 
   const auto start = std::chrono::steady_clock::now();
   const LoadFormat format = f.load_format == "dummy" ? LoadFormat::kDummy : LoadFormat::kAuto;
   if (m.device == "cpu") {
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "float32",
                 "--dtype ", f.dtype, ": the CPU runner computes in float32; use --dtype auto or float32");
+    NVLLM_CHECK(f.kv_cache_dtype == "auto", "--kv-cache-dtype ", f.kv_cache_dtype,
+                ": the CPU runner keeps its KV cache in float32; use --kv-cache-dtype auto");
     ModelWeights weights = load_weights(f.model, m.config, DType::kF32, format, f.seed);
-    const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int blocks = cpu_kv_blocks(f, m.config, max_model_len);
-    m.runner = std::make_unique<CpuRunner>(m.config, std::move(weights), f.block_size, blocks, threads,
+    m.runner = std::make_unique<CpuRunner>(m.config, std::move(weights), f.block_size, blocks, cpu_threads(f),
                                            f.tensor_parallel_size);
   } else {
 #ifdef NVLLM_HAVE_CUDA
@@ -192,7 +294,8 @@ LoadedModel load_model(const ModelFlags& f) {
   m.engine.chunked_prefill = f.chunked_prefill == "on";
   m.engine.max_num_seqs = f.max_num_seqs;
   m.engine.max_num_batched_tokens = f.max_num_batched_tokens;
-  m.engine.max_model_len = max_model_len;
+  m.engine.priority_scheduling = f.scheduling_policy == "priority";
+  m.engine.max_model_len = fit_max_model_len(max_model_len, m.runner->num_kv_blocks(), f.block_size);
   m.engine.eos_token_ids.assign(m.config.eos_token_ids.begin(), m.config.eos_token_ids.end());
   return m;
 }

@@ -27,12 +27,14 @@ ReplayResult replay(const std::vector<EngineRequest>& requests, const std::vecto
   }
   ReplayResult result;
   result.finished.resize(requests.size());
+  result.finish_step.resize(requests.size());
   for (int64_t step = 1; engine.has_unfinished(); ++step) {
     for (FinishedRequest& done : engine.step()) {
       const size_t i = std::stoul(done.id);
       result.prompt_tokens += done.prompt_tokens;
       result.cached_tokens += done.cached_tokens;
       result.finished[i] = std::move(done);
+      result.finish_step[i] = step;
     }
     result.trace.push_back(trace_row(engine, step));
   }

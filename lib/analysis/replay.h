@@ -14,6 +14,7 @@ namespace nvllm {
 
 struct ReplayResult {
   std::vector<FinishedRequest> finished;  // in the order of `requests` given to replay()
+  std::vector<int64_t> finish_step;       // likewise: the step each request finished in
   std::vector<CacheTraceRow> trace;
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;

@@ -162,6 +162,10 @@ ContentFormat ChatTemplate::detected_content_format() const { return impl_->form
 
 std::string ChatTemplate::render(const ChatInputs& inputs, ContentFormat format) const {
   if (!inputs.messages.is_array()) throw ChatTemplateError("messages must be a list");
+  // transformers refuses an empty conversation before rendering, whatever the template would do.
+  if (inputs.messages.empty()) {
+    throw ChatTemplateError("Cannot apply chat template to an empty conversation: give at least one message");
+  }
   if (inputs.continue_final_message && inputs.add_generation_prompt) {
     throw ChatTemplateError(
         "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message when you "

@@ -149,7 +149,9 @@ TEST_CASE("chat template: the tokenizer's special tokens are variables, unset on
                          "{{ bos_token is defined }}|{{ unk_token is defined }}";
   ChatTemplate t = ChatTemplate::from_file(path, std::string(NVLLM_TESTDATA) + "/tokenizers/qwen3");
   std::filesystem::remove(path);
-  CHECK(t.render(ChatInputs{}, ContentFormat::kString) == "<|im_end|>|<|endoftext|>|<|im_end|>|False|False");
+  ChatInputs in;
+  in.messages = ChatJson::parse(R"([{"role": "user", "content": "hi"}])");
+  CHECK(t.render(in, ContentFormat::kString) == "<|im_end|>|<|endoftext|>|<|im_end|>|False|False");
 }
 
 TEST_CASE("bench.chat_template qwen3 4-turn renders per second" * doctest::skip()) {

@@ -27,7 +27,7 @@ bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(id
 
 SchedulerConfig scheduler_config(const EngineConfig& c) {
   return {.max_num_seqs = c.max_num_seqs, .max_num_batched_tokens = c.max_num_batched_tokens,
-          .chunked_prefill = c.chunked_prefill};
+          .chunked_prefill = c.chunked_prefill, .priority = c.priority_scheduling};
 }
 
 }  // namespace
@@ -96,6 +96,7 @@ void Engine::Impl::add_request(EngineRequest request) {
     seq->parent = i > 0 ? state->seqs[0].get() : nullptr;
     seq->params = &state->params;
     seq->seed = sequence_seed(state->params.seed, static_cast<uint32_t>(i));
+    seq->priority = request.priority;
     seq->token_ids = request.prompt_ids;
     seq->prompt_len = prompt_len;
     if (tokenizer) {
@@ -196,9 +197,11 @@ std::string Engine::Impl::check_stop(Sequence& seq, int32_t token) {
   const bool may_stop = seq.num_output() >= p.min_tokens;
   std::string reason;
   bool stop_id = false;
-  if (may_stop && ((!p.ignore_eos && contains(config.eos_token_ids, token)) || contains(p.stop_token_ids, token))) {
+  const bool eos = !p.ignore_eos && contains(config.eos_token_ids, token);
+  if (may_stop && (eos || contains(p.stop_token_ids, token))) {
     reason = "stop";
     stop_id = true;
+    if (!eos) seq.stop_token_id = token;  // vLLM reports no stop reason for eos
   }
   // The text: a stop token's own text is left out unless asked for; stop strings are cut.
   if (seq.detokenizer && (!stop_id || p.include_stop_str_in_output)) {
@@ -206,6 +209,7 @@ std::string Engine::Impl::check_stop(Sequence& seq, int32_t token) {
     seq.text += seq.detokenizer->push(token);
     if (reason.empty() && may_stop) {
       size_t cut = std::string::npos, cut_len = 0;
+      const std::string* matched = nullptr;
       for (const std::string& stop : p.stop) {
         if (stop.empty()) continue;
         const size_t from = before >= stop.size() - 1 ? before - (stop.size() - 1) : 0;
@@ -213,11 +217,13 @@ std::string Engine::Impl::check_stop(Sequence& seq, int32_t token) {
         if (pos < cut) {
           cut = pos;
           cut_len = stop.size();
+          matched = &stop;
         }
       }
       if (cut != std::string::npos) {
         seq.text.resize(cut + (p.include_stop_str_in_output ? cut_len : 0));
         reason = "stop";
+        seq.stop_string = *matched;
       }
     }
   }
@@ -260,6 +266,8 @@ void Engine::Impl::finish(Sequence& seq, const std::string& reason, double t, st
     fs.token_ids.assign(s->output().begin(), s->output().end());
     fs.text = std::move(s->text);
     fs.finish_reason = s->finish_reason;
+    fs.stop_string = s->stop_string;
+    fs.stop_token_id = s->stop_token_id;
     fs.logprobs = std::move(s->logprobs);
     fs.top_logprobs = std::move(s->top_logprobs);
     r.outputs.push_back(std::move(fs));

@@ -29,18 +29,22 @@ struct EngineConfig {
   int max_num_batched_tokens = 8192;   // token budget of one step
   int max_model_len = 4096;            // prompt + output tokens of one sequence
   std::vector<int32_t> eos_token_ids;  // stop unless ignore_eos
+  bool priority_scheduling = false;    // --scheduling-policy priority (see Scheduler)
 };
 
 struct EngineRequest {
   std::string id;  // opaque to the engine; comes back in FinishedRequest
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
+  int priority = 0;  // lower runs first under --scheduling-policy priority (as in vLLM)
 };
 
 struct FinishedSequence {
   std::vector<int32_t> token_ids;  // generated tokens (an eos / stop id / stop string token included)
   std::string text;                // detokenized, stop string cut; empty without a tokenizer
   std::string finish_reason;       // "stop" or "length"
+  std::string stop_string;         // the stop string that ended it ("" if none)
+  int32_t stop_token_id = -1;      // the stop_token_ids id that ended it (-1 if none; eos is not one)
   std::vector<float> logprobs;     // per token, when params.logprobs is set
   std::vector<std::vector<TokenLogprob>> top_logprobs;
 };

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -43,6 +44,8 @@ struct Expected {
   std::vector<int32_t> tokens;
   std::string reason;
   std::string text;
+  std::string stop_string;     // vLLM's stop_reason: the stop string, or
+  int32_t stop_token_id = -1;  // the stop_token_ids id (eos is none)
 };
 
 // The reference: one sequence alone, the stop rules in their stated order.
@@ -65,13 +68,14 @@ Expected simulate(const std::vector<int32_t>& prompt, const SamplingParams& p, i
     if (with_text && (!stop_id || p.include_stop_str_in_output)) text += LetterTokenizer::piece(t);
     if (stop_id) {
       e.reason = "stop";
+      if (p.ignore_eos || t != kEos[0]) e.stop_token_id = t;
       break;
     }
     if (with_text && may_stop) {
       size_t cut = std::string::npos, len = 0;
       for (const std::string& s : p.stop) {
         const size_t pos = text.find(s);
-        if (pos < cut) cut = pos, len = s.size();
+        if (pos < cut) cut = pos, len = s.size(), e.stop_string = s;
       }
       if (cut != std::string::npos) {
         text.resize(cut + (p.include_stop_str_in_output ? len : 0));
@@ -166,6 +170,8 @@ void check_against_reference(const RunResult& r, const std::vector<EngineRequest
       const Expected e = simulate(req.prompt_ids, req.params, i, config.max_model_len, eos_every, with_text);
       CHECK(f.outputs[i].token_ids == e.tokens);
       CHECK(f.outputs[i].finish_reason == e.reason);
+      CHECK(f.outputs[i].stop_string == e.stop_string);
+      CHECK(f.outputs[i].stop_token_id == e.stop_token_id);
       CHECK(f.outputs[i].text == e.text);
       output_tokens += static_cast<int64_t>(e.tokens.size());
       multi_token_seqs += e.tokens.size() > 1;
@@ -240,6 +246,82 @@ TEST_CASE("engine: outputs equal the one-at-a-time reference under every schedul
     if (v.config.prefix_caching && v.config.block_size <= 16) CHECK(r.counters.hit_tokens > 0);
     CHECK(r.stats.peak_blocks_in_use <= v.num_blocks);
   }
+}
+
+TEST_CASE("engine: the priority policy keeps every output equal to the reference, under preemption") {
+  std::vector<EngineRequest> reqs = workload(11, 30);
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i].priority = static_cast<int>(i * 7 % 5) - 2;
+  EngineConfig c = base_config();
+  c.priority_scheduling = true;
+  FakeRunner runner(8, c.block_size, kVocab, kEos);
+  const RunResult r = run(c, runner, reqs);
+  check_against_reference(r, reqs, c);
+  CHECK(r.preemptions > 0);
+}
+
+// The order requests finish in, queued all at once, one step after another.
+std::vector<std::string> finish_order(const EngineConfig& c, int num_blocks, const std::vector<EngineRequest>& reqs) {
+  FakeRunner runner(num_blocks, c.block_size, kVocab, kEos);
+  Engine engine(c, runner, nullptr);
+  for (const EngineRequest& r : reqs) engine.add_request(r);
+  std::vector<std::string> order;
+  while (engine.has_unfinished()) {
+    for (const FinishedRequest& f : engine.step()) order.push_back(f.id);
+  }
+  return order;
+}
+
+TEST_CASE("engine: under the priority policy high-priority requests finish first with a small cache") {
+  // Eight requests of 8 prompt + 24 output tokens (2 blocks of 16 each at the end) in a cache of
+  // 6 blocks: at most three run at once. The last three arrive last but have priority -1
+  // (lower runs first, as in vLLM): they are admitted first and finish first. Under fcfs
+  // they wait for the others.
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    EngineRequest r;
+    r.id = "r" + std::to_string(i);
+    r.prompt_ids.assign(8, 100 + i);
+    r.params.max_tokens = 24;
+    r.params.ignore_eos = true;
+    r.params.temperature = 0;
+    r.priority = i >= 5 ? -1 : 0;
+    reqs.push_back(r);
+  }
+  EngineConfig c = base_config();
+  c.priority_scheduling = true;
+  const std::vector<std::string> prio = finish_order(c, 6, reqs);
+  REQUIRE(prio.size() == 8);
+  const std::set<std::string> first3(prio.begin(), prio.begin() + 3);
+  CHECK(first3 == std::set<std::string>{"r5", "r6", "r7"});
+  // The rest in arrival order: equal priorities are served first come, first served.
+  CHECK(std::vector<std::string>(prio.begin() + 3, prio.end()) == std::vector<std::string>{"r0", "r1", "r2", "r3", "r4"});
+
+  c.priority_scheduling = false;
+  const std::vector<std::string> fcfs = finish_order(c, 6, reqs);
+  REQUIRE(fcfs.size() == 8);
+  CHECK(std::set<std::string>(fcfs.end() - 3, fcfs.end()) == std::set<std::string>{"r5", "r6", "r7"});
+}
+
+TEST_CASE("engine: under the priority policy the lowest-priority running sequence is preempted first") {
+  // Two requests fit the 4-block cache at admission (1 block each) but not at their full
+  // length (2 blocks + 1 each): one must be preempted. The earlier one has the lower priority
+  // (a larger value): it is the victim, so the later, higher-priority request never recomputes
+  // and finishes first. Under fcfs the newest (the high-priority one) would be the victim.
+  std::vector<EngineRequest> reqs(2);
+  for (int i = 0; i < 2; ++i) {
+    reqs[i].id = "r" + std::to_string(i);
+    reqs[i].prompt_ids.assign(8, 200 + i);
+    reqs[i].params.max_tokens = 30;
+    reqs[i].params.ignore_eos = true;
+    reqs[i].params.temperature = 0;
+  }
+  reqs[0].priority = 5;
+  reqs[1].priority = 1;
+  EngineConfig c = base_config();
+  c.priority_scheduling = true;
+  CHECK(finish_order(c, 4, reqs) == std::vector<std::string>{"r1", "r0"});
+  c.priority_scheduling = false;
+  CHECK(finish_order(c, 4, reqs) == std::vector<std::string>{"r0", "r1"});
 }
 
 TEST_CASE("engine: random configurations and workloads with eos, min_tokens and stop ids match the reference") {
@@ -399,6 +481,10 @@ TEST_CASE("engine: stop token ids, max_tokens, min_tokens against eos, max_model
   CHECK(d.at("stop_id").outputs[0].token_ids.size() <= 3);
   CHECK(d.at("stop_id").outputs[0].token_ids.back() == free_run.tokens[2]);
   CHECK(d.at("stop_id").outputs[0].finish_reason == "stop");
+  // stop_reason as vLLM reports it: the stop id; none for eos or "length".
+  CHECK(d.at("stop_id").outputs[0].stop_token_id == d.at("stop_id").outputs[0].token_ids.back());
+  CHECK(d.at("plain").outputs[0].stop_token_id == -1);
+  CHECK(d.at("ignore_eos").outputs[0].stop_token_id == -1);
 }
 
 TEST_CASE("engine: stop strings cut the text; logprobs are kept per token") {
@@ -429,6 +515,7 @@ TEST_CASE("engine: stop strings cut the text; logprobs are kept per token") {
   check_against_reference(r, reqs, c, 0, true);
   const FinishedSequence& cut = r.done.at("cut").outputs[0];
   CHECK(cut.finish_reason == "stop");
+  CHECK(cut.stop_string == stop);  // vLLM's stop_reason
   CHECK(cut.text.find(stop) == std::string::npos);
   CHECK(r.done.at("include").outputs[0].text.size() == cut.text.size() + stop.size());
   CHECK(cut.logprobs.size() == cut.token_ids.size());

@@ -9,7 +9,18 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : conf
 
 void Scheduler::add(Sequence* seq) {
   seq->status = SequenceStatus::kWaiting;
-  waiting_.push_back(seq);
+  if (config_.priority) {
+    insert_ordered(waiting_, seq);
+  } else {
+    waiting_.push_back(seq);
+  }
+}
+
+void Scheduler::insert_ordered(std::deque<Sequence*>& queue, Sequence* seq) {
+  const auto before = [](const Sequence* a, const Sequence* b) {
+    return a->priority != b->priority ? a->priority < b->priority : a->id < b->id;
+  };
+  queue.insert(std::upper_bound(queue.begin(), queue.end(), seq, before), seq);
 }
 
 SchedulerOutput Scheduler::schedule() {
@@ -100,7 +111,11 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
     seq->num_computed = hit_tokens;
     if (seq->num_cached < 0) seq->num_cached = hit.hashed ? hit_tokens : 0;
     seq->num_new = num_new;
-    running_.push_back(seq);
+    if (config_.priority) {
+      insert_ordered(running_, seq);
+    } else {
+      running_.push_back(seq);
+    }
     out.scheduled.push_back({seq, num_new, target == seq->num_tokens()});
     budget -= num_new;
   }
@@ -113,7 +128,11 @@ void Scheduler::preempt(Sequence* victim) {
   victim->num_computed = 0;
   victim->num_new = 0;
   victim->status = SequenceStatus::kWaiting;
-  waiting_.push_front(victim);
+  if (config_.priority) {
+    insert_ordered(waiting_, victim);
+  } else {
+    waiting_.push_front(victim);
+  }
   ++num_preemptions_;
 }
 

@@ -13,6 +13,12 @@
 // sequence whose prompt + output outgrew the budget, which is then chunked (the alternative
 // is a sequence that can never run again).
 //
+// Priority policy (vLLM's --scheduling-policy priority): waiting and running are both kept in
+// order of (priority, arrival), lower priority values first. Admission takes waiting in that
+// order, and the victim of a preemption is the back of running: the lowest-priority sequence,
+// the newest among equals. A preempted sequence goes back to waiting in its place by that order.
+// Under fcfs every priority counts as equal, which is the policy described above.
+//
 // n > 1: samples 1..n-1 follow sample 0 in the waiting queue and, at their first admission,
 // share its full prompt blocks (through the prefix cache, or directly with caching off); one
 // waits while its parent is still prefilling those blocks.
@@ -31,6 +37,7 @@ struct SchedulerConfig {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
   bool chunked_prefill = true;
+  bool priority = false;  // the priority policy (see above); false: fcfs
 };
 
 struct ScheduledSeq {
@@ -67,13 +74,15 @@ class Scheduler {
   void finish_out_of_cache(Sequence* seq, SchedulerOutput& out);
   bool schedule_running(SchedulerOutput& out, int& budget);
   void admit_waiting(SchedulerOutput& out, int& budget);
+  // Puts `seq` into `queue` by (priority, arrival) under the priority policy.
+  void insert_ordered(std::deque<Sequence*>& queue, Sequence* seq);
   // Blocks of `seq` can already share at admission (prefix cache hit or its parent's prompt).
   PrefixHit shared_prefix(const Sequence& seq) const;
 
   SchedulerConfig config_;
   BlockManager& blocks_;
   std::deque<Sequence*> waiting_;
-  std::deque<Sequence*> running_;  // admission order: the back is preempted first
+  std::deque<Sequence*> running_;  // admission (or priority) order: the back is preempted first
   int64_t num_preemptions_ = 0;
 };
 

@@ -24,6 +24,7 @@ struct Sequence {
   const Sequence* parent = nullptr;  // sample 0 of the request for the others: whose prompt blocks to share
   const SamplingParams* params = nullptr;
   uint64_t seed = 0;              // sequence_seed(request seed, sample_index)
+  int priority = 0;               // the request's; lower runs first under the priority policy
 
   std::vector<int32_t> token_ids;  // prompt then output
   int prompt_len = 0;
@@ -35,6 +36,10 @@ struct Sequence {
 
   double first_token_s = -1, finish_s = -1;
   std::string finish_reason;
+  // What ended it with "stop", as vLLM's stop_reason: a stop string, or a stop_token_ids id
+  // (-1: neither; eos and "length" have no stop reason).
+  std::string stop_string;
+  int32_t stop_token_id = -1;
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   std::unique_ptr<IncrementalDetokenizer> detokenizer;  // only with a tokenizer

@@ -51,7 +51,7 @@ TEST_CASE("chat response: our form adds the assistant message, keeps the raw tex
   r.messages = {message("Hello!")};
   CHECK(result_record(r).dump() ==
         R"({"id":"c-1","message":{"role":"assistant","content":"Hello!"},"text":"Hello!","token_ids":[9,10],)"
-        R"("finish_reason":"stop","usage":{"prompt_tokens":10,"completion_tokens":2,"cached_tokens":4},)"
+        R"("finish_reason":"stop","stop_reason":null,"usage":{"prompt_tokens":10,"completion_tokens":2,"cached_tokens":4},)"
         R"("timing":{"ttft_ms":10.0,"e2e_ms":30.0,"tpot_ms":20.0}})");
 
   // With a reasoning parser: reasoning_content is written, null when there was none; n = 2 gives
@@ -78,8 +78,9 @@ TEST_CASE("chat response: the OpenAI batch form is a chat.completion") {
       "body": {"id": "chatcmpl-5", "object": "chat.completion", "created": 1700000000, "model": "Qwen3-0.6B",
         "choices": [
           {"index": 0, "message": {"role": "assistant", "content": null, "reasoning_content": "France's capital"},
-           "logprobs": null, "finish_reason": "stop"},
-          {"index": 1, "message": {"role": "assistant", "content": "Lyon"}, "logprobs": null, "finish_reason": "length"}],
+           "logprobs": null, "finish_reason": "stop", "stop_reason": null},
+          {"index": 1, "message": {"role": "assistant", "content": "Lyon"}, "logprobs": null, "finish_reason": "length",
+           "stop_reason": null}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
                   "prompt_tokens_details": {"cached_tokens": 4}}}},
     "error": null})");

@@ -37,18 +37,26 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-std::string render_progress(int64_t done, int64_t total, int64_t output_tokens, double elapsed_s, int width) {
+double eta_seconds(int64_t done, int64_t total, int64_t output_tokens, int64_t token_total, double elapsed_s) {
+  if (total > 0 && done >= total) return 0;
+  if (token_total > 0) {
+    if (output_tokens <= 0) return -1;
+    return elapsed_s * static_cast<double>(std::max<int64_t>(0, token_total - output_tokens)) /
+           static_cast<double>(output_tokens);
+  }
+  if (total <= 0 || done <= 0) return -1;
+  return elapsed_s * static_cast<double>(total - done) / static_cast<double>(done);
+}
+
+std::string render_progress(int64_t done, int64_t total, int64_t output_tokens, double elapsed_s, int width,
+                            int64_t token_total) {
   const double tokens_per_s = elapsed_s > 0 ? static_cast<double>(output_tokens) / elapsed_s : 0.0;
   const std::string rate = str_cat(" ", std::llround(tokens_per_s), " tok/s ", format_duration(elapsed_s));
   if (total <= 0) return str_cat(done, " done", rate);
 
   const int64_t percent = std::min<int64_t>(100, done * 100 / total);
-  std::string eta = "?";
-  if (done >= total) {
-    eta = format_duration(0);
-  } else if (done > 0) {
-    eta = format_duration(elapsed_s * static_cast<double>(total - done) / static_cast<double>(done));
-  }
+  const double eta_s = eta_seconds(done, total, output_tokens, token_total, elapsed_s);
+  const std::string eta = eta_s < 0 ? "?" : format_duration(eta_s);
   char pct[32];
   std::snprintf(pct, sizeof pct, " %3lld%%", static_cast<long long>(percent));
   const std::string left = str_cat(done, "/", total, " ");
@@ -73,7 +81,7 @@ void ProgressBar::update(int64_t done, int64_t output_tokens) {
   last_draw_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   // One column spare: a line that fills the terminal exactly wraps on some terminals.
-  const std::string line = render_progress(done, total_, output_tokens, elapsed, terminal_columns(out_) - 1);
+  const std::string line = render_progress(done, total_, output_tokens, elapsed, terminal_columns(out_) - 1, token_total_);
   std::fprintf(out_, "\r%s\x1b[K", line.c_str());
   std::fflush(out_);
   drawn_ = true;
@@ -89,6 +97,38 @@ void ProgressBar::clear() {
 void ProgressBar::finish() {
   clear();
   enabled_ = false;
+}
+
+std::string render_progress_line(int64_t done, int64_t total, int64_t output_tokens, int64_t token_total,
+                                 double elapsed_s) {
+  const double tokens_per_s = elapsed_s > 0 ? static_cast<double>(output_tokens) / elapsed_s : 0.0;
+  const double eta_s = eta_seconds(done, total, output_tokens, token_total, elapsed_s);
+  return str_cat("progress: ", done, total > 0 ? str_cat("/", total) : std::string(), " requests, ", output_tokens,
+                 " output tokens, ", std::llround(tokens_per_s), " tok/s, elapsed ", format_duration(elapsed_s),
+                 ", ETA ", eta_s < 0 ? std::string("?") : format_duration(eta_s));
+}
+
+ProgressLog::ProgressLog(int64_t total, int64_t token_total, double interval_s, std::FILE* out, bool enabled)
+    : total_(total), token_total_(token_total), interval_s_(interval_s), out_(out), enabled_(enabled) {}
+
+double ProgressLog::elapsed_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void ProgressLog::update_at(int64_t done, int64_t output_tokens, double elapsed_s) {
+  if (!enabled_ || elapsed_s - last_s_ < interval_s_) return;
+  print(done, output_tokens, elapsed_s);
+}
+
+void ProgressLog::finish(int64_t done, int64_t output_tokens) {
+  if (enabled_) print(done, output_tokens, elapsed_s());
+  enabled_ = false;
+}
+
+void ProgressLog::print(int64_t done, int64_t output_tokens, double elapsed_s) {
+  last_s_ = elapsed_s;
+  std::fprintf(out_, "nvllm: %s\n", render_progress_line(done, total_, output_tokens, token_total_, elapsed_s).c_str());
+  std::fflush(out_);
 }
 
 }  // namespace nvllm

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -69,6 +70,43 @@ TEST_CASE("progress: draws only when enabled, throttles redraws, and clears at t
   bar.update(10, 0);
   CHECK(contents(out).size() == size);
   std::fclose(out);
+}
+
+}  // namespace nvllm
+
+namespace nvllm {
+
+TEST_CASE("progress: ETA from tokens, computed by hand") {
+  // 1000 of 4000 tokens in 10 s: 3000 left at 100 tok/s = 30 s, whatever the request count says.
+  CHECK(eta_seconds(9, 10, 1000, 4000, 10.0) == doctest::Approx(30.0));
+  CHECK(eta_seconds(5, 10, 0, 4000, 10.0) < 0);                        // no token yet: unknown
+  CHECK(eta_seconds(10, 10, 1000, 4000, 10.0) == 0);                   // all done
+  CHECK(eta_seconds(5, 10, 100, 0, 10.0) == doctest::Approx(10.0));    // no token total: by requests
+  CHECK(render_progress_line(9, 10, 1000, 4000, 10.0) ==
+        "progress: 9/10 requests, 1000 output tokens, 100 tok/s, elapsed 0:10, ETA 0:30");
+}
+
+TEST_CASE("progress: the log prints once an interval has passed, and at the end") {
+  std::FILE* f = std::tmpfile();
+  REQUIRE(f != nullptr);
+  {
+    ProgressLog log(4, 40, 30.0, f, true);
+    log.update_at(1, 10, 29.9);  // not yet
+    log.update_at(2, 20, 30.0);  // exactly at the interval: a line
+    log.update_at(3, 30, 59.9);  // 29.9 s after it: not yet
+    log.finish(4, 40);           // the closing line
+    log.finish(4, 40);           // only once
+  }
+  std::rewind(f);
+  std::string text;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, f)) text += buf;
+  std::fclose(f);
+  CHECK(text.find("progress: 2/4 requests, 20 output tokens") != std::string::npos);
+  CHECK(text.find("progress: 1/4") == std::string::npos);
+  CHECK(text.find("progress: 3/4") == std::string::npos);
+  CHECK(text.find("progress: 4/4 requests, 40 output tokens") != std::string::npos);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 2);
 }
 
 }  // namespace nvllm

@@ -282,6 +282,9 @@ void read_fields(const Ctx& c, const json& object, std::initializer_list<std::st
       r.prompt_token_ids = token_ids_field(c, "prompt_token_ids", value);
       if (r.prompt_token_ids.empty()) bad_field(c, "prompt_token_ids", "a non-empty array of token ids", value);
       has_ids = true;
+    } else if (key == "priority") {
+      r.priority = static_cast<int>(int_field(c, "priority", value, std::numeric_limits<int32_t>::min(), kMaxInt,
+                                              "an integer (lower runs first)"));
     } else if (const SamplingField* f = find_sampling_field(key)) {
       f->set(c, value, r.params);
     } else if (std::find(passive.begin(), passive.end(), key) == passive.end() && !options.allow_unknown_fields) {
@@ -387,10 +390,12 @@ ParsedLine parse_request_line(const std::string& text, int64_t line_no, const Pa
     object = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     out.error = str_cat("line ", line_no, ": invalid JSON: ", parser_message(e));
+    out.not_json = true;
     return out;
   }
   if (!object.is_object()) {
     out.error = str_cat("line ", line_no, ": expected a JSON object ({...}), got ", shown(object));
+    out.not_json = true;
     return out;
   }
   out.openai_batch = looks_like_openai_batch(object);
@@ -434,6 +439,7 @@ std::optional<ParsedLine> RequestReader::next() {
                              "\": duplicate id ", shown(parsed.id), " (first used on line ", it->second,
                              "); ids must be unique so that output lines can be matched to requests");
       parsed.request.reset();
+      parsed.duplicate_of = it->second;
     }
     return parsed;
   }

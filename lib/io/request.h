@@ -24,6 +24,7 @@ struct Request {
   std::vector<int32_t> prompt_token_ids;  // pre-tokenized prompt
   std::optional<ChatInputs> chat;  // or a conversation (`messages`), rendered by the model's chat template
   SamplingParams params;  // request fields over the command-line defaults
+  int priority = 0;       // lower runs first under --scheduling-policy priority (vLLM's field)
   bool openai_batch = false;  // came as {custom_id, method, url, body}: answer in that form
 };
 
@@ -40,6 +41,8 @@ struct ParsedLine {
   nlohmann::json id;      // best-effort id for the error record (line number if none)
   int64_t line = 0;
   bool openai_batch = false;  // the line looked like the OpenAI batch form: answer in that form
+  bool not_json = false;      // the line is not a JSON object at all (a wrong or binary file)
+  int64_t duplicate_of = 0;   // the id was first used on this earlier line (0: not a duplicate)
 };
 
 // Parses one line. Never throws for bad content; the result holds the error instead.

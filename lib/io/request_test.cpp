@@ -279,3 +279,32 @@ TEST_CASE("request reader: blank lines skipped but counted, CRLF and BOM accepte
 }
 
 }  // namespace nvllm
+
+namespace nvllm {
+
+TEST_CASE("request: priority is an integer (vLLM's field), 0 when not set, in both forms") {
+  CHECK(ok(R"({"prompt": "hi"})").priority == 0);
+  CHECK(ok(R"({"prompt": "hi", "priority": -3})").priority == -3);
+  CHECK(ok(R"({"prompt": "hi", "priority": 2147483647})").priority == 2147483647);
+  CHECK(ok(R"({"prompt": "hi", "priority": -2147483648})").priority == -2147483648LL);
+  CHECK(ok(R"({"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x", "priority": 4}})")
+            .priority == 4);
+  CHECK(field_error("priority", "2147483648") ==
+        R"(line 7: field "priority": expected an integer (lower runs first), got 2147483648)");
+  CHECK(field_error("priority", "1.5").find("field \"priority\"") != std::string::npos);
+  CHECK(field_error("priority", "\"high\"").find("field \"priority\"") != std::string::npos);
+}
+
+TEST_CASE("request: a line that is not a JSON object is marked, a repeated id names its first line") {
+  CHECK(parse("not json").not_json);
+  CHECK(parse("[1, 2]").not_json);
+  CHECK_FALSE(parse(R"({"prompt": 3})").not_json);  // JSON, only a bad field
+  std::istringstream in("{\"id\": \"a\", \"prompt\": \"x\"}\n\n{\"id\": \"a\", \"prompt\": \"y\"}\n");
+  const std::vector<ParsedLine> lines = read_requests(in, {});
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].duplicate_of == 0);
+  CHECK(lines[1].duplicate_of == 1);
+  CHECK_FALSE(lines[1].request);
+}
+
+}  // namespace nvllm

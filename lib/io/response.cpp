@@ -34,16 +34,23 @@ int64_t code_points(const std::string& s) {
 }
 
 OrderedJson our_logprobs(const std::vector<StepLogprobs>& steps) {
-  OrderedJson chosen = OrderedJson::array(), top = OrderedJson::array();
+  OrderedJson chosen = OrderedJson::array(), tokens = OrderedJson::array(), top = OrderedJson::array();
   for (const StepLogprobs& step : steps) {
     chosen.push_back(json_float(step.chosen.logprob));
+    tokens.push_back(step.chosen.token);
     OrderedJson alternatives = OrderedJson::array();
     for (const OutputLogprob& t : step.top) {
-      alternatives.push_back({{"token_id", t.token_id}, {"logprob", json_float(t.logprob)}});
+      alternatives.push_back({{"token_id", t.token_id}, {"token", t.token}, {"logprob", json_float(t.logprob)}});
     }
     top.push_back(std::move(alternatives));
   }
-  return {{"token_logprobs", std::move(chosen)}, {"top_logprobs", std::move(top)}};
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(chosen)}, {"top_logprobs", std::move(top)}};
+}
+
+OrderedJson stop_reason(const CompletionOutput& out) {
+  if (out.stop_string) return *out.stop_string;
+  if (out.stop_token_id) return *out.stop_token_id;
+  return nullptr;
 }
 
 // OpenAI's completion logprobs. As in vLLM, each step's top_logprobs also holds the sampled
@@ -109,6 +116,7 @@ OrderedJson our_output(const CompletionOutput& out, const AssistantMessage* mess
   o["text"] = out.text;
   o["token_ids"] = out.token_ids;
   o["finish_reason"] = out.finish_reason;
+  o["stop_reason"] = stop_reason(out);
   if (out.logprobs) o["logprobs"] = our_logprobs(*out.logprobs);
   return o;
 }
@@ -154,12 +162,14 @@ OrderedJson openai_choice(size_t index, const CompletionOutput& out, const Assis
     return {{"index", index},
             {"message", chat_message(*message)},
             {"logprobs", out.logprobs ? chat_logprobs(*out.logprobs) : OrderedJson(nullptr)},
-            {"finish_reason", out.finish_reason}};
+            {"finish_reason", out.finish_reason},
+            {"stop_reason", stop_reason(out)}};
   }
   return {{"index", index},
           {"text", out.text},
           {"logprobs", out.logprobs ? openai_logprobs(*out.logprobs) : OrderedJson(nullptr)},
-          {"finish_reason", out.finish_reason}};
+          {"finish_reason", out.finish_reason},
+          {"stop_reason", stop_reason(out)}};
 }
 
 OrderedJson openai_record(const RequestResult& r) {

@@ -32,6 +32,9 @@ struct CompletionOutput {
   std::vector<int32_t> token_ids;
   std::string finish_reason;  // "stop" or "length"
   std::optional<std::vector<StepLogprobs>> logprobs;  // set when the request asked for logprobs
+  // vLLM's stop_reason: the stop string or stop token id that ended it; null for eos and "length".
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token_id;
 };
 
 // A chat answer's message. `content` is the text unless a reasoning parser split it (then either

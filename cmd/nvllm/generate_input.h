@@ -1,0 +1,41 @@
+// The checks nvllm generate makes before its model loads (every path it will write, the input
+// itself) and the reading of its input, so that a wrong path or a wrong file fails in a second
+// with one message instead of after the model load, or worse, after the run.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/request.h"
+
+namespace nvllm {
+
+// Throws nvllm::Error naming `flag` when `path` could not be written: a folder, a missing
+// parent folder, no write permission. "-" (stdout) and "" (not asked for) pass.
+void check_output_path(const std::string& path, std::string_view flag);
+
+// Throws when `path` (written under `flag`) is the --input file itself.
+void check_not_input(const std::string& path, std::string_view flag, const std::string& input);
+
+struct InputOptions {
+  std::string path = "-";  // - reads standard input
+  ParseOptions parse;
+  bool allow_empty = false;          // no requests: a warning, not an error
+  bool allow_duplicate_ids = false;  // a repeated id: an error record, not a refusal of the file
+};
+
+// After this many consecutive lines at the start of the input that are not JSON objects, the
+// input is taken to be the wrong file and reading stops.
+constexpr int kMaxLeadingGarbageLines = 20;
+
+// Reads every line of the input. Throws nvllm::Error for a folder, an unreadable file, a file
+// whose first kMaxLeadingGarbageLines lines are not JSON, a repeated id (unless allowed) and
+// an input without requests (unless allowed). On a terminal it first says that it waits for
+// JSONL on standard input.
+std::vector<ParsedLine> read_input(const InputOptions& options);
+
+// The ids of `lines` as --resume compares them, in input order.
+std::vector<std::string> input_ids(const std::vector<ParsedLine>& lines);
+
+}  // namespace nvllm
