@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cmd/nvllm/commands.h"
+#include "cmd/nvllm/fp8_setup.h"
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -140,7 +141,8 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
   return {{"mode", mode},         {"command", command_line()}, {"device", m.device_name},
           {"git_revision", NVLLM_GIT_REV}, {"model", f.model.model},   {"load_format", f.model.load_format},
           {"block_size", m.engine.block_size}, {"max_num_seqs", m.engine.max_num_seqs},
-          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner->num_kv_blocks()}};
+          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner->num_kv_blocks()},
+          {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)}};
 }
 
 int run_throughput(const BenchFlags& f) {
@@ -165,7 +167,8 @@ int run_throughput(const BenchFlags& f) {
     output_lens.push_back(static_cast<int>(r.outputs.at(0).token_ids.size()));
   }
   const int dtype_bytes = m.device == "cuda" ? 2 : 4;
-  const Roofline roof = roofline(m.config, prompt_lens, output_lens, run.stats.steps, dtype_bytes, dtype_bytes);
+  const Roofline roof =
+      roofline(m.config, prompt_lens, output_lens, run.stats.steps, dtype_bytes, kv_element_bytes(f.model, m.device));
   const double bound_s = roof.min_time_s(f.peak_bandwidth, f.peak_flops);
   const RunStats& s = run.stats;
 
@@ -197,7 +200,8 @@ int run_throughput(const BenchFlags& f) {
                         {"achieved_bandwidth", roof.bytes / run.seconds},
                         {"output_tokens_per_s_bound", s.output_tokens / bound_s}};
 
-  std::printf("device            %s\n", m.device_name.c_str());
+  std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
+              kv_cache_dtype_name(f.model, m.device).c_str());
   std::printf("requests          %lld in %.2f s: %.2f req/s\n", static_cast<long long>(s.requests), run.seconds,
               s.requests / run.seconds);
   std::printf("output tokens     %lld: %.1f tok/s   (total %.1f tok/s with %lld prompt tokens)\n",
@@ -268,7 +272,8 @@ int run_latency(const BenchFlags& f) {
   const double weight_bytes = roofline(m.config, {}, {}, 1, m.device == "cuda" ? 2 : 4, 2).weight_bytes;
   report["decode_step_bound_s"] = weight_bytes / f.peak_bandwidth;
 
-  std::printf("device            %s\n", m.device_name.c_str());
+  std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
+              kv_cache_dtype_name(f.model, m.device).c_str());
   std::printf("batch %d, input %d, output %d, %d iterations\n", f.batch_size, spec.input_len.min, spec.output_len.min,
               f.iterations);
   std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(prefill_s, 50),

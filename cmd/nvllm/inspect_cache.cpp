@@ -35,6 +35,7 @@ struct InspectFlags {
   double gpu_memory_utilization = 0.9;
   int num_kv_blocks = 0;
   std::string dtype = "bfloat16";
+  std::string kv_cache_dtype = "auto";  // auto (= dtype) | bfloat16 | fp8 | fp8_e4m3
   std::string order = "both";
   bool json = false;
   bool all_requests = false;
@@ -211,7 +212,10 @@ int run_inspect(const InspectFlags& f) {
   const Workload w = read_workload(f, *tokenizer, config);
 
   const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
-  const double kv_bytes_per_token = 2.0 * config.num_layers * config.kv_size() * dtype_bytes;
+  const bool fp8_kv = f.kv_cache_dtype.starts_with("fp8");
+  const std::string kv_dtype = fp8_kv ? "fp8_e4m3" : f.kv_cache_dtype == "auto" ? f.dtype : f.kv_cache_dtype;
+  const int kv_bytes = fp8_kv ? 1 : kv_dtype == "float32" ? 4 : 2;
+  const double kv_bytes_per_token = 2.0 * config.num_layers * config.kv_size() * kv_bytes;
   const double block_bytes = kv_bytes_per_token * f.block_size;
   const MemoryPlan memory = plan_memory(f, config, block_bytes, dtype_bytes);
   const int num_blocks = f.num_kv_blocks > 0 ? f.num_kv_blocks : memory.blocks_fit;
@@ -243,7 +247,8 @@ int run_inspect(const InspectFlags& f) {
   const CacheTraceSummary s = summarize(chosen.trace);
 
   if (f.json) {
-    nlohmann::json j = {{"kv_bytes_per_token", kv_bytes_per_token},
+    nlohmann::json j = {{"kv_cache_dtype", kv_dtype},
+                        {"kv_bytes_per_token", kv_bytes_per_token},
                         {"kv_bytes_per_block", block_bytes},
                         {"block_size", f.block_size},
                         {"blocks_fit", memory.blocks_fit},
@@ -270,7 +275,7 @@ int run_inspect(const InspectFlags& f) {
   }
 
   std::printf("model             %s: %d layers x %d KV heads x %d dims, %s KV\n", config.architecture_name.c_str(),
-              config.num_layers, config.num_kv_heads, config.head_dim, f.dtype.c_str());
+              config.num_layers, config.num_kv_heads, config.head_dim, kv_dtype.c_str());
   std::printf("KV cache          %.0f bytes per token, %.0f KiB per block of %d tokens\n", kv_bytes_per_token,
               block_bytes / 1024, f.block_size);
   std::printf("memory            %.1f GiB (%s) x %.2f - %.2f GiB weights - %.2f GiB activations = %d blocks "
@@ -335,6 +340,10 @@ Command make_inspect_cache_command() {
         ->capture_default_str();
     cmd->add_option("--dtype", f->dtype, "KV-cache dtype: bfloat16 or float32 (the CPU runner's)")
         ->check(CLI::IsMember({"bfloat16", "float16", "float32"}))
+        ->capture_default_str();
+    cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                    "KV-cache dtype: auto (--dtype), bfloat16, fp8 or fp8_e4m3 (one byte: twice the tokens of bf16)")
+        ->check(CLI::IsMember({"auto", "bfloat16", "fp8", "fp8_e4m3"}))
         ->capture_default_str();
     cmd->add_option("--order", f->order, "Order whose details are shown: input, prefix-aware (both are compared)")
         ->check(CLI::IsMember({"both", "input", "prefix-aware"}))

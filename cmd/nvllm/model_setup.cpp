@@ -6,6 +6,7 @@
 #include <string_view>
 #include <thread>
 
+#include "cmd/nvllm/fp8_setup.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/weights.h"
@@ -70,6 +71,15 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--data-parallel-size", f.data_parallel_size,
                  "Engines on separate GPUs (vLLM's -dp); 1 for now: spread requests with --shard instead")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--quantization", f.quantization,
+                 "fp8: quantise linear weights to E4M3 at load, one scale per output channel (CPU runner). FP8 "
+                 "checkpoints (quantization_config in config.json) are detected without it")
+      ->check(CLI::IsMember({"fp8"}));
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                 "KV-cache dtype: auto (the compute dtype), bfloat16, or fp8 / fp8_e4m3 (E4M3 with the checkpoint's "
+                 "k_scale/v_scale, else 1.0; CPU runner)")
+      ->check(CLI::IsMember({"auto", "bfloat16", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
   app.add_option("--seed", f.seed, "Base seed: requests without a seed get one derived from it and their line")
       ->capture_default_str();
@@ -141,6 +151,7 @@ LoadedModel load_model(const ModelFlags& f) {
   m.device = resolve_device(f, &gpu);
   m.device_name = m.device == "cuda" ? gpu.name : "CPU";
   check_parallel(f, m.device, gpu);
+  check_fp8(f, m.config, m.device);
 
   int max_model_len = m.config.max_position_embeddings;
   if (f.max_model_len > 0) {
@@ -158,10 +169,12 @@ LoadedModel load_model(const ModelFlags& f) {
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "float32",
                 "--dtype ", f.dtype, ": the CPU runner computes in float32; use --dtype auto or float32");
     ModelWeights weights = load_weights(f.model, m.config, DType::kF32, format, f.seed);
+    apply_quantization(f, m.config, weights);
+    const std::optional<KvScales> kv_scales = cpu_fp8_kv_scales(f, m.config);
     const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int blocks = cpu_kv_blocks(f, m.config, max_model_len);
     m.runner = std::make_unique<CpuRunner>(m.config, std::move(weights), f.block_size, blocks, threads,
-                                           f.tensor_parallel_size);
+                                           f.tensor_parallel_size, kv_scales ? &*kv_scales : nullptr);
   } else {
 #ifdef NVLLM_HAVE_CUDA
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "bfloat16",
@@ -185,7 +198,7 @@ LoadedModel load_model(const ModelFlags& f) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_info("loaded ", m.config.architecture_name, " (", m.config.num_layers, " layers, hidden ",
            m.config.hidden_size, ") on ", m.device_name, " in ", seconds, " s; KV cache ",
-           m.runner->num_kv_blocks(), " blocks of ", f.block_size, " tokens");
+           m.runner->num_kv_blocks(), " blocks of ", f.block_size, " tokens (", kv_cache_dtype_name(f, m.device), ")");
 
   m.engine.block_size = f.block_size;
   m.engine.prefix_caching = f.prefix_caching == "on";

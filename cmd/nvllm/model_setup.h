@@ -32,6 +32,8 @@ struct ModelFlags {
   int tensor_parallel_size = 1;  // CPU: simulated ranks; CUDA: one GPU only for now
   int data_parallel_size = 1;    // 1 only for now
   uint64_t seed = 0;
+  std::string quantization;            // "" or fp8 (vLLM's --quantization)
+  std::string kv_cache_dtype = "auto";  // auto | bfloat16 | fp8 | fp8_e4m3
 };
 
 // Adds the shared flags to `app`, with help text and defaults.

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/cpu_sampler.h"
+#include "runtime/cpu_kv_fp8.h"
 #include "runtime/cpu_tp.h"
 #include "runtime/cpu_thread_pool.h"
 
@@ -87,7 +88,23 @@ struct Rank {
   ModelWeights w;
   std::vector<CacheBuffer> k_cache, v_cache;  // per layer [num_blocks, block_size, kv_heads, head_dim]
   std::vector<float> qkv, attn, gu, act, part;
+  // FP8 KV cache: the scales of this rank's KV heads, [num_layers * kv_heads]; empty: float32.
+  std::vector<float> k_scale, v_scale;
 };
+
+// The scales of the KV heads rank `r` holds (kv_head_first.. of every layer).
+void take_kv_scales(const KvScales& s, const ModelConfig& full, const TpRank& t, Rank& r) {
+  const size_t want = static_cast<size_t>(full.num_layers) * full.num_kv_heads;
+  NVLLM_CHECK(s.k.size() == want && s.v.size() == want, "CpuRunner: FP8 KV scales hold ", s.k.size(), " and ",
+              s.v.size(), " values; the model needs num_layers * num_kv_heads = ", want);
+  for (int l = 0; l < full.num_layers; ++l) {
+    for (int h = 0; h < t.kv_heads; ++h) {
+      const size_t i = static_cast<size_t>(l) * full.num_kv_heads + t.kv_head_first + h;
+      r.k_scale.push_back(s.k.at(i));
+      r.v_scale.push_back(s.v.at(i));
+    }
+  }
+}
 
 }  // namespace
 
@@ -103,17 +120,19 @@ struct CpuRunner::Impl {
   // Activations every rank shares (the all-reduced residual stream), reused across steps.
   std::vector<float> x, h, cos_sin, final_h, step_logits;
 
-  Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads, int tp)
+  Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads, int tp, const KvScales* fp8_kv)
       : cfg(c), block_size(bs), num_blocks(nb),
         pool(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
     validate(cfg, weights, block_size, num_blocks);
     if (tp == 1) {
-      ranks.push_back(Rank{cfg, 0, std::move(weights), {}, {}, {}, {}, {}, {}, {}});
+      ranks.push_back(Rank{cfg, 0, std::move(weights), {}, {}, {}, {}, {}, {}, {}, {}, {}});
+      if (fp8_kv) take_kv_scales(*fp8_kv, cfg, TpRank{0, 1, 0, cfg.num_heads, 0, cfg.num_kv_heads}, ranks[0]);
     } else {
       for (int r = 0; r < tp; ++r) {
         const TpRank t = tp_rank(cfg, tp, r);
         ranks.push_back(Rank{rank_config(cfg, t), t.vocab_first, shard_weights(cfg, weights, t), {}, {}, {}, {},
-                             {}, {}, {}});
+                             {}, {}, {}, {}, {}});
+        if (fp8_kv) take_kv_scales(*fp8_kv, cfg, t, ranks.back());
       }
     }
     for (Rank& r : ranks) {
@@ -248,6 +267,11 @@ struct CpuRunner::Impl {
           }
         },
         /*min_chunk=*/4);
+    if (!r.k_scale.empty()) {  // FP8 KV cache: K and V as they will be read back
+      const size_t at = static_cast<size_t>(l) * c.num_kv_heads;
+      fp8_round_kv(r.qkv.data() + qs, T, qkvs, c.num_kv_heads, d, &r.k_scale[at]);
+      fp8_round_kv(r.qkv.data() + qs + kvs, T, qkvs, c.num_kv_heads, d, &r.v_scale[at]);
+    }
     const PagedKv cache{r.k_cache[l].get(), r.v_cache[l].get(), num_blocks, block_size, c.num_kv_heads, d};
     write_kv(cache, r.qkv.data() + qs, r.qkv.data() + qs + kvs, qkvs, b.slot_mapping);
     const AttentionLayout layout{b.query_start, b.context_lens, b.block_tables, b.max_blocks_per_seq};
@@ -269,9 +293,9 @@ struct CpuRunner::Impl {
 };
 
 CpuRunner::CpuRunner(const ModelConfig& config, ModelWeights weights, int block_size, int num_kv_blocks,
-                     int num_threads, int tensor_parallel_size)
+                     int num_threads, int tensor_parallel_size, const KvScales* fp8_kv)
     : impl_(std::make_unique<Impl>(config, std::move(weights), block_size, num_kv_blocks, num_threads,
-                                   tensor_parallel_size)) {}
+                                   tensor_parallel_size, fp8_kv)) {}
 
 CpuRunner::~CpuRunner() = default;
 
