@@ -57,10 +57,12 @@ for scheme in ("block", "channel"):
         cfg["quantization_config"] = {"activation_scheme": "dynamic", "modules_to_not_convert": None,
                                       "quant_method": "fp8", "weight_block_size": [128, 128]}
     else:
-        w = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False, "group_size": None, "strategy": "channel"}
+        w = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False, "group_size": None,
+             "strategy": "channel"}
         a = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False, "strategy": "tensor"}
         cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized",
-                                      "quantization_status": "compressed", "ignore": ["lm_head"], "kv_cache_scheme": None,
+                                      "quantization_status": "compressed", "ignore": ["lm_head"],
+                                      "kv_cache_scheme": None,
                                       "config_groups": {"group_0": {"targets": ["Linear"], "weights": w,
                                                                     "input_activations": a}}}
     fp8, ref = {}, {}
@@ -81,8 +83,8 @@ for scheme in ("block", "channel"):
                 fp8[name + ".weight_scale"] = ("F32", [rows, 1], pack(s))
                 fp8[name + ".input_scale"] = ("F32", [1], pack([0.05]))
             fp8[name + ".weight"] = ("F8_E4M3", [rows, cols], codes)
-            ref[name + ".weight"] = ("F32", [rows, cols],
-                                     pack([f32(e4m3(codes[r * cols + c]) * scale(r, c)) for r in range(rows) for c in range(cols)]))
+            deq = [f32(e4m3(codes[r * cols + c]) * scale(r, c)) for r in range(rows) for c in range(cols)]
+            ref[name + ".weight"] = ("F32", [rows, cols], pack(deq))
     write(f"{d}/{scheme}/model.safetensors", fp8)
     write(f"{d}/{scheme}-ref/model.safetensors", ref)
     json.dump(cfg, open(f"{d}/{scheme}/config.json", "w"))
@@ -114,7 +116,8 @@ PY
 for scheme in block channel; do
   run "$tmp/$scheme" "$tmp/$scheme.jsonl"
   run "$tmp/$scheme-ref" "$tmp/$scheme-ref.jsonl"
-  same_tokens "$tmp/$scheme.jsonl" "$tmp/$scheme-ref.jsonl" || fail "$scheme FP8 checkpoint: tokens degenerate or unlike its dequantised F32 copy"
+  same_tokens "$tmp/$scheme.jsonl" "$tmp/$scheme-ref.jsonl" ||
+    fail "$scheme FP8 checkpoint: tokens degenerate or unlike its dequantised F32 copy"
 done
 
 # --quantization fp8 and an FP8 KV cache run (and the FP8 checkpoint accepts --quantization fp8).

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -31,7 +32,9 @@ double e4m3(uint8_t v) {
 }
 
 // A weight code that varies along both axes and never hits NaN (0x7f / 0xff).
-uint8_t code_at(int64_t r, int64_t c) { return static_cast<uint8_t>((r * 7 + c * 3) % 0x7e | ((r + c) % 2 ? 0x80 : 0)); }
+uint8_t code_at(int64_t r, int64_t c) {
+  return static_cast<uint8_t>((r * 7 + c * 3) % 0x7e | ((r + c) % 2 ? 0x80 : 0));
+}
 
 HostTensor fp8_weight(int64_t rows, int64_t cols) {
   HostTensor t(DType::kF8E4M3, {rows, cols});
@@ -88,7 +91,8 @@ TEST_CASE("fp8 block scales: each 128 x 128 block its scale_inv, partial blocks 
   const HostTensor floor_scale = bf16_tensor({1, 2}, {1.0f, 1.0f});
   write_safetensors(dir / "model.safetensors", {{"w.weight", &w}, {"w.weight_scale_inv", &floor_scale}});
   const Checkpoint bad = Checkpoint::open(dir.path());
-  const std::string msg = error_of([&] { dequantize_fp8_weight(bad, bad.get("w.weight"), block_config(), out.data()); });
+  const std::string msg =
+      error_of([&] { dequantize_fp8_weight(bad, bad.get("w.weight"), block_config(), out.data()); });
   CHECK(msg.find("\"w.weight_scale_inv\" has shape [1, 2]; the scales of \"w.weight\" should be [2, 3]") !=
         std::string::npos);
   write_safetensors(dir / "model.safetensors", {{"w.weight", &w}});
@@ -168,7 +172,8 @@ TEST_CASE("fp8 checkpoint loads through load_weights: linear layers dequantised,
   const ModelWeights w = load_weights(dir.path(), c, DType::kF32, LoadFormat::kAuto);
   // up_proj of layer 1: rows 200..399 of gate_up; its row 130 (block row 1), column 5 (block col 0).
   const float up_scale = first_scale.at("model.layers.1.mlp.up_proj.weight");
-  CHECK(w.layers[1].gate_up.as<float>()[(200 + 130) * 64 + 5] == static_cast<float>(e4m3(code_at(130, 5)) * up_scale * 2));
+  CHECK(w.layers[1].gate_up.as<float>()[(200 + 130) * 64 + 5] ==
+        static_cast<float>(e4m3(code_at(130, 5)) * up_scale * 2));
   // down_proj of layer 0: [64, 200], element [3, 150] in block column 1.
   const float down_scale = first_scale.at("model.layers.0.mlp.down_proj.weight");
   CHECK(w.layers[0].down.as<float>()[3 * 200 + 150] == static_cast<float>(e4m3(code_at(3, 150)) * down_scale * 2));

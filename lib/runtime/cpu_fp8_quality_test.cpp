@@ -6,7 +6,9 @@
 // wrong scale must fail the same thresholds: the test can tell.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -137,8 +139,8 @@ TEST_CASE("fp8 quality: FP8 weights within 0.03 nats of float32, a wrong scale f
   const Divergence base = divergence(ref, ref, c.vocab_size);
   CHECK(base.mean_kl == doctest::Approx(0.0).epsilon(1e-12));
   MESSAGE("reference mean top probability ", base.mean_top_p);
-  CHECK(base.mean_top_p > 0.7);
-  CHECK(base.mean_top_p < 0.9);  // and not so peaked that errors vanish  // the planted signal makes the distributions peaked
+  CHECK(base.mean_top_p > 0.7);  // the planted signal makes the distributions peaked...
+  CHECK(base.mean_top_p < 0.9);  // ...but not so peaked that errors vanish
 
   ModelWeights q = planted_weights(c);
   quantize_weights_fp8(q);  // --quantization fp8
