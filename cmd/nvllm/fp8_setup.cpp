@@ -55,8 +55,8 @@ std::string kv_cache_dtype_name(const ModelFlags& f, const std::string& device) 
 }
 
 int kv_element_bytes(const ModelFlags& f, const std::string& device) {
-  if (device != "cuda") return 4;
-  return fp8_kv(f) ? 1 : 2;
+  if (fp8_kv(f)) return 1;
+  return device == "cuda" ? 2 : 4;
 }
 
 }  // namespace nvllm

@@ -25,8 +25,8 @@ std::optional<KvScales> cpu_fp8_kv_scales(const ModelFlags& f, const ModelConfig
 // or "fp8_e4m3".
 std::string kv_cache_dtype_name(const ModelFlags& f, const std::string& device);
 
-// Bytes per cached K or V element on `device`: 1 for fp8, 2 for bfloat16 (CUDA), 4 (CPU,
-// which keeps even FP8 values dequantised in float32).
+// Bytes per cached K or V element on `device`: 1 for fp8 (E4M3 codes, CPU and the future GPU
+// path alike), else 2 (bfloat16, CUDA) or 4 (float32, CPU).
 int kv_element_bytes(const ModelFlags& f, const std::string& device);
 
 }  // namespace nvllm

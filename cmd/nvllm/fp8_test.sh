@@ -133,6 +133,20 @@ done
 grep -q "KV cache fp8_e4m3" "$tmp/lat.txt" || { cat "$tmp/lat.txt"; fail "bench does not print the KV dtype"; }
 python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["kv_cache_dtype"] == "fp8_e4m3"' "$tmp/lat.json"
 
+# The CPU runner's cache sized from its 2 GiB budget: E4M3 codes (1 byte) hold 4x the float32 blocks.
+for dt in auto fp8; do
+  "$nvllm" bench latency --model "$tmp/block-ref" --device cpu --threads 2 --max-model-len 4096 --max-num-seqs 1024 \
+    --kv-cache-dtype $dt --batch-size 1 --input-len 8 --output-len 2 --iterations 1 --output-json "$tmp/blocks-$dt.json" \
+    >/dev/null
+done
+python3 - "$tmp" <<'PY'
+import json, sys
+a, f = (json.load(open(f"{sys.argv[1]}/blocks-{t}.json")) for t in ("auto", "fp8"))
+assert a["num_kv_blocks"] == (2 << 30) // (2 * 2 * 128 * 4 * 16), a["num_kv_blocks"]  # 2 GiB / float32 block bytes
+assert f["num_kv_blocks"] == 4 * a["num_kv_blocks"], (f["num_kv_blocks"], a["num_kv_blocks"])
+assert a["kv_cache_dtype"] == "float32" and f["kv_cache_dtype"] == "fp8_e4m3"
+PY
+
 # inspect-cache: an FP8 cache holds twice the tokens of a bf16 one.
 for dt in bfloat16 fp8; do
   "$nvllm" inspect-cache --model "$tmp/block" --input "$tmp/in.jsonl" --kv-cache-dtype $dt --json >"$tmp/ic-$dt.json"

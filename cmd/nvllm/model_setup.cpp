@@ -135,7 +135,7 @@ int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) 
   // Simulated tensor-parallel ranks hold a KV head each when there are fewer KV heads than ranks.
   const int64_t kv_heads_held = std::max(c.num_kv_heads, f.tensor_parallel_size);
   const int64_t bytes_per_block =
-      int64_t{2} * c.num_layers * kv_heads_held * c.head_dim * static_cast<int64_t>(sizeof(float)) * f.block_size;
+      int64_t{2} * c.num_layers * kv_heads_held * c.head_dim * kv_element_bytes(f, "cpu") * f.block_size;
   const int64_t wanted = (int64_t{f.max_num_seqs} * max_model_len + f.block_size - 1) / f.block_size;
   const int64_t budget = (int64_t{2} << 30) / bytes_per_block;  // 2 GiB of host memory at most
   return static_cast<int>(std::max<int64_t>(1, std::min(wanted, budget)));

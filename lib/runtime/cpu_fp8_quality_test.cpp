@@ -16,7 +16,7 @@
 #include "model/fp8_weights.h"
 #include "model/kv_scales.h"
 #include "model/weights.h"
-#include "runtime/cpu_kv_fp8.h"
+#include "runtime/cpu_ops.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/cpu_runner_test_util.h"
 
@@ -207,22 +207,42 @@ TEST_CASE("fp8 quality: FP8 KV cache within 0.01 nats of float32 (scale 1.0 and 
   CHECK(bad.mean_kl > 0.01);
 }
 
-TEST_CASE("fp8_round_kv: each head with its own scale, rows at a stride") {
-  // Two tokens, stride 6 (2 heads of 2, then 2 unrelated values that must not change).
-  std::vector<float> x = {1.0625f, 3.0f, 0.3f, 900.0f, 7.0f, 7.0f, -1.1875f, 0.0f, 0.0f, -1e-9f, 7.0f, 7.0f};
-  const float scales[2] = {1.0f, 2.0f};
-  fp8_round_kv(x.data(), 2, 6, 2, 2, scales);
-  CHECK(x[0] == 1.0f);     // tie to even
-  CHECK(x[1] == 3.0f);     // on the grid
-  CHECK(x[2] == 0.3125f);  // 0.15 -> 0.15625 (step 2^-6 in [0.125, 0.25)), times 2
-  CHECK(x[3] == 896.0f);   // 450 saturates to 448, times 2
-  CHECK(x[6] == -1.25f);   // tie to even
-  CHECK(x[9] == 0.0f);     // far below the smallest subnormal
-  CHECK(std::signbit(x[9]));
-  CHECK(x[4] == 7.0f);
-  CHECK(x[5] == 7.0f);
-  CHECK(x[10] == 7.0f);
-  CHECK(x[11] == 7.0f);
+TEST_CASE("fp8 KV cache: E4M3 codes written with each head's scale, read back as code * scale") {
+  // One layer, 2 KV heads of 4, 2 blocks of 2 slots; 3 tokens in slots 2, 3, 0 (blocks 1 then 0).
+  const int heads = 2, d = 4, bs = 2, blocks = 2;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  std::vector<float> kv(3 * 2 * heads * d);  // per token: k [heads, d], then v [heads, d]
+  for (float& x : kv) x = dist(rng);
+  kv[0] = 1000.0f;  // beyond 448 * 0.5: saturates to 224
+  const float k_scale[2] = {0.5f, 0.01f}, v_scale[2] = {0.02f, 2.0f};
+  const std::vector<int32_t> slots = {2, 3, 0};
+
+  std::vector<uint8_t> k8(blocks * bs * heads * d), v8(k8.size());
+  PagedKv fp8{nullptr, nullptr, blocks, bs, heads, d, k8.data(), v8.data(), k_scale, v_scale};
+  write_kv(fp8, kv.data(), kv.data() + heads * d, 2 * heads * d, slots);
+  // The float32 cache holding the same values rounded by hand: e4m3(x / s) * s.
+  std::vector<float> kf(k8.size()), vf(k8.size());
+  for (int t = 0; t < 3; ++t) {
+    for (int i = 0; i < heads * d; ++i) {
+      const float k = kv[t * 2 * heads * d + i], v = kv[t * 2 * heads * d + heads * d + i];
+      const float ks = k_scale[i / d], vs = v_scale[i / d];
+      CHECK(k8[slots[t] * heads * d + i] == f32_to_f8e4m3(k / ks));
+      kf[slots[t] * heads * d + i] = f8e4m3_to_f32(f32_to_f8e4m3(k / ks)) * ks;
+      vf[slots[t] * heads * d + i] = f8e4m3_to_f32(f32_to_f8e4m3(v / vs)) * vs;
+    }
+  }
+  CHECK(kf[2 * heads * d] == 224.0f);
+  PagedKv f32{kf.data(), vf.data(), blocks, bs, heads, d};
+  // Attention of 4 query heads (2 per KV head) at the last position reads the same values.
+  std::vector<float> q(4 * d);
+  for (float& x : q) x = dist(rng);
+  const std::vector<int32_t> query_start = {0, 1}, ctx = {3}, table = {1, 0};
+  std::vector<float> out8(4 * d), out32(4 * d);
+  ThreadPool pool(1);
+  paged_attention(pool, q.data(), 4 * d, 4, fp8, {query_start, ctx, table, 2}, 0.5f, out8.data());
+  paged_attention(pool, q.data(), 4 * d, 4, f32, {query_start, ctx, table, 2}, 0.5f, out32.data());
+  CHECK(out8 == out32);
 }
 
 }  // namespace nvllm

@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/cpu_sampler.h"
-#include "runtime/cpu_kv_fp8.h"
 #include "runtime/cpu_tp.h"
 #include "runtime/cpu_thread_pool.h"
 
@@ -20,9 +19,10 @@ namespace nvllm {
 namespace {
 
 struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
 using CacheBuffer = std::unique_ptr<float, FreeDeleter>;
+using CodeBuffer = std::unique_ptr<uint8_t, FreeDeleter>;  // an FP8 cache's E4M3 codes
 
 // calloc: a large cache comes back as untouched zero pages, so memory is committed only as
 // blocks get used.
@@ -31,6 +31,13 @@ CacheBuffer alloc_cache(size_t floats) {
   NVLLM_CHECK(p != nullptr || floats == 0, "CpuRunner: cannot allocate a KV cache of ",
               floats * sizeof(float) / (1 << 20), " MiB; lower --num-kv-blocks or --max-model-len");
   return CacheBuffer(p);
+}
+
+CodeBuffer alloc_codes(size_t n) {
+  auto* p = static_cast<uint8_t*>(std::calloc(n, 1));
+  NVLLM_CHECK(p != nullptr || n == 0, "CpuRunner: cannot allocate an FP8 KV cache of ", n / (1 << 20),
+              " MiB; lower --num-kv-blocks or --max-model-len");
+  return CodeBuffer(p);
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) {
@@ -87,6 +94,7 @@ struct Rank {
   int vocab_first = 0;
   ModelWeights w;
   std::vector<CacheBuffer> k_cache, v_cache;  // per layer [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<CodeBuffer> k8_cache, v8_cache;  // the same in E4M3 for an FP8 cache (k/v_cache then empty)
   std::vector<float> qkv, attn, gu, act, part;
   // FP8 KV cache: the scales of this rank's KV heads, [num_layers * kv_heads]; empty: float32.
   std::vector<float> k_scale, v_scale;
@@ -125,21 +133,24 @@ struct CpuRunner::Impl {
         pool(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
     validate(cfg, weights, block_size, num_blocks);
     if (tp == 1) {
-      ranks.push_back(Rank{cfg, 0, std::move(weights), {}, {}, {}, {}, {}, {}, {}, {}, {}});
+      ranks.push_back(Rank{cfg, 0, std::move(weights), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
       if (fp8_kv) take_kv_scales(*fp8_kv, cfg, TpRank{0, 1, 0, cfg.num_heads, 0, cfg.num_kv_heads}, ranks[0]);
     } else {
       for (int r = 0; r < tp; ++r) {
         const TpRank t = tp_rank(cfg, tp, r);
         ranks.push_back(Rank{rank_config(cfg, t), t.vocab_first, shard_weights(cfg, weights, t), {}, {}, {}, {},
-                             {}, {}, {}, {}, {}});
+                             {}, {}, {}, {}, {}, {}, {}});
         if (fp8_kv) take_kv_scales(*fp8_kv, cfg, t, ranks.back());
       }
     }
     for (Rank& r : ranks) {
       const size_t per_layer = static_cast<size_t>(num_blocks) * block_size * r.cfg.kv_size();
       for (int l = 0; l < cfg.num_layers; ++l) {
-        r.k_cache.push_back(alloc_cache(per_layer));
-        r.v_cache.push_back(alloc_cache(per_layer));
+        const bool fp8 = !r.k_scale.empty();
+        r.k_cache.push_back(alloc_cache(fp8 ? 0 : per_layer));
+        r.v_cache.push_back(alloc_cache(fp8 ? 0 : per_layer));
+        r.k8_cache.push_back(alloc_codes(fp8 ? per_layer : 0));
+        r.v8_cache.push_back(alloc_codes(fp8 ? per_layer : 0));
       }
     }
     inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling);
@@ -267,12 +278,14 @@ struct CpuRunner::Impl {
           }
         },
         /*min_chunk=*/4);
-    if (!r.k_scale.empty()) {  // FP8 KV cache: K and V as they will be read back
+    PagedKv cache{r.k_cache[l].get(), r.v_cache[l].get(), num_blocks, block_size, c.num_kv_heads, d};
+    if (!r.k_scale.empty()) {  // FP8: E4M3 codes with this layer's scales of the rank's KV heads
       const size_t at = static_cast<size_t>(l) * c.num_kv_heads;
-      fp8_round_kv(r.qkv.data() + qs, T, qkvs, c.num_kv_heads, d, &r.k_scale[at]);
-      fp8_round_kv(r.qkv.data() + qs + kvs, T, qkvs, c.num_kv_heads, d, &r.v_scale[at]);
+      cache.k8 = r.k8_cache[l].get();
+      cache.v8 = r.v8_cache[l].get();
+      cache.k_scale = &r.k_scale[at];
+      cache.v_scale = &r.v_scale[at];
     }
-    const PagedKv cache{r.k_cache[l].get(), r.v_cache[l].get(), num_blocks, block_size, c.num_kv_heads, d};
     write_kv(cache, r.qkv.data() + qs, r.qkv.data() + qs + kvs, qkvs, b.slot_mapping);
     const AttentionLayout layout{b.query_start, b.context_lens, b.block_tables, b.max_blocks_per_seq};
     paged_attention(pool, r.qkv.data(), qkvs, c.num_heads, cache, layout, scale, r.attn.data());
