@@ -29,13 +29,10 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
-#include <cstdlib>
-#include <string_view>
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
+#include "kernels/decode_fused.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/tma.cuh"
@@ -161,7 +158,7 @@ struct Tracer {
   }
 };
 
-// Weight copies: evict-first in L2 unless NVLLM_FUSED_EVICT=0 (timing experiments).
+// Weight copies: evict-first in L2 (kFlagEvict; every launch sets it, bench/NOTES.md has the A/B).
 __device__ __forceinline__ void bulk_copy_w(void* dst, const void* src, unsigned bytes, uint64_t* bar, int evict) {
   if (evict)
     bulk_copy<true>(dst, src, bytes, bar);
@@ -665,39 +662,6 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
 
 // --- host side ---
 
-// Every kernel lets its successor launch (and start its weight copy) before waiting for its own
-// inputs: 0.911 vs 0.946-0.950 ms a step on the H100 with the tensor-core dots (the FMA version
-// preferred the trigger after the wait). NVLLM_FUSED_TRIGGER=late for A/B timing.
-int trigger_early() {
-  static const int early = [] {
-    const char* e = std::getenv("NVLLM_FUSED_TRIGGER");
-    return e != nullptr && std::string_view(e) == "late" ? 0 : kFlagEarly;
-  }();
-  return early;
-}
-
-// NVLLM_FUSED_EVICT=0 (timing experiments): weight copies without the evict-first hint.
-int evict_first() {
-  static const int on = [] {
-    const char* e = std::getenv("NVLLM_FUSED_EVICT");
-    return e == nullptr || std::atoi(e) != 0 ? kFlagEvict : 0;
-  }();
-  return on;
-}
-
-// NVLLM_FUSED_PAD=a,o,g,d (measurement): KB of shared memory added to the plan's attention, o_proj,
-// gate_up and down kernels' CTAs, which limits how many of them share an SM.
-size_t pad_bytes(int kernel) {
-  static const std::array<size_t, 4> pad = [] {
-    std::array<size_t, 4> p{};
-    if (const char* e = std::getenv("NVLLM_FUSED_PAD"))
-      std::sscanf(e, "%zu,%zu,%zu,%zu", &p[0], &p[1], &p[2], &p[3]);
-    for (size_t& v : p) v <<= 10;
-    return p;
-  }();
-  return pad[kernel];
-}
-
 // Projection kernels of n rows with k inputs on `grid` CTAs (pairs: gate and up rows, which
 // update no residual).
 size_t proj_smem(int n, int k, int grid, bool pairs) {
@@ -725,7 +689,7 @@ cudaLaunchAttribute cluster_attr(int cluster) {
 
 }  // namespace
 
-FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
   FusedDecodePlan p;
   p.shape = s;
   auto no = [&](const char* why) {
@@ -759,9 +723,9 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
   // share one: 0.666 vs 0.699 ms GPU a step on the H100 (bench/NOTES.md, tenth session). Three
   // to an SM gave 0.675, one 0.730; the same cap on o_proj made the step slower.
   const size_t two_per_sm = align_up(size_t(sm_smem) / 3 - size_t(reserved) + 1, 16);
-  p.smem[1] = std::min(size_t(max_smem), o + pad_bytes(1));
-  p.smem[2] = std::min(size_t(max_smem), gu + pad_bytes(2));
-  p.smem[3] = std::min(size_t(max_smem), std::max(down, two_per_sm) + pad_bytes(3));
+  p.smem[1] = std::min(size_t(max_smem), o);
+  p.smem[2] = std::min(size_t(max_smem), gu);
+  p.smem[3] = std::min(size_t(max_smem), std::max(down, two_per_sm));
   CUDA_CHECK(cudaFuncSetAttribute(residual_proj_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(std::max(p.smem[1], p.smem[3]))));
   CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[2])));
@@ -773,10 +737,11 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s) {
   // Clusters of 16 CTAs (non-portable, but H100 has them) put ~one CTA per SM on the attention
   // kernel's weights and context; 8 where 16 cannot be scheduled.
   for (int cluster : {16, 8}) {
+    if (cluster > max_cluster) continue;
     const size_t smem = attention_smem(s, cluster);
     const int outs = s.num_heads / s.num_kv_heads * kD / cluster;
     if (smem > size_t(max_smem) || kD % outs != 0) continue;  // a CTA's outputs must lie in one head
-    p.smem[0] = std::min(size_t(max_smem), smem + pad_bytes(0));
+    p.smem[0] = std::min(size_t(max_smem), smem);
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[0])));
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
     cudaLaunchConfig_t cfg{};
@@ -803,7 +768,7 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
                         cudaStream_t stream) {
   NVLLM_CHECK(p.cluster > 0, "internal: fused decode without a plan (", p.why ? p.why : "none", ")");
   const FusedDecodeShape& s = p.shape;
-  const int flags = trigger_early() | evict_first(), H = s.hidden, I = s.intermediate, q_size = s.num_heads * kD;
+  const int flags = kFlagEarly | kFlagEvict, H = s.hidden, I = s.intermediate, q_size = s.num_heads * kD;
   const int grid_h = std::min(H, p.grid), grid_i = std::min(I, p.grid);
 
   // Published sums of squares: o_proj's for gate_up, down's for the next layer's attention.

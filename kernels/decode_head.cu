@@ -23,11 +23,12 @@
 // The weights are loaded evict-first: they are read once a step and should not push the layers'
 // activations, K/V and code out of L2. (Keeping up to 31 MB of the matrix in an L2 set-aside for
 // persisting lines between steps, loaded evict-last, made the step 4 us slower, not faster:
-// bench/NOTES.md.) NVLLM_FUSED_HEAD=0 (timing): the three separate kernels instead.
+// bench/NOTES.md.) CudaTuning::fused_head off (timing): the three separate kernels instead.
 #include <climits>
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
+#include "kernels/decode_head.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/tma.cuh"

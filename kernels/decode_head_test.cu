@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/decode_head.h"
 #include "kernels/kernel_test_util.h"
 #include "kernels/kernels.h"
 

@@ -4,8 +4,9 @@
 // finishes. bf16 tensors are row-major;
 // "[a, b]" gives the shape.
 //
-// KV cache layout, per layer: k_cache and v_cache are each [num_blocks, block_size, num_kv_heads,
-// head_dim]; token slot s lives in block s / block_size at offset s % block_size.
+// KV cache layout (lib/core/kv_layout.h), per layer: k_cache and v_cache are each
+// [num_blocks, block_size, num_kv_heads, head_dim]; token slot s lives in block s / block_size at
+// offset s % block_size.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,10 @@
 namespace nvllm::kernels {
 
 using bf16 = __nv_bfloat16;
+
+// Whether the launches that may use PDL do (on sm_90+ only). Process-wide, as launches are; the
+// CUDA runner sets it from CudaTuning::pdl (A/B timing), default on.
+void set_pdl(bool on);
 
 // out[t, :] = embed[ids[t], :]. ids must be < vocab (checked by the caller).
 void embedding(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden,
@@ -92,105 +97,13 @@ void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf
                       int block_size, float scale, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream);
 
-// --- Batch-1 decode as four fused kernels per layer (decode_fused.cu) ---
+// --- Rows (rows.cu) ---
 
-struct FusedDecodeShape {
-  int hidden, intermediate, num_heads, num_kv_heads, head_dim, block_size;
-};
+// x [rows, cols] += bias [cols], in fp32 and rounded once. 4 bytes per element moved.
+void add_bias(bf16* x, const bf16* bias, int rows, int cols, cudaStream_t stream);
+// dst[r, :] = src[index[r], :] for r < rows; rows of `cols` elements.
+void gather_rows(const bf16* src, const int32_t* index, bf16* dst, int rows, int cols, cudaStream_t stream);
 
-// How the fused path runs on this device; cluster == 0 when it does not apply (`why` says why).
-struct FusedDecodePlan {
-  FusedDecodeShape shape{};
-  int cluster = 0;  // CTAs per kv head in the attention kernel (a thread-block cluster)
-  int grid = 0;     // CTAs of the projection kernels (the SM count)
-  // Dynamic shared memory of a CTA of the attention, o_proj, gate_up and down kernels: what each
-  // uses, more for down so that at most two of its CTAs share an SM (decode_fused.cu).
-  size_t smem[4] = {};
-  const char* why = nullptr;
-};
-
-// One layer's weights and caches.
-struct FusedDecodeLayer {
-  const bf16 *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o_proj, *post_norm, *gate_up, *down;
-  bf16 *k_cache, *v_cache;
-};
-
-// The step's one sequence (device pointers): its position, cache slot (< 0: not written),
-// context length (the new token included) and block-table row; the residual stream h [hidden]
-// (updated in place), and scratch for the attention output [num_heads * head_dim] and the MLP
-// activation [intermediate].
-struct FusedDecodeStep {
-  const int32_t *position, *slot, *context_len, *block_table;
-  const float* inv_freq;  // [head_dim / 2]
-  float eps, scale;
-  bf16 *h, *attn, *act;
-  // Layer 0 (null in the others): h = embed[token] here, the embedding folded into the attention
-  // kernel; `token` is the step's token id.
-  const bf16* embed = nullptr;
-  const int32_t* token = nullptr;
-  // The norms' sums of squares, published by the kernels that write h: o_proj and down leave one
-  // partial sum per CTA of the squares of the h rows they wrote, in ss[0] and ss[1]
-  // (kFusedSsParts floats each), and gate_up and the next layer's attention add them up instead
-  // of reducing h over the block. Null: every norm sums h itself. ss_ready: ss[1] holds the sums
-  // of this layer's input (false in layer 0, whose h the attention kernel sums itself).
-  float* ss = nullptr;
-  bool ss_ready = false;
-  // Timing only (null otherwise): the four kernels of this layer record, per CTA, globaltimer
-  // stamps at start, after the PDL wait, once the weights landed, at the end, phase marks, once
-  // the activations are read, the SM id and clock64 at start and end, at
-  // trace + (kernel * kFusedTraceCtas + cta) * kFusedTraceFields.
-  unsigned long long* trace = nullptr;
-};
-constexpr int kFusedSsParts = 256;  // FusedDecodeStep::ss: at most this many projection CTAs
-constexpr int kFusedTraceCtas = 256, kFusedTraceFields = 12;
-// The fields of one CTA's trace record: globaltimer stamps (ns), the SM id, clock64 stamps.
-enum FusedTraceField {
-  kTraceStart, kTraceWaited, kTraceWeights, kTraceEnd, kTraceSm, kTracePhase1, kTracePhase2, kTracePhase3,
-  kTraceInputs, kTraceClockStart, kTraceClockEnd
-};
-static_assert(kTraceClockEnd < kFusedTraceFields);
-// Trace words of one layer (four kernels).
-constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTraceFields;
-
-// Checks the model and device (head_dim 128, 1, 2 or 4 q heads per kv head, sm_90+,
-// a CTA's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable) and prepares the
-// kernels. Throws only on CUDA errors.
-FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape);
-// One layer of one decode token: h = layer(h), the new k/v written to the cache. Four kernels,
-// launched with PDL.
-void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
-                        cudaStream_t stream);
-
-// --- Batch-1 decode's final norm, LM head and greedy token in one kernel (decode_head.cu) ---
-
-struct DecodeHeadArgs {
-  const bf16* h;       // the residual stream [hidden]
-  const bf16* norm_w;  // the final norm's weight [hidden]
-  const bf16* w;       // the LM head [vocab, hidden]
-  int vocab, hidden;
-  float eps;
-  float* logits;                // [vocab]
-  int32_t* token;               // the argmax of logits, lowest id on ties
-  int32_t* next_token;          // also written there when not null
-  unsigned long long* scratch;  // 2 words, zero before the first launch; each launch leaves them zero
-  // Chained steps (all null, or all set): the step's inputs in the device staging, which the
-  // last CTA advances to the sequence's next decode step (position + 1, its slot from the
-  // block-table row of `table_width` entries or -1 past them, context + 1), and two words of
-  // mapped host memory: word position % 2 gets (position << 32) | token, so the host reads the
-  // token without a copy.
-  int32_t *position = nullptr, *slot = nullptr, *context_len = nullptr;
-  const int32_t* block_table = nullptr;
-  int block_size = 0, table_width = 0;
-  unsigned long long* host_token = nullptr;
-  // Bytes the next step reads first (layer 0's qkv weights, which no earlier kernel of that step
-  // can have copied ahead), asked into L2 by each CTA once it has read its rows (null: none).
-  const void* l2_next = nullptr;
-  size_t l2_next_bytes = 0;
-};
-// Whether decode_head handles this hidden size (a multiple of 256, at most 2048).
-bool decode_head_supported(int hidden);
-// logits = (rmsnorm(h) * norm_w) W^T and *token = argmax(logits) for one row, on `sms` SMs,
-// launched with PDL.
-void decode_head(const DecodeHeadArgs& args, int sms, cudaStream_t stream);
+// The fused batch-1 decode kernels have their own headers: decode_fused.h, decode_head.h.
 
 }  // namespace nvllm::kernels

@@ -1,22 +1,27 @@
-// pdl_enabled(): PDL needs sm_90; NVLLM_PDL=0 turns it off to measure what it buys.
-#include <cstdlib>
-#include <cstring>
+// pdl_enabled(): PDL needs sm_90; set_pdl(false) turns it off to measure what it buys
+// (CudaTuning::pdl, set by the runner; NVLLM_PDL=0 in the CLI and the GPU test binary).
+#include <atomic>
 
+#include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
+namespace {
+std::atomic<bool> pdl_allowed{true};
+}  // namespace
+
+void set_pdl(bool on) { pdl_allowed.store(on, std::memory_order_relaxed); }
 
 bool pdl_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("NVLLM_PDL");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  // The device's capability, asked once (a property of the machine, not a switch).
+  static const bool supported = [] {
     int device = 0, major = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
       return false;
     return major >= 9;
   }();
-  return enabled;
+  return supported && pdl_allowed.load(std::memory_order_relaxed);
 }
 
 }  // namespace nvllm::kernels

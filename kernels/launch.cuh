@@ -42,7 +42,7 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_launch_dependents();
 }
 
-// Whether launches ask for PDL: on for sm_90+ devices unless NVLLM_PDL=0 (for A/B timing).
+// Whether launches ask for PDL: on for sm_90+ devices unless set_pdl(false) (kernels.h; A/B timing).
 bool pdl_enabled();
 
 // kernel<<<grid, block, smem, stream>>>(args...) with launch attributes (cudaLaunchKernelEx).

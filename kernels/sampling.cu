@@ -1,4 +1,4 @@
-// Sampling kernels; see sampling.h and /work/briefs/sampling_spec.md. One block per sampled row
+// Sampling kernels; see sampling.h and docs/sampling.md. One block per sampled row
 // walks the row's vocabulary in passes; every pass recomputes the processed logit of a token
 // (penalties, eos suppression, temperature) from the raw logits instead of storing a copy, so
 // that the raw logits stay available for logprobs and no [rows, vocab] scratch is needed.
@@ -7,8 +7,8 @@
 #include <climits>
 #include <cmath>
 
+#include "core/sampling_rng.h"
 #include "kernels/cuda_check.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm::kernels {
 namespace {

@@ -1,4 +1,4 @@
-// Logits to tokens on the GPU: exactly /work/briefs/sampling_spec.md (the definition the CPU
+// Logits to tokens on the GPU: exactly docs/sampling.md (the definition the CPU
 // runner implements too), one thread block per sampled row.
 #pragma once
 

@@ -1,4 +1,4 @@
-// sampling.cu against a CPU reference written here from /work/briefs/sampling_spec.md, step by
+// sampling.cu against a CPU reference written here from docs/sampling.md, step by
 // step (sorting, explicit softmax), on fresh random logits.
 #include <doctest/doctest.h>
 
@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "core/sampling_rng.h"
 #include "kernels/cuda_check.h"
 #include "kernels/sampling.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm::kernels {
 namespace {

@@ -13,6 +13,8 @@
 #   scripts/gpu_session.sh trace      per-CTA timestamps of one fused batch-1 step, summarised
 #   scripts/gpu_session.sh ab         same-call A/B of batch-1 decode over VARIANTS (binaries, env knobs)
 #   scripts/gpu_session.sh chain      nvllm generate --max-num-seqs 1 chained vs unchained: same JSONL
+#   scripts/gpu_session.sh memcheck   the GPU tests under compute-sanitizer memcheck
+#   scripts/gpu_session.sh abnano     same-call A/B of the nano-vLLM preset over VARIANTS (as ab)
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -127,12 +129,12 @@ PY
           --output-json "$out/bench_latency_pdl$pdl.json" 2>&1 | grep -E "decode|GPU" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
       done
       ;;
-    fused)  # batch-1 decode: separate kernels, the fused path, the fused path with late PDL triggers;
+    fused)  # batch-1 decode: separate kernels, then the fused path;
             # then the fused path at long contexts (LONG_CTX="4096 16384" input lengths)
       make_model
-      for v in separate:0: fused:1: late:1:late; do
-        IFS=: read -r name on trig <<<"$v"
-        NVLLM_FUSED_DECODE=$on NVLLM_FUSED_TRIGGER=$trig "$bin/nvllm" bench latency --model $model --batch-size 1 \
+      for v in separate:0 fused:1; do
+        IFS=: read -r name on <<<"$v"
+        NVLLM_FUSED_DECODE=$on "$bin/nvllm" bench latency --model $model --batch-size 1 \
           --input-len 128 --output-len 512 --output-json "$out/bench_latency_$name.json" >"$out/fused_$name.log" 2>&1
         grep -iE "decode|GPU|tok/s" "$out/fused_$name.log" | sed "s/^/$name /" | tee -a "$out/fused.log"
       done
@@ -161,6 +163,23 @@ PY
             --output-json "$out/ab_${name}_$round.json" >"$out/ab_${name}_$round.log" 2>&1
           echo "$name round $round: $(grep -E 'decode step ms|of which GPU' "$out/ab_${name}_$round.log" | tr -s ' ' | tr '\n' ' ')" |
             tee -a "$out/ab.log"
+        done
+      done
+      ;;
+    memcheck)  # the GPU tests under memcheck (slow: MEMCHECK_TC narrows them, default every case)
+      compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/nvllm_gpu_tests" -tc="${MEMCHECK_TC:-*}" \
+        -tce='bench.*' 2>&1 | tee "$out/memcheck.log" | tail -15
+      ;;
+    abnano)  # same-call A/B of the nano-vLLM preset, ROUNDS rounds (2) of VARIANTS (see ab)
+      make_model
+      IFS=';' read -ra variants <<<"${VARIANTS:?VARIANTS is name|binary|env;...}"
+      for round in $(seq "${ROUNDS:-2}"); do
+        for v in "${variants[@]}"; do
+          IFS='|' read -r name b envs <<<"$v"
+          env $envs "$b" bench throughput --model $model --preset nano-vllm \
+            --output-json "$out/abnano_${name}_$round.json" >"$out/abnano_${name}_$round.log" 2>&1
+          echo "$name round $round: $(grep -E 'output tokens' "$out/abnano_${name}_$round.log" | tr -s ' ')" |
+            tee -a "$out/abnano.log"
         done
       done
       ;;

@@ -5,13 +5,13 @@
 #include <fstream>
 #include <iostream>
 
+#include "analysis/prefix_tree.h"
+#include "analysis/workload.h"
 #include "cmd/nvllm/commands.h"
 #include "cmd/nvllm/fp8_setup.h"
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/prefix_tree.h"
-#include "engine/workload.h"
 #include "io/request.h"
 
 #include "git_rev.h"  // NVLLM_GIT_REV, written at build time
@@ -145,8 +145,9 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
           {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)}};
 }
 
-int run_throughput(const BenchFlags& f) {
-  LoadedModel m = load_model(f.model);
+// The requests of a throughput run: --input's, or random ones from the length flags; in
+// prefix-aware order when --schedule asks for it.
+std::vector<EngineRequest> throughput_requests(const BenchFlags& f, const LoadedModel& m) {
   std::vector<EngineRequest> requests =
       f.input.empty() ? random_requests(m, spec_from_flags(f)) : requests_from_file(f, *m.tokenizer);
   if (f.schedule == "prefix-aware") {
@@ -157,21 +158,31 @@ int run_throughput(const BenchFlags& f) {
     requests = std::move(reordered);
   }
   NVLLM_CHECK(!requests.empty(), "the workload has no requests");
-  warm_up(m, f);
-  log_info("bench throughput: ", requests.size(), " requests on ", m.device_name);
-  RunResult run = run_requests(m, requests);
+  return requests;
+}
 
+// The least time the run could have taken (lib/analysis/workload.h).
+Roofline run_roofline(const BenchFlags& f, const LoadedModel& m, const RunResult& run) {
   std::vector<int> prompt_lens, output_lens;
   for (const FinishedRequest& r : run.finished) {
     prompt_lens.push_back(r.prompt_tokens);
     output_lens.push_back(static_cast<int>(r.outputs.at(0).token_ids.size()));
   }
   const int dtype_bytes = m.device == "cuda" ? 2 : 4;
-  const Roofline roof =
-      roofline(m.config, prompt_lens, output_lens, run.stats.steps, dtype_bytes, kv_element_bytes(f.model, m.device));
+  return roofline(m.config, prompt_lens, output_lens, run.stats.steps, dtype_bytes,
+                  kv_element_bytes(f.model, m.device));
+}
+
+double device_seconds(const RunResult& run) {
+  double device_s = 0;
+  for (double d : run.step_device_s) device_s += d;
+  return device_s;  // 0 where the runner does not measure it (CPU)
+}
+
+nlohmann::json throughput_report(const BenchFlags& f, const LoadedModel& m, const RunResult& run,
+                                 const Roofline& roof) {
   const double bound_s = roof.min_time_s(f.peak_bandwidth, f.peak_flops);
   const RunStats& s = run.stats;
-
   nlohmann::json report = header(f, m, "throughput");
   report["requests"] = s.requests;
   report["prompt_tokens"] = s.prompt_tokens;
@@ -188,9 +199,7 @@ int run_throughput(const BenchFlags& f) {
   report["preemptions"] = s.preemptions;
   report["schedule"] = f.schedule;
   report["steps"] = s.steps;
-  double device_s = 0;
-  for (double d : run.step_device_s) device_s += d;
-  report["device_busy_s"] = device_s;  // 0 where the runner does not measure it (CPU)
+  report["device_busy_s"] = device_seconds(run);
   report["roofline"] = {{"bytes", roof.bytes},
                         {"flops", roof.flops},
                         {"peak_bandwidth", f.peak_bandwidth},
@@ -199,7 +208,12 @@ int run_throughput(const BenchFlags& f) {
                         {"fraction_of_bound", bound_s / run.seconds},
                         {"achieved_bandwidth", roof.bytes / run.seconds},
                         {"output_tokens_per_s_bound", s.output_tokens / bound_s}};
+  return report;
+}
 
+void print_throughput(const BenchFlags& f, const LoadedModel& m, const RunResult& run, const Roofline& roof) {
+  const double bound_s = roof.min_time_s(f.peak_bandwidth, f.peak_flops), device_s = device_seconds(run);
+  const RunStats& s = run.stats;
   std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
               kv_cache_dtype_name(f.model, m.device).c_str());
   std::printf("requests          %lld in %.2f s: %.2f req/s\n", static_cast<long long>(s.requests), run.seconds,
@@ -221,6 +235,18 @@ int run_throughput(const BenchFlags& f) {
               "bound, %.2f TB/s\n",
               roof.bytes / 1e12, roof.flops / 1e12, bound_s, s.output_tokens / bound_s, 100 * bound_s / run.seconds,
               roof.bytes / run.seconds / 1e12);
+}
+
+// Read the workload, warm up, run it, report.
+int run_throughput(const BenchFlags& f) {
+  LoadedModel m = load_model(f.model);
+  const std::vector<EngineRequest> requests = throughput_requests(f, m);
+  warm_up(m, f);
+  log_info("bench throughput: ", requests.size(), " requests on ", m.device_name);
+  const RunResult run = run_requests(m, requests);
+  const Roofline roof = run_roofline(f, m, run);
+  const nlohmann::json report = throughput_report(f, m, run, roof);
+  print_throughput(f, m, run, roof);
   emit(f, report);
   return 0;
 }

@@ -9,13 +9,13 @@
 
 #include <unistd.h>
 
+#include "analysis/cache_trace.h"
+#include "analysis/prefix_tree.h"
 #include "cmd/nvllm/commands.h"
 #include "cmd/nvllm/model_setup.h"
 #include "cmd/nvllm/shard_flags.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/cache_trace.h"
-#include "engine/prefix_tree.h"
 #include "io/jsonl_writer.h"
 #include "io/progress.h"
 #include "io/request.h"

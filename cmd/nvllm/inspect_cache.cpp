@@ -3,18 +3,18 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
-#include <set>
 
+#include "analysis/cache_trace.h"
+#include "analysis/memory_plan.h"
+#include "analysis/prefix_tree.h"
+#include "analysis/replay.h"
 #include "cmd/nvllm/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/cache_trace.h"
 #include "engine/engine.h"
-#include "engine/prefix_tree.h"
 #include "io/request.h"
 #include "model/config.h"
 #include "runtime/device.h"
-#include "runtime/replay_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nvllm {
@@ -48,14 +48,6 @@ struct Workload {
   int64_t bad_lines = 0;
 };
 
-struct ReplayResult {
-  std::vector<FinishedRequest> finished;  // input order
-  std::vector<CacheTraceRow> trace;
-  int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;
-  double hit_rate() const { return prompt_tokens ? double(cached_tokens) / prompt_tokens : 0.0; }
-};
-
 Workload read_workload(const InspectFlags& f, const Tokenizer& tokenizer, const ModelConfig& config) {
   std::ifstream in(f.input);
   NVLLM_CHECK(in, "--input ", f.input, ": cannot open the file");
@@ -80,72 +72,25 @@ Workload read_workload(const InspectFlags& f, const Tokenizer& tokenizer, const 
   return w;
 }
 
-// An ordinary token that ends no request, so that every replayed request runs to max_tokens.
-int32_t neutral_token(const Workload& w, const ModelConfig& config) {
-  std::set<int32_t> avoid(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  for (const EngineRequest& r : w.requests) avoid.insert(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end());
-  int32_t token = 0;
-  while (avoid.count(token)) ++token;
-  return token;
-}
-
-ReplayResult replay(const Workload& w, const std::vector<size_t>& order, const EngineConfig& config, int num_blocks,
-                    int32_t token) {
-  ReplayRunner runner(num_blocks, token);
-  Engine engine(config, runner, nullptr);
-  for (size_t i : order) {
-    EngineRequest r = w.requests[i];
-    r.params.stop.clear();  // no text in a replay; lengths come from max_tokens
-    r.params.min_tokens = 0;
-    engine.add_request(std::move(r));
-  }
-  ReplayResult result;
-  result.finished.resize(w.requests.size());
-  for (int64_t step = 1; engine.has_unfinished(); ++step) {
-    for (FinishedRequest& done : engine.step()) {
-      const size_t i = std::stoul(done.id);
-      result.prompt_tokens += done.prompt_tokens;
-      result.cached_tokens += done.cached_tokens;
-      result.finished[i] = std::move(done);
-    }
-    result.trace.push_back(trace_row(engine, step));
-  }
-  return result;
-}
-
-// KV blocks that fit in the GPU after weights and an activation reserve, as the CUDA runner sizes
-// its cache (it measures the reserve with a warm-up pass; this estimates it).
-struct MemoryPlan {
-  double gpu_bytes = 0;
-  std::string source;
-  double weight_bytes = 0;
-  double reserve_bytes = 0;
-  int blocks_fit = 0;
-};
-
-MemoryPlan plan_memory(const InspectFlags& f, const ModelConfig& c, double block_bytes, int dtype_bytes) {
-  MemoryPlan p;
+// The GPU memory to plan for: --gpu-memory, else the local GPU's, else an assumed 80 GiB.
+MemoryPlanInput memory_input(const InspectFlags& f, double block_bytes, int dtype_bytes) {
+  MemoryPlanInput in;
   if (f.gpu_memory_gib > 0) {
-    p.gpu_bytes = f.gpu_memory_gib * double(1 << 30);
-    p.source = "--gpu-memory";
+    in.gpu_bytes = f.gpu_memory_gib * double(1 << 30);
+    in.source = "--gpu-memory";
   } else if (const GpuInfo gpu = query_gpu(); gpu.available) {
-    p.gpu_bytes = static_cast<double>(gpu.total_bytes);
-    p.source = gpu.name;
+    in.gpu_bytes = static_cast<double>(gpu.total_bytes);
+    in.source = gpu.name;
   } else {
-    p.gpu_bytes = 80.0 * double(1 << 30);
-    p.source = "assumed 80 GiB (no local GPU; set --gpu-memory)";
+    in.gpu_bytes = 80.0 * double(1 << 30);
+    in.source = "assumed 80 GiB (no local GPU; set --gpu-memory)";
   }
-  const double h = c.hidden_size;
-  const double params = double(c.vocab_size) * h * (c.tie_word_embeddings ? 1 : 2) +
-                        c.num_layers * (h * c.qkv_size() + double(c.q_size()) * h + 3.0 * h * c.intermediate_size + 2 * h);
-  p.weight_bytes = params * dtype_bytes;
-  // Activations of the largest step: a few hidden-sized buffers per token, the MLP's wide one,
-  // and fp32 logits for every sequence that samples.
-  p.reserve_bytes = double(f.max_num_batched_tokens) * (6 * h + 2 * c.intermediate_size + c.qkv_size()) * 4 +
-                    double(f.max_num_seqs) * c.vocab_size * 4;
-  const double usable = p.gpu_bytes * f.gpu_memory_utilization - p.weight_bytes - p.reserve_bytes;
-  p.blocks_fit = usable > 0 ? static_cast<int>(usable / block_bytes) : 0;
-  return p;
+  in.gpu_memory_utilization = f.gpu_memory_utilization;
+  in.max_num_seqs = f.max_num_seqs;
+  in.max_num_batched_tokens = f.max_num_batched_tokens;
+  in.dtype_bytes = dtype_bytes;
+  in.block_bytes = block_bytes;
+  return in;
 }
 
 nlohmann::json request_rows(const Workload& w, const ReplayResult& r, int block_size) {
@@ -202,110 +147,160 @@ int run_trace_summary(const InspectFlags& f) {
   return 0;
 }
 
-int run_inspect(const InspectFlags& f) {
-  if (!f.trace.empty()) return run_trace_summary(f);
-  NVLLM_CHECK(!f.model.empty() && !f.input.empty(), "inspect-cache needs --model DIR --input FILE, or --trace FILE");
-  NVLLM_CHECK(f.block_size >= 1 && f.block_size <= 256 && (f.block_size & (f.block_size - 1)) == 0, "--block-size ",
-              f.block_size, ": must be a power of two from 1 to 256");
-  const ModelConfig config = load_model_config(f.model);
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(f.model);
-  const Workload w = read_workload(f, *tokenizer, config);
+// The KV cache's element type: --kv-cache-dtype, or --dtype for auto; fp8 is E4M3, one byte.
+std::string kv_dtype_of(const InspectFlags& f) {
+  if (f.kv_cache_dtype.starts_with("fp8")) return "fp8_e4m3";
+  return f.kv_cache_dtype == "auto" ? f.dtype : f.kv_cache_dtype;
+}
 
-  const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
-  const bool fp8_kv = f.kv_cache_dtype.starts_with("fp8");
-  const std::string kv_dtype = fp8_kv ? "fp8_e4m3" : f.kv_cache_dtype == "auto" ? f.dtype : f.kv_cache_dtype;
-  const int kv_bytes = fp8_kv ? 1 : kv_dtype == "float32" ? 4 : 2;
-  const double kv_bytes_per_token = 2.0 * config.num_layers * config.kv_size() * kv_bytes;
-  const double block_bytes = kv_bytes_per_token * f.block_size;
-  const MemoryPlan memory = plan_memory(f, config, block_bytes, dtype_bytes);
-  const int num_blocks = f.num_kv_blocks > 0 ? f.num_kv_blocks : memory.blocks_fit;
-  NVLLM_CHECK(num_blocks > 0, "the weights and activations leave no room for a KV cache in ", memory.source,
-              "; give more --gpu-memory");
+int kv_bytes_of(const std::string& kv_dtype) { return kv_dtype == "fp8_e4m3" ? 1 : kv_dtype == "float32" ? 4 : 2; }
 
+// What a replay found: the workload, the cache it was replayed in, and both orders' results.
+struct Inspection {
+  ModelConfig config;
+  Workload workload;
+  KvLayout kv;
+  MemoryPlan memory;
+  int num_blocks = 0;
+  ReplayResult in_order, aware;
+  const ReplayResult* chosen = nullptr;  // the order --order shows
+  PrefixNode tree;
+};
+
+EngineConfig replay_engine_config(const InspectFlags& f, const ModelConfig& config) {
   EngineConfig engine;
   engine.block_size = f.block_size;
   engine.max_num_seqs = f.max_num_seqs;
   engine.max_num_batched_tokens = f.max_num_batched_tokens;
   engine.max_model_len = f.max_model_len > 0 ? f.max_model_len : config.max_position_embeddings;
   engine.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  const int32_t token = neutral_token(w, config);
+  return engine;
+}
 
+// Read the workload, plan the cache, replay it in input order and in prefix-aware order.
+void inspect(const InspectFlags& f, Inspection& r) {
+  r.config = load_model_config(f.model);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(f.model);
+  r.workload = read_workload(f, *tokenizer, r.config);
+  const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
+  r.kv = r.config.kv_layout(f.block_size, kv_bytes_of(kv_dtype_of(f)));
+  r.memory = plan_memory(memory_input(f, static_cast<double>(r.kv.bytes_per_block()), dtype_bytes), r.config);
+  r.num_blocks = f.num_kv_blocks > 0 ? f.num_kv_blocks : r.memory.blocks_fit;
+  NVLLM_CHECK(r.num_blocks > 0, "the weights and activations leave no room for a KV cache in ", r.memory.source,
+              "; give more --gpu-memory");
+
+  const EngineConfig engine = replay_engine_config(f, r.config);
+  const std::vector<EngineRequest>& requests = r.workload.requests;
+  const int32_t token = neutral_token(requests, r.config);
   std::vector<std::span<const int32_t>> prompts;
-  for (const EngineRequest& r : w.requests) prompts.emplace_back(r.prompt_ids);
-  std::vector<size_t> input_order(w.requests.size());
+  for (const EngineRequest& q : requests) prompts.emplace_back(q.prompt_ids);
+  std::vector<size_t> input_order(requests.size());
   for (size_t i = 0; i < input_order.size(); ++i) input_order[i] = i;
-  const ReplayResult in_order = replay(w, input_order, engine, num_blocks, token);
-  const ReplayResult aware = replay(w, prefix_aware_order(prompts), engine, num_blocks, token);
-  const ReplayResult& chosen = f.order == "prefix-aware" ? aware : in_order;
+  r.in_order = replay(requests, input_order, engine, r.num_blocks, token);
+  r.aware = replay(requests, prefix_aware_order(prompts), engine, r.num_blocks, token);
+  r.chosen = f.order == "prefix-aware" ? &r.aware : &r.in_order;
+  r.tree = build_prefix_tree(prompts, f.block_size);
+}
+
+void write_artifacts(const InspectFlags& f, const Inspection& r) {
   if (!f.cache_trace.empty()) {
     std::string text;
-    for (const CacheTraceRow& row : chosen.trace) text += to_json(row).dump() + "\n";
+    for (const CacheTraceRow& row : r.chosen->trace) text += to_json(row).dump() + "\n";
     write_file(f.cache_trace, "--cache-trace", text);
   }
-  if (!f.plot.empty()) write_file(f.plot, "--plot", blocks_chart_svg(chosen.trace));
-  const PrefixNode tree = build_prefix_tree(prompts, f.block_size);
-  const CacheTraceSummary s = summarize(chosen.trace);
+  if (!f.plot.empty()) write_file(f.plot, "--plot", blocks_chart_svg(r.chosen->trace));
+}
 
-  if (f.json) {
-    nlohmann::json j = {{"kv_cache_dtype", kv_dtype},
-                        {"kv_bytes_per_token", kv_bytes_per_token},
-                        {"kv_bytes_per_block", block_bytes},
-                        {"block_size", f.block_size},
-                        {"blocks_fit", memory.blocks_fit},
-                        {"tokens_fit", int64_t{memory.blocks_fit} * f.block_size},
-                        {"num_kv_blocks", num_blocks},
-                        {"order", f.order == "prefix-aware" ? "prefix-aware" : "input"},
-                        {"requests", w.requests.size()},
-                        {"bad_lines", w.bad_lines},
-                        {"prompt_tokens", chosen.prompt_tokens},
-                        {"cached_tokens", chosen.cached_tokens},
-                        {"hit_rate", chosen.hit_rate()},
-                        {"ideal_cached_tokens", ideal_hit_tokens(tree, f.block_size)},
-                        {"peak_blocks", s.peak_blocks},
-                        {"preemptions", s.preemptions},
-                        {"memory", {{"gpu_bytes", memory.gpu_bytes}, {"source", memory.source},
-                                    {"weight_bytes", memory.weight_bytes}, {"reserve_bytes", memory.reserve_bytes},
-                                    {"gpu_memory_utilization", f.gpu_memory_utilization}}},
-                        {"input_order", replay_json(in_order)},
-                        {"prefix_aware_order", replay_json(aware)},
-                        {"per_request", request_rows(w, chosen, f.block_size)},
-                        {"prefix_tree", prefix_tree_json(tree, f.block_size)}};
-    std::cout << j.dump(2) << "\n";
-    return 0;
-  }
+nlohmann::json inspect_json(const InspectFlags& f, const Inspection& r) {
+  const CacheTraceSummary s = summarize(r.chosen->trace);
+  const ReplayResult& chosen = *r.chosen;
+  const MemoryPlan& memory = r.memory;
+  return {{"kv_cache_dtype", kv_dtype_of(f)},
+          {"kv_bytes_per_token", static_cast<double>(r.kv.bytes_per_token())},
+          {"kv_bytes_per_block", static_cast<double>(r.kv.bytes_per_block())},
+          {"block_size", f.block_size},
+          {"blocks_fit", memory.blocks_fit},
+          {"tokens_fit", int64_t{memory.blocks_fit} * f.block_size},
+          {"num_kv_blocks", r.num_blocks},
+          {"order", f.order == "prefix-aware" ? "prefix-aware" : "input"},
+          {"requests", r.workload.requests.size()},
+          {"bad_lines", r.workload.bad_lines},
+          {"prompt_tokens", chosen.prompt_tokens},
+          {"cached_tokens", chosen.cached_tokens},
+          {"hit_rate", chosen.hit_rate()},
+          {"ideal_cached_tokens", ideal_hit_tokens(r.tree, f.block_size)},
+          {"peak_blocks", s.peak_blocks},
+          {"preemptions", s.preemptions},
+          {"memory", {{"gpu_bytes", memory.gpu_bytes}, {"source", memory.source},
+                      {"weight_bytes", memory.weight_bytes}, {"reserve_bytes", memory.reserve_bytes},
+                      {"gpu_memory_utilization", f.gpu_memory_utilization}}},
+          {"input_order", replay_json(r.in_order)},
+          {"prefix_aware_order", replay_json(r.aware)},
+          {"per_request", request_rows(r.workload, chosen, f.block_size)},
+          {"prefix_tree", prefix_tree_json(r.tree, f.block_size)}};
+}
 
+void print_summary(const InspectFlags& f, const Inspection& r) {
+  const ModelConfig& config = r.config;
+  const MemoryPlan& memory = r.memory;
+  const Workload& w = r.workload;
   std::printf("model             %s: %d layers x %d KV heads x %d dims, %s KV\n", config.architecture_name.c_str(),
-              config.num_layers, config.num_kv_heads, config.head_dim, kv_dtype.c_str());
-  std::printf("KV cache          %.0f bytes per token, %.0f KiB per block of %d tokens\n", kv_bytes_per_token,
-              block_bytes / 1024, f.block_size);
+              config.num_layers, config.num_kv_heads, config.head_dim, kv_dtype_of(f).c_str());
+  std::printf("KV cache          %.0f bytes per token, %.0f KiB per block of %d tokens\n",
+              static_cast<double>(r.kv.bytes_per_token()), static_cast<double>(r.kv.bytes_per_block()) / 1024,
+              f.block_size);
   std::printf("memory            %.1f GiB (%s) x %.2f - %.2f GiB weights - %.2f GiB activations = %d blocks "
               "(%lld tokens)%s\n",
               memory.gpu_bytes / double(1 << 30), memory.source.c_str(), f.gpu_memory_utilization,
               memory.weight_bytes / double(1 << 30), memory.reserve_bytes / double(1 << 30), memory.blocks_fit,
               static_cast<long long>(memory.blocks_fit) * f.block_size,
-              f.num_kv_blocks > 0 ? (", replaying " + std::to_string(num_blocks) + " (--num-kv-blocks)").c_str() : "");
+              f.num_kv_blocks > 0 ? (", replaying " + std::to_string(r.num_blocks) + " (--num-kv-blocks)").c_str()
+                                  : "");
   std::printf("workload          %zu requests, %lld prompt tokens%s\n\n", w.requests.size(),
-              static_cast<long long>(in_order.prompt_tokens),
+              static_cast<long long>(r.in_order.prompt_tokens),
               w.bad_lines ? (", " + std::to_string(w.bad_lines) + " bad lines left out").c_str() : "");
   std::printf("%-14s %12s %14s %9s %12s %12s\n", "order", "prompt tok", "cached tok", "hit rate", "peak blocks",
               "preemptions");
-  for (const auto& [name, r] : {std::pair<const char*, const ReplayResult*>{"input", &in_order}, {"prefix-aware", &aware}}) {
-    const CacheTraceSummary rs = summarize(r->trace);
-    std::printf("%-14s %12lld %14lld %8.1f%% %12d %12lld\n", name, static_cast<long long>(r->prompt_tokens),
-                static_cast<long long>(r->cached_tokens), 100 * r->hit_rate(), rs.peak_blocks,
+  using Order = std::pair<const char*, const ReplayResult*>;
+  for (const auto& [name, o] : {Order{"input", &r.in_order}, Order{"prefix-aware", &r.aware}}) {
+    const CacheTraceSummary rs = summarize(o->trace);
+    std::printf("%-14s %12lld %14lld %8.1f%% %12d %12lld\n", name, static_cast<long long>(o->prompt_tokens),
+                static_cast<long long>(o->cached_tokens), 100 * o->hit_rate(), rs.peak_blocks,
                 static_cast<long long>(rs.preemptions));
   }
   std::printf("(an unbounded cache would serve %lld tokens)\n\nshared prefixes (full blocks of %d tokens):\n%s",
-              static_cast<long long>(ideal_hit_tokens(tree, f.block_size)), f.block_size,
-              prefix_tree_text(tree, f.block_size).c_str());
+              static_cast<long long>(ideal_hit_tokens(r.tree, f.block_size)), f.block_size,
+              prefix_tree_text(r.tree, f.block_size).c_str());
+}
+
+void print_requests(const InspectFlags& f, const Inspection& r) {
+  const Workload& w = r.workload;
   const size_t shown = f.all_requests ? w.requests.size() : std::min<size_t>(w.requests.size(), 20);
-  std::printf("\n%-8s %12s %8s %14s   (%s order)\n", "line", "prompt tok", "blocks", "cached tok", f.order == "prefix-aware" ? "prefix-aware" : "input");
+  std::printf("\n%-8s %12s %8s %14s   (%s order)\n", "line", "prompt tok", "blocks", "cached tok",
+              f.order == "prefix-aware" ? "prefix-aware" : "input");
   for (size_t i = 0; i < shown; ++i) {
-    const FinishedRequest& done = chosen.finished[i];
+    const FinishedRequest& done = r.chosen->finished[i];
     std::printf("%-8lld %12d %8d %14d\n", static_cast<long long>(w.lines[i]), done.prompt_tokens,
                 (done.prompt_tokens + f.block_size - 1) / f.block_size, done.cached_tokens);
   }
   if (shown < w.requests.size()) std::printf("... %zu more (--all shows every request)\n", w.requests.size() - shown);
+}
+
+// Check the flags, replay, write the trace and plot, report.
+int run_inspect(const InspectFlags& f) {
+  if (!f.trace.empty()) return run_trace_summary(f);
+  NVLLM_CHECK(!f.model.empty() && !f.input.empty(), "inspect-cache needs --model DIR --input FILE, or --trace FILE");
+  NVLLM_CHECK(f.block_size >= 1 && f.block_size <= 256 && (f.block_size & (f.block_size - 1)) == 0, "--block-size ",
+              f.block_size, ": must be a power of two from 1 to 256");
+  Inspection r;
+  inspect(f, r);
+  write_artifacts(f, r);
+  if (f.json) {
+    std::cout << inspect_json(f, r).dump(2) << "\n";
+    return 0;
+  }
+  print_summary(f, r);
+  print_requests(f, r);
   return 0;
 }
 

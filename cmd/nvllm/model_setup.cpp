@@ -1,3 +1,4 @@
+#include "cmd/nvllm/cuda_tuning_env.h"
 #include "cmd/nvllm/model_setup.h"
 
 #include <algorithm>
@@ -133,9 +134,9 @@ void check_parallel(const ModelFlags& f, const std::string& device, const GpuInf
 int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) {
   if (f.num_kv_blocks > 0) return f.num_kv_blocks;
   // Simulated tensor-parallel ranks hold a KV head each when there are fewer KV heads than ranks.
-  const int64_t kv_heads_held = std::max(c.num_kv_heads, f.tensor_parallel_size);
-  const int64_t bytes_per_block =
-      int64_t{2} * c.num_layers * kv_heads_held * c.head_dim * kv_element_bytes(f, "cpu") * f.block_size;
+  KvLayout layout = c.kv_layout(f.block_size, kv_element_bytes(f, "cpu"));
+  layout.num_kv_heads = std::max(c.num_kv_heads, f.tensor_parallel_size);
+  const int64_t bytes_per_block = layout.bytes_per_block();
   const int64_t wanted = (int64_t{f.max_num_seqs} * max_model_len + f.block_size - 1) / f.block_size;
   const int64_t budget = (int64_t{2} << 30) / bytes_per_block;  // 2 GiB of host memory at most
   return static_cast<int>(std::max<int64_t>(1, std::min(wanted, budget)));
@@ -186,9 +187,8 @@ LoadedModel load_model(const ModelFlags& f) {
     options.max_num_seqs = f.max_num_seqs;
     options.max_num_batched_tokens = f.max_num_batched_tokens;
     options.max_model_len = max_model_len;
-    // No caller of this runner reads last_logits. NVLLM_CHAIN_DECODE=0 (A/B checks) turns it off.
-    const char* chain = std::getenv("NVLLM_CHAIN_DECODE");
-    options.chain_decode = chain == nullptr || std::string_view(chain) != "0";
+    // Chaining on (no caller of this runner reads last_logits); NVLLM_* switches for A/B timing.
+    options.tuning = cuda_tuning_from_env();
     options.gpu_memory_utilization = f.gpu_memory_utilization;
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;

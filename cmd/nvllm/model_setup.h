@@ -8,8 +8,8 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine/runner.h"
 #include "model/config.h"
-#include "runtime/runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nvllm {

@@ -6,8 +6,8 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/sampling_rng.h"
 #include "engine/sequence.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm {
 namespace {

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/runner.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
 #include "engine/stats.h"
-#include "runtime/runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nvllm {

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/sampling_rng.h"
 #include "engine/engine.h"
 #include "engine/fake_runner.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm {
 namespace {

@@ -14,8 +14,8 @@
 #include <span>
 #include <vector>
 
-#include "runtime/runner.h"
-#include "runtime/sampling_rng.h"
+#include "core/sampling_rng.h"
+#include "engine/runner.h"
 
 namespace nvllm {
 

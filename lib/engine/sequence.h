@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/runner.h"
 #include "engine/sampling_params.h"
-#include "runtime/runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nvllm {

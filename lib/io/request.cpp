@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "runtime/sampling_rng.h"
+#include "core/sampling_rng.h"
 
 namespace nvllm {
 

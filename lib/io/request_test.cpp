@@ -3,8 +3,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/sampling_rng.h"
 #include "io/request.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm {
 

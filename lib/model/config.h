@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kv_layout.h"
 #include "model/quant_config.h"
 
 namespace nvllm {
@@ -46,6 +47,23 @@ struct ModelConfig {
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
   int qkv_size() const { return q_size() + 2 * kv_size(); }
+
+  // Parameters of one decoder layer's matrices (qkv, o_proj, gate_up, down): 2 FLOPs each per token.
+  double layer_matmul_params() const {
+    const double h = hidden_size;
+    return h * qkv_size() + static_cast<double>(q_size()) * h + 3.0 * h * intermediate_size;
+  }
+  // Parameters of the checkpoint as the memory plan counts them: the embedding, the LM head
+  // unless tied, each layer's matrices and its two norms (biases and q/k norms left out).
+  double num_parameters() const {
+    const double h = hidden_size;
+    return static_cast<double>(vocab_size) * h * (tie_word_embeddings ? 1 : 2) +
+           num_layers * (layer_matmul_params() + 2 * h);
+  }
+  // The KV cache of this model in blocks of `block_size` tokens, `dtype_bytes` per element.
+  KvLayout kv_layout(int block_size, int dtype_bytes) const {
+    return {num_layers, num_kv_heads, head_dim, block_size, dtype_bytes};
+  }
 };
 
 // Reads DIR/config.json and, when present, DIR/generation_config.json. Throws nvllm::Error

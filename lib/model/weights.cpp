@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/sampling_rng.h"
 #include "model/arch_table.h"
 #include "model/fp8_weights.h"
 #include "model/safetensors.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm {
 

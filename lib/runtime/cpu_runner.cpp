@@ -144,7 +144,7 @@ struct CpuRunner::Impl {
       }
     }
     for (Rank& r : ranks) {
-      const size_t per_layer = static_cast<size_t>(num_blocks) * block_size * r.cfg.kv_size();
+      const size_t per_layer = r.cfg.kv_layout(block_size, sizeof(float)).block_elems() * num_blocks;
       for (int l = 0; l < cfg.num_layers; ++l) {
         const bool fp8 = !r.k_scale.empty();
         r.k_cache.push_back(alloc_cache(fp8 ? 0 : per_layer));

@@ -5,10 +5,10 @@
 
 #include <memory>
 
+#include "engine/runner.h"
 #include "model/config.h"
 #include "model/kv_scales.h"
 #include "model/weights.h"
-#include "runtime/runner.h"
 
 namespace nvllm {
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "engine/runner.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "runtime/runner.h"
 
 namespace nvllm::test {
 

@@ -1,5 +1,5 @@
 // The reference sampler: picks one token from a sequence's fp32 logits exactly as
-// /work/briefs/sampling_spec.md defines it (raw logprobs, penalties, eos suppression, greedy,
+// docs/sampling.md defines it (raw logprobs, penalties, eos suppression, greedy,
 // temperature, top-k, top-p, min-p, exponential-race draw). The CUDA sampler implements the
 // same text; this one is what its tests compare with.
 #pragma once
@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/runner.h"
 #include "engine/sampling_params.h"
-#include "runtime/runner.h"
 
 namespace nvllm {
 

@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
+#include "core/sampling_rng.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/cpu_runner_test_util.h"
-#include "runtime/sampling_rng.h"
 
 namespace nvllm {
 namespace {

@@ -5,9 +5,10 @@
 #include <memory>
 #include <vector>
 
+#include "engine/runner.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "runtime/runner.h"
+#include "runtime/cuda/cuda_tuning.h"
 
 namespace nvllm {
 
@@ -24,14 +25,7 @@ struct CudaRunnerOptions {
   // decode step from a graph, gemv vs cuBLASLt): batch 1 1.27 vs 1.36 ms, batch 2 1.39 vs 1.39,
   // batch 4 1.64 vs 1.44, batch 8 2.05 vs 1.54; hence 1.
   int gemv_max_batch = 1;
-  // Decode steps of one sequence run as four fused kernels per layer (kernels/decode_fused.cu)
-  // where the model and device allow it (head_dim 128, sm_90+, weight slices that fit in shared
-  // memory); NVLLM_FUSED_DECODE=0 turns it off. The separate kernels otherwise.
-  bool fused_decode = true;
-  // Greedy one-sequence decode steps are chained: the next step is enqueued before this one is
-  // waited for (CudaRunner::Chained), so host work between steps overlaps the GPU. The CLI turns
-  // it on; off by default because cuda_runner_last_logits may then see the next step's logits.
-  bool chain_decode = false;
+  CudaTuning tuning;  // timing and A/B switches (cuda_tuning.h)
   int device = 0;
 };
 
@@ -41,9 +35,9 @@ std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelW
                                          const CudaRunnerOptions& options);
 
 // Tests and parity checks: the fp32 logits [rows, vocab] of the last execute() of a runner made
-// by make_cuda_runner, one row per sequence that sampled, in sequence order (chain_decode off).
+// by make_cuda_runner, one row per sequence that sampled, in sequence order (tuning.chain_decode off).
 std::vector<float> cuda_runner_last_logits(Runner& runner);
-// Tests: how many steps of a runner made by make_cuda_runner ran chained (chain_decode).
+// Tests: how many steps of a runner made by make_cuda_runner ran chained (tuning.chain_decode).
 int cuda_runner_chained_steps(Runner& runner);
 
 }  // namespace nvllm

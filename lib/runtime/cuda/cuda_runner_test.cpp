@@ -266,7 +266,7 @@ RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bo
   CpuRunner cpu(c, std::move(wf), OneSequence::kBlockSize, OneSequence::kBlocks, 2);
   CudaRunnerOptions opt = OneSequence::options();
   opt.enforce_eager = enforce_eager;
-  opt.fused_decode = fused;
+  opt.tuning.fused_decode = fused;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
 
   OneSequence seq(c, seed + 7);
@@ -310,7 +310,7 @@ std::vector<int32_t> chained_run(const ModelConfig& c, bool chain, int decodes, 
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
   CudaRunnerOptions opt = OneSequence::options();
-  opt.chain_decode = chain;
+  opt.tuning.chain_decode = chain;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
   OneSequence seq(c, 9);
   seq.greedy.max_tokens = decodes + 1;  // the last step chains nothing

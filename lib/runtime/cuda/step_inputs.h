@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/runner.h"
 #include "kernels/sampling.h"
-#include "runtime/runner.h"
 
 namespace nvllm {
 

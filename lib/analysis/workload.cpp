@@ -1,10 +1,10 @@
-#include "engine/workload.h"
+#include "analysis/workload.h"
 
 #include <algorithm>
 #include <charconv>
 
 #include "core/error.h"
-#include "runtime/sampling_rng.h"
+#include "core/sampling_rng.h"
 
 namespace nvllm {
 namespace {
@@ -73,12 +73,12 @@ double Roofline::min_time_s(double bandwidth, double flops_per_s) const {
 Roofline roofline(const ModelConfig& c, const std::vector<int>& prompt_lens, const std::vector<int>& output_lens,
                   int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes) {
   const double h = c.hidden_size;
-  const double layer_params = h * c.qkv_size() + static_cast<double>(c.q_size()) * h + 3.0 * h * c.intermediate_size;
+  const double layer_params = c.layer_matmul_params();
   const double lm_head_params = static_cast<double>(c.vocab_size) * h;
   const double matmul_params = c.num_layers * layer_params + lm_head_params;
   Roofline r;
   r.weight_bytes = matmul_params * weight_dtype_bytes;
-  r.kv_bytes_per_token = 2.0 * c.num_layers * c.kv_size() * kv_dtype_bytes;
+  r.kv_bytes_per_token = static_cast<double>(c.kv_layout(1, kv_dtype_bytes).bytes_per_token());
   // Attention FLOPs per (query, key) pair: QK^T and PV, 2 FLOPs each per head dimension.
   const double attn_flops_per_pair = 4.0 * c.num_layers * c.q_size();
   double kv_reads = 0, pairs = 0, tokens = 0, sampled = 0;

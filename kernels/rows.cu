@@ -1,8 +1,11 @@
-#include "runtime/cuda/runner_kernels.h"
+// Row kernels around the model's matmuls: the Qwen2 q/k/v bias and the gather of the rows that
+// sample before the final norm and the LM head.
+#include <algorithm>
 
 #include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
 
-namespace nvllm {
+namespace nvllm::kernels {
 namespace {
 
 __global__ void add_bias_kernel(__nv_bfloat16* x, const __nv_bfloat16* __restrict__ bias, int cols, size_t n) {
@@ -43,4 +46,4 @@ void gather_rows(const __nv_bfloat16* src, const int32_t* index, __nv_bfloat16* 
   CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace nvllm
+}  // namespace nvllm::kernels

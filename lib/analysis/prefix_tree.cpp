@@ -1,4 +1,4 @@
-#include "engine/prefix_tree.h"
+#include "analysis/prefix_tree.h"
 
 #include <algorithm>
 #include <map>

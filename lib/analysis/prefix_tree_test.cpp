@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "engine/prefix_tree.h"
+#include "analysis/prefix_tree.h"
 
 namespace nvllm {
 namespace {

@@ -3,7 +3,7 @@
 // same lengths, without a model: what `nvllm inspect-cache` replays.
 #pragma once
 
-#include "runtime/runner.h"
+#include "engine/runner.h"
 
 namespace nvllm {
 

@@ -1,4 +1,4 @@
-#include "engine/cache_trace.h"
+#include "analysis/cache_trace.h"
 
 #include <algorithm>
 #include <cmath>

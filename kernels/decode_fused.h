@@ -1,0 +1,83 @@
+// Batch-1 decode as four fused kernels per layer (decode_fused.cu): attention (norm, qkv, rope,
+// cache write, attention over a thread-block cluster), o_proj + residual, norm + gate_up + silu,
+// down + residual, chained with PDL.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels {
+
+struct FusedDecodeShape {
+  int hidden, intermediate, num_heads, num_kv_heads, head_dim, block_size;
+};
+
+// How the fused path runs on this device; cluster == 0 when it does not apply (`why` says why).
+struct FusedDecodePlan {
+  FusedDecodeShape shape{};
+  int cluster = 0;  // CTAs per kv head in the attention kernel (a thread-block cluster)
+  int grid = 0;     // CTAs of the projection kernels (the SM count)
+  // Dynamic shared memory of a CTA of the attention, o_proj, gate_up and down kernels: what each
+  // uses, more for down so that at most two of its CTAs share an SM (decode_fused.cu).
+  size_t smem[4] = {};
+  const char* why = nullptr;
+};
+
+// One layer's weights and caches.
+struct FusedDecodeLayer {
+  const bf16 *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o_proj, *post_norm, *gate_up, *down;
+  bf16 *k_cache, *v_cache;
+};
+
+// The step's one sequence (device pointers): its position, cache slot (< 0: not written),
+// context length (the new token included) and block-table row; the residual stream h [hidden]
+// (updated in place), and scratch for the attention output [num_heads * head_dim] and the MLP
+// activation [intermediate].
+struct FusedDecodeStep {
+  const int32_t *position, *slot, *context_len, *block_table;
+  const float* inv_freq;  // [head_dim / 2]
+  float eps, scale;
+  bf16 *h, *attn, *act;
+  // Layer 0 (null in the others): h = embed[token] here, the embedding folded into the attention
+  // kernel; `token` is the step's token id.
+  const bf16* embed = nullptr;
+  const int32_t* token = nullptr;
+  // The norms' sums of squares, published by the kernels that write h: o_proj and down leave one
+  // partial sum per CTA of the squares of the h rows they wrote, in ss[0] and ss[1]
+  // (kFusedSsParts floats each), and gate_up and the next layer's attention add them up instead
+  // of reducing h over the block. Null: every norm sums h itself. ss_ready: ss[1] holds the sums
+  // of this layer's input (false in layer 0, whose h the attention kernel sums itself).
+  float* ss = nullptr;
+  bool ss_ready = false;
+  // Timing only (null otherwise): the four kernels of this layer record, per CTA, globaltimer
+  // stamps at start, after the PDL wait, once the weights landed, at the end, phase marks, once
+  // the activations are read, the SM id and clock64 at start and end, at
+  // trace + (kernel * kFusedTraceCtas + cta) * kFusedTraceFields.
+  unsigned long long* trace = nullptr;
+};
+constexpr int kFusedSsParts = 256;  // FusedDecodeStep::ss: at most this many projection CTAs
+constexpr int kFusedTraceCtas = 256, kFusedTraceFields = 12;
+// The fields of one CTA's trace record: globaltimer stamps (ns), the SM id, clock64 stamps.
+enum FusedTraceField {
+  kTraceStart, kTraceWaited, kTraceWeights, kTraceEnd, kTraceSm, kTracePhase1, kTracePhase2, kTracePhase3,
+  kTraceInputs, kTraceClockStart, kTraceClockEnd
+};
+static_assert(kTraceClockEnd < kFusedTraceFields);
+// Trace words of one layer (four kernels).
+constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTraceFields;
+
+// Checks the model and device (head_dim 128, 1, 2 or 4 q heads per kv head, sm_90+,
+// a CTA's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable) and prepares the
+// kernels. Throws only on CUDA errors.
+// `max_cluster` (16 or 8) caps the attention kernel's cluster: tests run both sizes.
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape, int max_cluster = 16);
+// One layer of one decode token: h = layer(h), the new k/v written to the cache. Four kernels,
+// launched with PDL.
+void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
+                        cudaStream_t stream);
+
+}  // namespace nvllm::kernels

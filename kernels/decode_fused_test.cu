@@ -1,0 +1,170 @@
+// One fused decode layer (kernels/decode_fused.h) against a CPU reference of the same layer,
+// for each supported group size (q heads per kv head: 1, 2, 4) and attention cluster size (16,
+// 8): the new k and v in the cache, the attention output, the MLP activation and the updated
+// residual stream. The reference is the CPU runner's layer (lib/runtime/cpu_runner.cpp) in
+// double, with bf16 rounding where the kernels store bf16; the check is the bf16 tolerance.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/attention_test_util.h"
+#include "kernels/decode_fused.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels::test {
+namespace {
+
+constexpr int kD = 128, kHidden = 1024, kInter = 2048, kKvHeads = 2, kBlock = 16, kContext = 100;
+constexpr float kEps = 1e-6f;
+
+struct Layer {
+  std::vector<bf16> input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
+};
+
+Layer random_layer(std::mt19937& rng, int num_heads) {
+  const int qkv_rows = (num_heads + 2 * kKvHeads) * kD;
+  return {random_bf16(rng, kHidden, 0.5f, 1.5f),
+          random_bf16(rng, size_t(qkv_rows) * kHidden, -0.05f, 0.05f),
+          random_bf16(rng, kD, 0.5f, 1.5f),
+          random_bf16(rng, kD, 0.5f, 1.5f),
+          random_bf16(rng, size_t(kHidden) * num_heads * kD, -0.05f, 0.05f),
+          random_bf16(rng, kHidden, 0.5f, 1.5f),
+          random_bf16(rng, size_t(2 * kInter) * kHidden, -0.05f, 0.05f),
+          random_bf16(rng, size_t(kHidden) * kInter, -0.03f, 0.03f)};
+}
+
+// y[r] = sum_i x[i] * w[r, i] over rows r < n, in double.
+std::vector<float> matvec(const std::vector<float>& x, const std::vector<bf16>& w, int n) {
+  const size_t k = x.size();
+  std::vector<float> y(n);
+  for (int r = 0; r < n; ++r) {
+    double acc = 0;
+    for (size_t i = 0; i < k; ++i) acc += double(x[i]) * to_f(w[r * k + i]);
+    y[r] = float(acc);
+  }
+  return y;
+}
+
+// rmsnorm(x) * w, rounded to bf16 as the kernels store it.
+std::vector<float> norm(const std::vector<float>& x, const bf16* w, size_t n) {
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float rstd = 1.f / std::sqrt(float(ss / n) + kEps);
+  std::vector<float> y(n);
+  for (size_t i = 0; i < n; ++i) y[i] = round_bf(to_f(w[i]) * round_bf(x[i] * rstd));
+  return y;
+}
+
+// Per-head norm and RoPE (the two halves rotate together) of `heads` heads of kD at `p`.
+void norm_rope(float* p, int heads, const std::vector<bf16>& w, const std::vector<float>& inv_freq, int position) {
+  for (int h = 0; h < heads; ++h) {
+    float* x = p + h * kD;
+    std::vector<float> normed = norm(std::vector<float>(x, x + kD), w.data(), kD);
+    for (int i = 0; i < kD / 2; ++i) {
+      const float angle = float(position) * inv_freq[i], c = std::cos(angle), s = std::sin(angle);
+      const float a = normed[i], b = normed[kD / 2 + i];
+      x[i] = a * c - b * s;
+      x[kD / 2 + i] = b * c + a * s;
+    }
+  }
+}
+
+struct Expected {
+  std::vector<float> k, v, attn, act, h;
+};
+
+// The layer for one token at position kContext - 1 whose earlier context is in `cache`.
+Expected reference(const Layer& w, int num_heads, const std::vector<float>& h_in, PagedCache cache,
+                   const std::vector<float>& inv_freq, int slot) {
+  const int q_size = num_heads * kD, kv_size = kKvHeads * kD;
+  std::vector<float> qkv = matvec(norm(h_in, w.input_norm.data(), kHidden), w.qkv, q_size + 2 * kv_size);
+  for (float& v : qkv) v = round_bf(v);
+  norm_rope(qkv.data(), num_heads, w.q_norm, inv_freq, kContext - 1);
+  norm_rope(qkv.data() + q_size, kKvHeads, w.k_norm, inv_freq, kContext - 1);
+  Expected e;
+  for (int i = 0; i < kv_size; ++i) {
+    e.k.push_back(round_bf(qkv[q_size + i]));
+    e.v.push_back(qkv[q_size + kv_size + i]);
+    cache.k[size_t(slot) * kv_size + i] = to_bf(e.k.back());
+    cache.v[size_t(slot) * kv_size + i] = to_bf(e.v.back());
+  }
+  std::vector<bf16> q(q_size);
+  for (int i = 0; i < q_size; ++i) q[i] = to_bf(qkv[i]);
+  e.attn = attention_ref(q, q_size, cache, {0, 1}, {kContext}, num_heads, 1.f / std::sqrt(float(kD)));
+  std::vector<float> attn_b(e.attn.size());
+  for (size_t i = 0; i < attn_b.size(); ++i) attn_b[i] = round_bf(e.attn[i]);
+  const std::vector<float> o = matvec(attn_b, w.o_proj, kHidden);
+  std::vector<float> h1(kHidden);
+  for (int i = 0; i < kHidden; ++i) h1[i] = round_bf(h_in[i] + round_bf(o[i]));
+  const std::vector<float> gu = matvec(norm(h1, w.post_norm.data(), kHidden), w.gate_up, 2 * kInter);
+  for (int i = 0; i < kInter; ++i) {
+    const float g = round_bf(gu[i]), u = round_bf(gu[kInter + i]);
+    e.act.push_back(round_bf(g / (1.f + std::exp(-g)) * u));
+  }
+  const std::vector<float> d = matvec(e.act, w.down, kHidden);
+  for (int i = 0; i < kHidden; ++i) e.h.push_back(round_bf(h1[i] + round_bf(d[i])));
+  return e;
+}
+
+void check_layer(int group, int max_cluster) {
+  const int num_heads = group * kKvHeads, q_size = num_heads * kD, kv_size = kKvHeads * kD;
+  const FusedDecodePlan plan =
+      fused_decode_plan({kHidden, kInter, num_heads, kKvHeads, kD, kBlock}, max_cluster);
+  if (plan.cluster == 0) {
+    MESSAGE("fused decode does not apply here (", plan.why, "): group ", group, " cluster <= ", max_cluster);
+    return;
+  }
+  if (plan.cluster != max_cluster) MESSAGE("cluster ", max_cluster, " does not fit here; testing ", plan.cluster);
+  std::mt19937 rng(1000 * group + max_cluster);
+  const Layer w = random_layer(rng, num_heads);
+  const std::vector<bf16> h_in = random_bf16(rng, kHidden, -1.f, 1.f);
+  PagedCache cache = make_cache(rng, {kContext}, kKvHeads, kD, kBlock);
+  const int pos = kContext - 1, slot = cache.block_tables[pos / kBlock] * kBlock + pos % kBlock;
+  std::vector<float> inv_freq(kD / 2);
+  for (int i = 0; i < kD / 2; ++i) inv_freq[i] = float(1.0 / std::pow(1e6, 2.0 * i / kD));
+
+  DeviceBuffer<bf16> d_in_norm(w.input_norm), d_qkv(w.qkv), d_qn(w.q_norm), d_kn(w.k_norm), d_o(w.o_proj),
+      d_post(w.post_norm), d_gu(w.gate_up), d_down(w.down), d_k(cache.k), d_v(cache.v), d_h(h_in),
+      d_attn(static_cast<size_t>(q_size)), d_act(static_cast<size_t>(kInter));
+  const std::vector<int32_t> step_ints = {pos, slot, kContext};
+  DeviceBuffer<int32_t> d_step(step_ints), d_table(cache.block_tables);
+  DeviceBuffer<float> d_freq(inv_freq), d_ss(static_cast<size_t>(2 * kFusedSsParts));
+  d_attn.poison();
+  d_act.poison();
+  FusedDecodeStep st{d_step.get(), d_step.get() + 1, d_step.get() + 2, d_table.get(), d_freq.get(), kEps,
+                     1.f / std::sqrt(float(kD)), d_h.get(), d_attn.get(), d_act.get()};
+  st.ss = d_ss.get();
+  const FusedDecodeLayer layer{d_in_norm.get(), d_qkv.get(), nullptr,   d_qn.get(), d_kn.get(), d_o.get(),
+                               d_post.get(),    d_gu.get(),  d_down.get(), d_k.get(), d_v.get()};
+  fused_decode_layer(plan, st, layer, nullptr);
+
+  std::vector<float> h_f(kHidden);
+  for (int i = 0; i < kHidden; ++i) h_f[i] = to_f(h_in[i]);
+  const Expected e = reference(w, num_heads, h_f, cache, inv_freq, slot);
+  const std::vector<bf16> k_out = d_k.download(), v_out = d_v.download();
+  const std::vector<bf16> k_new(k_out.begin() + size_t(slot) * kv_size, k_out.begin() + size_t(slot + 1) * kv_size);
+  const std::vector<bf16> v_new(v_out.begin() + size_t(slot) * kv_size, v_out.begin() + size_t(slot + 1) * kv_size);
+  INFO("group ", group, ", cluster ", plan.cluster);
+  CHECK(rel_error(k_new, e.k) < kBf16Tolerance);
+  CHECK(rel_error(v_new, e.v) < kBf16Tolerance);
+  CHECK(rel_error(d_attn.download(), e.attn) < kBf16Tolerance);
+  CHECK(rel_error(d_act.download(), e.act) < kBf16Tolerance);
+  CHECK(rel_error(d_h.download(), e.h) < kBf16Tolerance);
+  // Every other slot of the cache is as it was.
+  size_t changed = 0;
+  for (size_t i = 0; i < k_out.size(); ++i)
+    if (i / kv_size != size_t(slot))
+      changed += to_f(k_out[i]) != to_f(cache.k[i]) || to_f(v_out[i]) != to_f(cache.v[i]);
+  CHECK(changed == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gpu.kernels.decode_fused one layer matches the CPU reference at each group and cluster size") {
+  for (int group : {1, 2, 4})
+    for (int cluster : {16, 8}) check_layer(group, cluster);
+}
+
+}  // namespace nvllm::kernels::test

@@ -1,0 +1,33 @@
+// CudaTuning: every switch of the CUDA runner that exists for timing and A/B checks, in one
+// place. The defaults are what nvllm runs with; cmd/ fills the struct once from the environment
+// (cmd/nvllm/cuda_tuning_env.cpp, the NVLLM_* names beside each field) and passes it down in
+// CudaRunnerOptions. Nothing below cmd/ reads the environment. No switch changes results:
+// tokens and logprobs are the same either way (the tests check it for the fused path and chaining).
+#pragma once
+
+#include <string>
+
+namespace nvllm {
+
+struct CudaTuning {
+  // Programmatic dependent launch on sm_90+ (kernels/launch.cuh). NVLLM_PDL=0: plain launches.
+  bool pdl = true;
+  // Decode steps of one sequence as four fused kernels per layer (kernels/decode_fused.cu) where
+  // the model and device allow it (head_dim 128, sm_90+, weight slices that fit in shared
+  // memory). NVLLM_FUSED_DECODE=0: the separate kernels.
+  bool fused_decode = true;
+  // The fused path's final norm + LM head + greedy token as one kernel (kernels/decode_head.cu)
+  // where the hidden size allows. NVLLM_FUSED_HEAD=0: rmsnorm, gemv and argmax as three.
+  bool fused_head = true;
+  // Greedy one-sequence decode steps are chained: the next step is enqueued before this one is
+  // waited for (lib/runtime/cuda/decode_chain.h), so host work between steps overlaps the GPU.
+  // The CLI turns it on (NVLLM_CHAIN_DECODE=0: off); off by default because
+  // cuda_runner_last_logits may then see the next step's logits.
+  bool chain_decode = false;
+  // NVLLM_FUSED_TRACE=FILE: the fused kernels' per-CTA timestamps of the latest batch-1 step,
+  // rewritten to FILE after each one (scripts/fused_trace.py reads it). Empty: off. A timing
+  // tool: it turns chaining off.
+  std::string fused_trace;
+};
+
+}  // namespace nvllm

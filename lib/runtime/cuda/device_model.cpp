@@ -1,0 +1,170 @@
+#include "runtime/cuda/device_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+#include "runtime/cuda/step_inputs.h"
+
+namespace nvllm::cuda_detail {
+namespace {
+
+// RoPE frequencies as Hugging Face computes them, with the llama3 rescaling of long wavelengths.
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) {
+    const float f = static_cast<float>(1.0 / std::pow(c.rope_theta, (2.0 * i) / c.head_dim));
+    inv[i] = f;
+  }
+  if (c.rope_scaling.type == "llama3") {
+    const RopeScaling& s = c.rope_scaling;
+    const double old_len = s.original_max_position_embeddings;
+    const double low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+    for (float& f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / s.factor);
+      } else {
+        const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+  }
+  return inv;
+}
+
+const bf16* upload(const HostTensor& t, const char* what, std::vector<DeviceBuffer>& buffers) {
+  NVLLM_CHECK(!t.empty(), "internal: weight ", what, " is missing");
+  NVLLM_CHECK(t.dtype() == DType::kBF16, "internal: weight ", what, " is ", dtype_name(t.dtype()),
+              "; the CUDA runner needs weights loaded as BF16");
+  DeviceBuffer buf(t.nbytes());
+  CUDA_CHECK(cudaMemcpy(buf.get(), t.data(), t.nbytes(), cudaMemcpyHostToDevice));
+  const bf16* p = buf.as<bf16>();
+  buffers.push_back(std::move(buf));
+  return p;
+}
+
+}  // namespace
+
+DeviceModel::DeviceModel(const ModelConfig& config, const ModelWeights& w, int block_size, int gemv_max_batch)
+    : c_(config), block_size_(block_size), gemv_max_batch_(gemv_max_batch), gemm_() {
+  std::vector<DeviceBuffer>& bufs = w_.buffers;
+  w_.embed = upload(w.embed, "embed_tokens", bufs);
+  w_.lm_head = w.lm_head.empty() ? w_.embed : upload(w.lm_head, "lm_head", bufs);
+  w_.final_norm = upload(w.final_norm, "norm", bufs);
+  for (const LayerWeights& lw : w.layers) {
+    DeviceLayer d;
+    d.input_norm = upload(lw.input_norm, "input_layernorm", bufs);
+    d.qkv = upload(lw.qkv, "qkv_proj", bufs);
+    d.qkv_bias = lw.qkv_bias.empty() ? nullptr : upload(lw.qkv_bias, "qkv bias", bufs);
+    d.q_norm = lw.q_norm.empty() ? nullptr : upload(lw.q_norm, "q_norm", bufs);
+    d.k_norm = lw.k_norm.empty() ? nullptr : upload(lw.k_norm, "k_norm", bufs);
+    d.o_proj = upload(lw.o_proj, "o_proj", bufs);
+    d.post_norm = upload(lw.post_norm, "post_attention_layernorm", bufs);
+    d.gate_up = upload(lw.gate_up, "gate_up_proj", bufs);
+    d.down = upload(lw.down, "down_proj", bufs);
+    w_.layers.push_back(d);
+  }
+  const std::vector<float> inv = rope_inv_freq(c_);
+  w_.inv_freq = DeviceBuffer(inv.size() * sizeof(float));
+  CUDA_CHECK(cudaMemcpy(w_.inv_freq.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void DeviceModel::allocate_activations(int tokens, int seqs, int max_model_len) {
+  const size_t H = c_.hidden_size, T = tokens, S = seqs;
+  act_.x = DeviceBuffer(T * H * sizeof(bf16));
+  act_.residual = DeviceBuffer(T * H * sizeof(bf16));
+  act_.qkv = DeviceBuffer(T * c_.qkv_size() * sizeof(bf16));
+  act_.attn = DeviceBuffer(T * c_.q_size() * sizeof(bf16));
+  act_.gate_up = DeviceBuffer(T * 2 * c_.intermediate_size * sizeof(bf16));
+  act_.act = DeviceBuffer(T * c_.intermediate_size * sizeof(bf16));
+  act_.x_g = DeviceBuffer(S * H * sizeof(bf16));
+  act_.residual_g = DeviceBuffer(S * H * sizeof(bf16));
+  act_.logits = DeviceBuffer(S * c_.vocab_size * sizeof(float));
+  const size_t ws = kernels::attention_decode_workspace_bytes(seqs, c_.num_heads, c_.head_dim, max_model_len);
+  act_.decode_ws = DeviceBuffer(std::max<size_t>(ws, 16));
+}
+
+bool DeviceModel::use_gemv(int m, int k) const {
+  return m <= std::min(gemv_max_batch_, kernels::kGemvMaxBatch) && k % 8 == 0;
+}
+
+void DeviceModel::linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream) {
+  if (use_gemv(m, k))
+    kernels::gemv(x, w, y, m, n, k, stream);
+  else
+    gemm_.matmul(x, w, y, m, n, k, false, stream);
+}
+
+void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
+  const StepLayout& L = st.layout;
+  const int T = L.tokens, H = c_.hidden_size;
+  bf16* x = act_.x.as<bf16>();
+  bf16* res = act_.residual.as<bf16>();
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  kernels::embedding(st.at<int32_t>(L.token_ids), w_.embed, x, T, H, s);
+  // The first add_rmsnorm then sets residual = embedding (0 + x is exact in bf16).
+  CUDA_CHECK(cudaMemsetAsync(res, 0, static_cast<size_t>(T) * H * sizeof(bf16), s));
+  for (int l = 0; l < c_.num_layers; ++l) layer(l, st, s);
+  // Final norm and LM head only over the rows that sample.
+  bf16 *fx = x, *fr = res;
+  int rows = T;
+  if (st.gather) {
+    rows = L.sample_rows;
+    if (rows == 0) return;  // a step of prompt chunks that end no prompt
+    kernels::gather_rows(x, st.at<int32_t>(L.sample_token), act_.x_g.as<bf16>(), rows, H, s);
+    kernels::gather_rows(res, st.at<int32_t>(L.sample_token), act_.residual_g.as<bf16>(), rows, H, s);
+    fx = act_.x_g.as<bf16>();
+    fr = act_.residual_g.as<bf16>();
+  }
+  kernels::add_rmsnorm(fx, fr, w_.final_norm, rows, H, eps, s);
+  if (use_gemv(rows, H))
+    kernels::gemv_f32(fx, w_.lm_head, act_.logits.as<float>(), rows, c_.vocab_size, H, s);
+  else
+    gemm_.matmul(fx, w_.lm_head, act_.logits.get(), rows, c_.vocab_size, H, true, s);
+}
+
+void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
+  const StepLayout& L = st.layout;
+  const int T = L.tokens, H = c_.hidden_size, I = c_.intermediate_size;
+  bf16* x = act_.x.as<bf16>();
+  bf16* res = act_.residual.as<bf16>();
+  bf16* qkv = act_.qkv.as<bf16>();
+  bf16* attn = act_.attn.as<bf16>();
+  bf16* gate_up = act_.gate_up.as<bf16>();
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+  const kernels::AttentionBatch ab{st.at<int32_t>(L.query_start), st.at<int32_t>(L.context_lens),
+                                   st.at<int32_t>(L.block_tables), L.width, L.seqs, st.max_query_len,
+                                   st.max_context_len};
+  const DeviceLayer& w = w_.layers[l];
+  kernels::add_rmsnorm(x, res, w.input_norm, T, H, eps, s);
+  linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
+  if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
+  kernels::qk_norm_rope_cache(qkv, st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), w.q_norm, w.k_norm, eps,
+                              w_.inv_freq.as<float>(), kv_.k[l], kv_.v[l], T, c_.num_heads, c_.num_kv_heads,
+                              c_.head_dim, block_size_, s);
+  if (st.decode) {
+    kernels::attention_decode(qkv, c_.qkv_size(), kv_.k[l], kv_.v[l], ab, attn, c_.num_heads, c_.num_kv_heads,
+                              c_.head_dim, block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s);
+  } else {
+    kernels::attention_prefill(qkv, c_.qkv_size(), kv_.k[l], kv_.v[l], ab, attn, c_.num_heads, c_.num_kv_heads,
+                               c_.head_dim, block_size_, scale, s);
+  }
+  linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
+  kernels::add_rmsnorm(x, res, w.post_norm, T, H, eps, s);
+  linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
+  if (use_gemv(T, I)) {  // silu_mul fused into the down projection's input
+    kernels::gemv_silu(gate_up, w.down, x, T, H, I, s);
+  } else {
+    kernels::silu_mul(gate_up, act_.act.as<bf16>(), T, I, s);
+    linear(act_.act.as<bf16>(), w.down, x, T, H, I, s);
+  }
+}
+
+}  // namespace nvllm::cuda_detail

@@ -1,0 +1,79 @@
+// DeviceModel: the model on one GPU. The bf16 weights (uploaded once), the activation buffers
+// sized for the largest step, the views of the paged KV cache per layer (core/kv_layout.h), and
+// the layer loop of separate kernels that every step but a fused batch-1 decode runs.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/gemm.h"
+#include "runtime/cuda/step_io.h"
+
+namespace nvllm::cuda_detail {
+
+using bf16 = __nv_bfloat16;
+
+struct DeviceLayer {
+  const bf16 *input_norm = nullptr, *qkv = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr,
+             *o_proj = nullptr, *post_norm = nullptr, *gate_up = nullptr, *down = nullptr;
+};
+
+struct DeviceWeights {
+  std::vector<DeviceBuffer> buffers;  // owns every tensor below
+  const bf16* embed = nullptr;
+  const bf16* lm_head = nullptr;  // = embed when tied
+  const bf16* final_norm = nullptr;
+  std::vector<DeviceLayer> layers;
+  DeviceBuffer inv_freq;  // RoPE frequencies [head_dim / 2], fp32
+};
+
+// Activations for up to `tokens` tokens and `seqs` sequences; the *_g buffers hold the gathered
+// rows that sample, logits is fp32 [seqs, vocab].
+struct Activations {
+  DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws;
+};
+
+// Per-layer K and V base pointers: into one allocation (storage) once the cache is sized, into
+// a scratch block during the warm-up pass that measures what the cache may take.
+struct KvViews {
+  DeviceBuffer storage;
+  std::vector<bf16*> k, v;
+  int num_blocks = 0;
+};
+
+class DeviceModel {
+ public:
+  // Uploads the weights (BF16) and the RoPE frequencies.
+  DeviceModel(const ModelConfig& config, const ModelWeights& weights, int block_size, int gemv_max_batch);
+  void allocate_activations(int tokens, int seqs, int max_model_len);
+  // The layers of separate kernels, then the final norm and LM head into act().logits.
+  void forward(const ForwardStep& step, cudaStream_t stream);
+
+  const ModelConfig& config() const { return c_; }
+  int block_size() const { return block_size_; }
+  const DeviceWeights& weights() const { return w_; }
+  Activations& act() { return act_; }
+  KvViews& kv() { return kv_; }
+  const KvViews& kv() const { return kv_; }
+
+ private:
+  void layer(int l, const ForwardStep& step, cudaStream_t stream);
+  // Whether an m-row projection with k inputs goes to the small-batch gemv.
+  bool use_gemv(int m, int k) const;
+  // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt.
+  void linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream);
+
+  ModelConfig c_;
+  int block_size_ = 0, gemv_max_batch_ = 0;
+  Gemm gemm_;
+  DeviceWeights w_;
+  Activations act_;
+  KvViews kv_;
+};
+
+}  // namespace nvllm::cuda_detail

@@ -1,0 +1,128 @@
+#include "runtime/cuda/fused_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::cuda_detail {
+
+void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
+  if (!tuning.fused_decode) return;
+  const ModelConfig& c = model.config();
+  plan_ = kernels::fused_decode_plan(
+      {c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim, model.block_size()});
+  if (plan_.cluster == 0) {
+    log_info("batch-1 decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
+    return;
+  }
+  const KvViews& kv = model.kv();
+  for (int l = 0; l < c.num_layers; ++l) {
+    const DeviceLayer& d = model.weights().layers[l];
+    layers_.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up, d.down,
+                       kv.k[l], kv.v[l]});
+  }
+  ss_ = DeviceBuffer(2 * kernels::kFusedSsParts * sizeof(float));
+  head_ = kernels::decode_head_supported(c.hidden_size) && tuning.fused_head;
+  if (head_) setup_head(tuning.chain_decode);
+  if (!tuning.fused_trace.empty()) {
+    trace_path_ = tuning.fused_trace;
+    trace_ = DeviceBuffer(size_t(c.num_layers) * kernels::kFusedTraceLayerWords * sizeof(unsigned long long));
+    CUDA_CHECK(cudaMemset(trace_.get(), 0, trace_.bytes()));
+  }
+}
+
+void FusedDecode::setup_head(bool chain) {
+  head_scratch_ = DeviceBuffer(2 * sizeof(unsigned long long));
+  CUDA_CHECK(cudaMemset(head_scratch_.get(), 0, head_scratch_.bytes()));
+  if (chain) {
+    head_token_host_ = PinnedBuffer(2 * sizeof(unsigned long long));
+    std::memset(head_token_host_.get(), 0xff, head_token_host_.bytes());
+  }
+}
+
+// The embedding goes straight into the residual stream inside layer 0's attention kernel, then
+// four fused kernels per layer, then the final norm, the LM head and the greedy token in one
+// kernel where the hidden size allows.
+void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* out_token, cudaStream_t s) {
+  const ModelConfig& c = model.config();
+  const DeviceWeights& w = model.weights();
+  Activations& a = model.act();
+  const StepLayout& L = st.layout;
+  const int H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  bf16* res = a.residual.as<bf16>();
+  kernels::FusedDecodeStep fs{st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), st.at<int32_t>(L.context_lens),
+                              st.at<int32_t>(L.block_tables), w.inv_freq.as<float>(), eps, scale, res,
+                              a.attn.as<bf16>(), a.act.as<bf16>()};
+  fs.ss = ss_.as<float>();
+  fs.token = st.at<int32_t>(L.token_ids);
+  for (int l = 0; l < c.num_layers; ++l) {
+    fs.embed = l == 0 ? w.embed : nullptr;
+    fs.ss_ready = l > 0 && fs.ss != nullptr;
+    if (!trace_path_.empty()) fs.trace = trace_.as<unsigned long long>() + size_t(l) * kernels::kFusedTraceLayerWords;
+    kernels::fused_decode_layer(plan_, fs, layers_[l], s);
+  }
+  if (!head_) {
+    kernels::rmsnorm(res, w.final_norm, a.x.as<bf16>(), 1, H, eps, s);
+    kernels::gemv_f32(a.x.as<bf16>(), w.lm_head, a.logits.as<float>(), 1, c.vocab_size, H, s);
+    return;
+  }
+  // The token also goes to the staging's token slot: a chained next step reads it there.
+  kernels::DecodeHeadArgs head{res, w.final_norm, w.lm_head, c.vocab_size, H, eps, a.logits.as<float>(), out_token,
+                               st.at<int32_t>(L.token_ids), head_scratch_.as<unsigned long long>()};
+  if (token_to_host()) {  // chained steps: advance the inputs, the token to the host
+    head.position = st.at<int32_t>(L.positions);
+    head.slot = st.at<int32_t>(L.slots);
+    head.context_len = st.at<int32_t>(L.context_lens);
+    head.block_table = st.at<int32_t>(L.block_tables);
+    head.block_size = model.block_size();
+    head.table_width = L.width;
+    head.host_token = head_token_host_.as<unsigned long long>();
+  }
+  head.l2_next = layers_[0].qkv;
+  head.l2_next_bytes = size_t(c.qkv_size()) * H * sizeof(bf16);
+  kernels::decode_head(head, plan_.grid, s);
+}
+
+int32_t FusedDecode::host_token(int32_t position) const {
+  const uint32_t pos = static_cast<uint32_t>(position);
+  const auto* words = reinterpret_cast<const volatile unsigned long long*>(head_token_host_.get());
+  const unsigned long long word = words[pos & 1];
+  NVLLM_CHECK(word >> 32 == pos, "internal: the batch-1 token of position ", pos, " was not written");
+  return static_cast<int32_t>(word & 0xffffffffu);
+}
+
+// One line per CTA of each fused kernel of the latest step: kernel index (layer * 4 + which),
+// CTA, SM, then the stamps in ns relative to the step's first: start, waited, weights, end,
+// three phase marks inside the attention kernel (-1 where a kernel has none), inputs read; then
+// the SM clock cycles from start to end.
+void FusedDecode::write_trace() {
+  std::vector<unsigned long long> t(trace_.bytes() / sizeof(unsigned long long));
+  CUDA_CHECK(cudaMemcpy(t.data(), trace_.get(), trace_.bytes(), cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull;
+  using namespace kernels;
+  for (size_t i = 0; i < t.size(); i += kFusedTraceFields)
+    if (t[i + kTraceStart] != 0) t0 = std::min(t0, t[i + kTraceStart]);
+  std::FILE* f = std::fopen(trace_path_.c_str(), "w");
+  NVLLM_CHECK(f != nullptr, "NVLLM_FUSED_TRACE: cannot write ", trace_path_);
+  for (size_t r = 0; r * kFusedTraceFields < t.size(); ++r) {
+    const unsigned long long* e = t.data() + r * kFusedTraceFields;
+    if (e[kTraceStart] == 0) continue;
+    std::fprintf(f, "%zu %zu %llu", r / kFusedTraceCtas, r % kFusedTraceCtas, e[kTraceSm]);
+    for (int i : {kTraceStart, kTraceWaited, kTraceWeights, kTraceEnd, kTracePhase1, kTracePhase2, kTracePhase3,
+                  kTraceInputs})
+      std::fprintf(f, " %lld", e[i] != 0 ? (long long)(e[i] - t0) : -1ll);
+    std::fprintf(f, " %lld\n", (long long)(e[kTraceClockEnd] - e[kTraceClockStart]));
+  }
+  std::fclose(f);
+  CUDA_CHECK(cudaMemset(trace_.get(), 0, trace_.bytes()));
+}
+
+}  // namespace nvllm::cuda_detail

@@ -1,0 +1,52 @@
+// FusedDecode: a decode step of one sequence as four fused kernels per layer
+// (kernels/decode_fused.h) and, where the hidden size allows, one last kernel for the final norm,
+// the LM head and the greedy token (kernels/decode_head.h). With chaining, that last kernel also
+// advances the step's inputs in the device staging to the sequence's next step and leaves the
+// token in mapped host memory, so a chained step on the same graph needs no copy either way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/decode_fused.h"
+#include "kernels/decode_head.h"
+#include "runtime/cuda/cuda_tuning.h"
+#include "runtime/cuda/device_model.h"
+
+namespace nvllm::cuda_detail {
+
+class FusedDecode {
+ public:
+  // After the KV cache exists (the layers hold its addresses), before graphs capture the path.
+  // Leaves the path off where the tuning, the model or the device rule it out (logged).
+  void setup(DeviceModel& model, const CudaTuning& tuning);
+  // Whether a step of `tokens` tokens takes this path.
+  bool applies(bool decode, int tokens) const { return decode && tokens == 1 && plan_.cluster > 0; }
+  // Whether the path's last kernel writes the greedy token (no sampler launch for greedy steps).
+  bool head() const { return head_; }
+  // Whether decode_head hands the token over in mapped host memory (chained steps).
+  bool token_to_host() const { return head_token_host_.get() != nullptr; }
+  // The step's kernels; the greedy token goes to *out_token (with head()).
+  void forward(const ForwardStep& step, DeviceModel& model, int32_t* out_token, cudaStream_t stream);
+  // The token decode_head left for the step at `position`; throws if it is not there.
+  int32_t host_token(int32_t position) const;
+  // CudaTuning::fused_trace (on the path): write_trace rewrites the file with the latest step's
+  // per-CTA stamps.
+  bool tracing() const { return !trace_path_.empty(); }
+  void write_trace();
+
+ private:
+  void setup_head(bool chain);
+
+  kernels::FusedDecodePlan plan_;
+  std::vector<kernels::FusedDecodeLayer> layers_;
+  DeviceBuffer ss_;  // the norms' published sums of squares (kernels::FusedDecodeStep::ss)
+  bool head_ = false;
+  DeviceBuffer head_scratch_;
+  PinnedBuffer head_token_host_;  // (position << 32) | token, at word position % 2
+  std::string trace_path_;
+  DeviceBuffer trace_;
+};
+
+}  // namespace nvllm::cuda_detail

@@ -1,0 +1,62 @@
+// StepIo: the host/device traffic of a step. Two slots (a step and the chained one after it may
+// be in flight together), each with its pinned staging of packed inputs, its pinned copy of the
+// sampler's outputs and the events that time it; one device staging that every slot's inputs go
+// to (a chained step's inputs are written there only after the step before has read its own).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/step_inputs.h"
+
+namespace nvllm::cuda_detail {
+
+// Device addresses of one step's inputs (inside the device staging) and its shape.
+struct ForwardStep {
+  std::byte* staging = nullptr;
+  StepLayout layout;
+  int max_query_len = 0, max_context_len = 0;
+  bool decode = false;
+  bool gather = true;  // sample rows are gathered before the final norm (eager steps)
+  template <typename T>
+  T* at(size_t offset) const {
+    return reinterpret_cast<T*>(staging + offset);
+  }
+};
+
+class StepIo {
+ public:
+  void allocate(size_t staging_bytes, size_t out_bytes);
+  ForwardStep step(const StepLayout& layout, int max_query_len, int max_context_len, bool decode, bool gather) const {
+    return {staging_dev_.as<std::byte>(), layout, max_query_len, max_context_len, decode, gather};
+  }
+  // The device address of a packed input.
+  template <typename T>
+  const T* device(size_t offset) const {
+    return reinterpret_cast<const T*>(staging_dev_.as<std::byte>() + offset);
+  }
+  PinnedBuffer& host_staging(int slot) { return staging_host_[slot]; }
+  const PinnedBuffer& host_staging(int slot) const { return staging_host_[slot]; }
+  const std::byte* host_out(int slot) const { return out_host_[slot].as<std::byte>(); }
+  // Copies the slot's packed inputs [from, bytes) to the device staging.
+  void copy_in(int slot, size_t from, size_t bytes, cudaStream_t stream);
+  // Records the slot's begin event, then copy_in.
+  void begin(int slot, size_t from, size_t bytes, cudaStream_t stream);
+  // Copies `bytes` of the sampler's outputs back and records the slot's end event.
+  void end(int slot, const DeviceBuffer& out_dev, size_t bytes, cudaStream_t stream);
+  // Waits for the slot's end event; its device time becomes last_step_device_seconds().
+  void wait(int slot);
+  double last_step_device_seconds() const { return last_step_device_s_; }
+
+ private:
+  DeviceBuffer staging_dev_;
+  PinnedBuffer staging_host_[2];
+  PinnedBuffer out_host_[2];
+  CudaEvent step_begin_[2], step_end_[2];
+  double last_step_device_s_ = 0;
+};
+
+}  // namespace nvllm::cuda_detail
