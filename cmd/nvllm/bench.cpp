@@ -7,6 +7,7 @@
 
 #include "analysis/prefix_tree.h"
 #include "analysis/workload.h"
+#include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/commands.h"
 #include "cmd/nvllm/fp8_setup.h"
 #include "cmd/nvllm/model_setup.h"
@@ -75,19 +76,26 @@ std::vector<EngineRequest> random_requests(const LoadedModel& m, WorkloadSpec sp
   return make_workload(spec);
 }
 
-std::vector<EngineRequest> requests_from_file(const BenchFlags& f, const Tokenizer& tokenizer) {
+std::vector<EngineRequest> requests_from_file(const BenchFlags& f, const LoadedModel& m) {
+  const Tokenizer& tokenizer = *m.tokenizer;
   std::ifstream in(f.input);
   NVLLM_CHECK(in, "--input ", f.input, ": cannot open the file");
   ParseOptions options;
   options.defaults.temperature = f.temperature;
   options.defaults.seed = f.model.seed;
   std::vector<EngineRequest> out;
+  const ChatSetup chat(ChatFlags{}, f.model.model);  // conversations rendered by the model's template
   for (const ParsedLine& line : read_requests(in, options)) {
     NVLLM_CHECK(line.request, f.input, ": ", line.error);
     EngineRequest r;
     r.id = std::to_string(out.size());
     r.params = line.request->params;
-    r.prompt_ids = line.request->prompt ? tokenizer.encode(*line.request->prompt, true) : line.request->prompt_token_ids;
+    try {
+      r.prompt_ids = request_prompt_ids(*line.request, tokenizer, chat);
+      check_request_support(*line.request, m.config.vocab_size, m.device);
+    } catch (const Error& e) {
+      fail(f.input, ": line ", line.line, ": ", e.what());
+    }
     out.push_back(std::move(r));
   }
   return out;
@@ -149,7 +157,7 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
 // prefix-aware order when --schedule asks for it.
 std::vector<EngineRequest> throughput_requests(const BenchFlags& f, const LoadedModel& m) {
   std::vector<EngineRequest> requests =
-      f.input.empty() ? random_requests(m, spec_from_flags(f)) : requests_from_file(f, *m.tokenizer);
+      f.input.empty() ? random_requests(m, spec_from_flags(f)) : requests_from_file(f, m);
   if (f.schedule == "prefix-aware") {
     std::vector<std::span<const int32_t>> prompts;
     for (const EngineRequest& r : requests) prompts.emplace_back(r.prompt_ids);

@@ -11,6 +11,7 @@
 
 #include "analysis/cache_trace.h"
 #include "analysis/prefix_tree.h"
+#include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/commands.h"
 #include "cmd/nvllm/model_setup.h"
 #include "cmd/nvllm/shard_flags.h"
@@ -28,6 +29,7 @@ namespace {
 struct GenerateFlags {
   ModelFlags model;
   ShardFlags shard;
+  ChatFlags chat;
   std::string input = "-";
   std::string output = "-";
   bool ordered = false;
@@ -59,6 +61,7 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
       "error, 130 when interrupted (rerun with --resume to finish).");
   add_model_flags(*cmd, f.model);
   add_shard_flags(*cmd, f.shard);
+  add_chat_flags(*cmd, f.chat, /*reasoning=*/true);
   cmd->add_option("--input", f.input, "Prompts, JSONL; - reads standard input")->capture_default_str();
   cmd->add_option("--output", f.output, "Completions, JSONL; - writes standard output")->capture_default_str();
   cmd->add_flag("--ordered", f.ordered, "Write output lines in input order (default: as requests finish)");
@@ -141,6 +144,7 @@ int run_generate(GenerateFlags f) {
   options.defaults.top_k = f.top_k;
   options.defaults.max_tokens = f.max_tokens;
   options.defaults.seed = f.model.seed;
+  const ChatSetup chat(f.chat, f.model.model);
   std::vector<ParsedLine> lines = read_input(f, options);
   keep_shard(shard, lines);
 
@@ -176,7 +180,10 @@ int run_generate(GenerateFlags f) {
       EngineRequest er;
       er.id = std::to_string(i);
       er.params = request.params;
-      if (request.prompt) {
+      check_request_support(request, model.config.vocab_size, model.device);
+      if (request.chat) {
+        er.prompt_ids = chat.prompt_ids(*request.chat, *model.tokenizer);
+      } else if (request.prompt) {
         er.prompt_ids = model.tokenizer->encode(*request.prompt, /*add_special_tokens=*/true);
       } else {
         er.prompt_ids = request.prompt_token_ids;
@@ -224,7 +231,9 @@ int run_generate(GenerateFlags f) {
   while (engine.has_unfinished() && !g_interrupted) {
     for (const FinishedRequest& done : engine.step()) {
       const size_t i = std::stoul(done.id);
-      writer.write(static_cast<int64_t>(i), result_record(to_result(*by_index[i], done, *model.tokenizer, model_name)));
+      const Request& request = *by_index[i];
+      writer.write(static_cast<int64_t>(i),
+                   result_record(chat.answer(request, to_result(request, done, *model.tokenizer, model_name))));
       ++finished;
     }
     if (trace) *trace << to_json(trace_row(engine, engine.stats().steps)).dump() << '\n';

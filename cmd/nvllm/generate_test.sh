@@ -20,7 +20,7 @@ cat >"$tmp/in.jsonl" <<'JSONL'
 {"prompt": "no id: the line number is the id", "max_tokens": 4, "n": 2, "seed": 5, "ignore_eos": true}
 this line is not JSON
 {"id": "unknown-field", "prompt": "x", "bogus": 1}
-{"id": "chat", "messages": [{"role": "user", "content": "hi"}]}
+{"id": "chat", "messages": [{"content": "hi"}]}
 {"id": "long", "prompt_token_ids": [PLACEHOLDER], "max_tokens": 4}
 {"id": "vocab", "prompt_token_ids": [999999999]}
 {"id": "last", "prompt": "still runs after the bad lines", "max_tokens": 5, "ignore_eos": true}
@@ -61,7 +61,7 @@ assert b["response"]["body"]["usage"]["completion_tokens"] == 2, b
 def err(i): return rows[i]["error"]["message"]
 assert "line 5" in err(4), err(4)
 assert "bogus" in err(5), err(5)
-assert "chat templates are not supported" in err(6), err(6)
+assert 'missing field "messages[0].role"' in err(6), err(6)
 assert "max-model-len" in err(7), err(7)
 assert "vocabulary" in err(8), err(8)
 assert stats["requests"] == 5 and stats["errors"] == 5, stats

@@ -8,6 +8,7 @@
 #include "analysis/memory_plan.h"
 #include "analysis/prefix_tree.h"
 #include "analysis/replay.h"
+#include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -54,6 +55,7 @@ Workload read_workload(const InspectFlags& f, const Tokenizer& tokenizer, const 
   ParseOptions options;
   options.allow_unknown_fields = f.allow_unknown_fields;
   Workload w;
+  const ChatSetup chat(ChatFlags{}, f.model);  // conversations rendered by the model's template
   for (const ParsedLine& line : read_requests(in, options)) {
     if (!line.request) {
       log_warn(f.input, ": ", line.error, " (left out of the replay)");
@@ -64,7 +66,13 @@ Workload read_workload(const InspectFlags& f, const Tokenizer& tokenizer, const 
     r.id = std::to_string(w.requests.size());
     r.params = line.request->params;
     if (f.assume_output_len > 0) r.params.max_tokens = f.assume_output_len;
-    r.prompt_ids = line.request->prompt ? tokenizer.encode(*line.request->prompt, true) : line.request->prompt_token_ids;
+    try {
+      r.prompt_ids = request_prompt_ids(*line.request, tokenizer, chat);
+    } catch (const Error& e) {
+      log_warn(f.input, ": line ", line.line, ": ", e.what(), " (left out of the replay)");
+      ++w.bad_lines;
+      continue;
+    }
     w.requests.push_back(std::move(r));
     w.lines.push_back(line.line);
   }

@@ -7,8 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/commands.h"
 #include "core/error.h"
+#include "io/request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nvllm {
@@ -24,6 +26,7 @@ struct TokenizeFlags {
   bool decode = false;
   bool add_special_tokens = false;
   bool skip_special_tokens = false;
+  ChatFlags chat;
 };
 
 CLI::App* add_tokenize(CLI::App& app, TokenizeFlags& f) {
@@ -32,6 +35,8 @@ CLI::App* add_tokenize(CLI::App& app, TokenizeFlags& f) {
       "Encode (default): each input line is a JSON object {\"text\": \"...\"} (\"prompt\" is accepted too, so a\n"
       "generate input file can be counted); each output line is {\"ids\": [...], \"count\": N}, plus \"id\" when\n"
       "the input line has one. Blank lines are skipped.\n"
+      "A chat line (any line with \"messages\" that generate accepts) gives {\"prompt\": <rendered text>,\n"
+      "\"ids\": [...], \"count\": N}, plus \"id\" (or \"custom_id\"): exactly what generate would run.\n"
       "Decode (--decode): each input line is {\"ids\": [...]}; each output line is {\"text\": \"...\"}.\n"
       "A line that is not of that form stops the run with a message naming the line, exit status 1.\n"
       "The tokenizer is DIR/tokenizer.json, or DIR/tokenizer.model when there is no tokenizer.json.");
@@ -48,6 +53,7 @@ CLI::App* add_tokenize(CLI::App& app, TokenizeFlags& f) {
                 "(default: off, the text's own tokens only)");
   cmd->add_flag("--skip-special-tokens", f.skip_special_tokens,
                 "Decode: leave special tokens such as <|im_end|> out of the text (default: off)");
+  add_chat_flags(*cmd, f.chat, /*reasoning=*/false);
   return cmd;
 }
 
@@ -62,6 +68,35 @@ std::vector<int32_t> ids_of(const Json& j, const std::string& where) {
     ids.push_back(static_cast<int32_t>(v));
   }
   return ids;
+}
+
+// A line in generate's chat form: parsed as generate parses it (sampling fields are checked and
+// ignored), rendered, and tokenized as generate would.
+Json process_chat(const Tokenizer& tok, const ChatSetup& chat, const Json& in, const std::string& text, size_t number,
+                  const std::string& where) {
+  ParseOptions options;
+  options.allow_unknown_fields = true;
+  const ParsedLine parsed = parse_request_line(text, static_cast<int64_t>(number), options);
+  NVLLM_CHECK(parsed.request, where, ": ", parsed.error);
+  NVLLM_CHECK(parsed.request->chat, where, ": expected a chat request (\"messages\")");
+  Json out;
+  if (parsed.openai_batch) out["custom_id"] = in["custom_id"];
+  if (in.contains("id")) out["id"] = in["id"];
+  try {
+    std::string prompt = chat.render(*parsed.request->chat);
+    std::vector<int32_t> ids = tok.encode(prompt, /*add_special_tokens=*/false);
+    const size_t count = ids.size();
+    out["prompt"] = std::move(prompt);
+    out["ids"] = std::move(ids);
+    out["count"] = count;
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  return out;
+}
+
+bool is_chat_line(const Json& in) {
+  return in.is_object() && (in.contains("messages") || in.contains("body"));
 }
 
 // One input line's output line; throws nvllm::Error naming `where` for a bad line.
@@ -92,6 +127,7 @@ std::string process(const Tokenizer& tok, const TokenizeFlags& f, const Json& in
 
 int run_tokenize(const TokenizeFlags& f) {
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(f.model);
+  const ChatSetup chat(f.chat, f.model);
 
   std::ofstream out_file;
   if (f.output != "-") {
@@ -126,7 +162,12 @@ int run_tokenize(const TokenizeFlags& f) {
     const std::string where = str_cat(name, " line ", number);
     const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     NVLLM_CHECK(!j.is_discarded(), where, ": not valid JSON");
-    out << process(*tok, f, j, where) << '\n';
+    if (!f.decode && is_chat_line(j)) {
+      out << process_chat(*tok, chat, j, line, number, where).dump(-1, ' ', false, Json::error_handler_t::replace)
+          << '\n';
+    } else {
+      out << process(*tok, f, j, where) << '\n';
+    }
   }
   out.flush();
   NVLLM_CHECK(out, "--output ", f.output, ": writing failed (disk full?)");

@@ -28,13 +28,18 @@ enum class ContentFormat {
   kOpenai,  // content is a list of {"type": "text", "text": ...} parts
 };
 
+// Request JSON keeps its keys in the order the request wrote them (ordered_json): `tojson` in a
+// template prints them in that order, as Python's json.dumps does. Parse requests with
+// nlohmann::ordered_json::parse; a plain nlohmann::json converts, but its keys come sorted.
+using ChatJson = nlohmann::ordered_json;
+
 struct ChatInputs {
-  nlohmann::json messages = nlohmann::json::array();  // [{"role", "content", ...}]
-  nlohmann::json tools;       // null when the request has none (the template sees it undefined/none)
-  nlohmann::json documents;   // null when none
+  ChatJson messages = ChatJson::array();  // [{"role", "content", ...}]
+  ChatJson tools;       // null when the request has none (the template sees none, as transformers passes tools=None)
+  ChatJson documents;   // null when none
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // render the last (assistant) message open-ended
-  nlohmann::json kwargs = nlohmann::json::object();  // chat_template_kwargs (enable_thinking, ...)
+  ChatJson kwargs = ChatJson::object();  // chat_template_kwargs (enable_thinking, ...)
 };
 
 class ChatTemplate {
@@ -61,6 +66,7 @@ class ChatTemplate {
 
   // Renders one conversation. Content in `inputs.messages` is converted to `format` first.
   // Throws ChatTemplateError for raise_exception or a runtime error inside the template.
+  // Parsing happened once in the constructor; render is const and safe to call from several threads.
   std::string render(const ChatInputs& inputs, ContentFormat format) const;
 
   const std::string& name() const;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
   std::optional<int> logprobs;  // return this many top log-probabilities per token (0: only the chosen)
+  std::map<int32_t, float> logit_bias;  // OpenAI logit_bias: added to a token's logit before penalties (CPU runner only)
 
   bool greedy() const { return temperature <= 0.0f; }
   bool has_penalties() const {

@@ -8,17 +8,18 @@
 
 #include "core/error.h"
 #include "core/sampling_rng.h"
+#include "io/chat_request.h"
 
 namespace nvllm {
 
-using nlohmann::json;
+// Ordered, so that a conversation's keys reach the chat template in the request's order.
+using json = nlohmann::ordered_json;
 
 namespace {
 
 constexpr size_t kMaxShownValueBytes = 60;
-constexpr const char* kChatNotSupported =
-    "chat templates are not supported yet; send a \"prompt\" with the chat template already applied";
 constexpr const char* kCompletionsUrl = "/v1/completions";
+constexpr const char* kChatUrl = "/v1/chat/completions";
 
 // A bad line; caught in parse_request_line and turned into ParsedLine::error.
 struct LineError {
@@ -225,6 +226,33 @@ void read_prompt(const Ctx& c, const json& v, Request& r) {
   }
 }
 
+// Runs `read`, turning a ChatFieldError into this line's error.
+template <typename F>
+void read_chat_error_at(const Ctx& c, F read) {
+  try {
+    read();
+  } catch (const ChatFieldError& e) {
+    switch (e.kind) {
+      case ChatFieldError::Kind::kBadValue: bad_field(c, e.field, e.expected, e.got);
+      case ChatFieldError::Kind::kMissing:
+        bad_line(c, str_cat("missing field \"", c.prefix, e.field, "\" (", e.expected, ")"));
+      case ChatFieldError::Kind::kRule: bad_line(c, e.expected);
+    }
+  }
+}
+
+bool read_fixed_field_at(const Ctx& c, std::string_view key, const json& value) {
+  bool fixed = false;
+  read_chat_error_at(c, [&] { fixed = read_fixed_field(key, value); });
+  return fixed;
+}
+
+void read_chat(const Ctx& c, const json& object, Request& r) {
+  ChatInputs chat;
+  read_chat_error_at(c, [&] { read_chat_fields(object, c.prefix, chat, r.params); });
+  r.chat = std::move(chat);
+}
+
 [[noreturn]] void unknown_field(const Ctx& c, std::string_view name) {
   bad_line(c, str_cat("unknown field \"", c.prefix, name,
                       "\" (check its spelling, or pass --allow-unknown-fields to ignore such fields)"));
@@ -234,11 +262,20 @@ void read_prompt(const Ctx& c, const json& v, Request& r) {
 // fields this object may hold that are read elsewhere or ignored.
 void read_fields(const Ctx& c, const json& object, std::initializer_list<std::string_view> passive,
                  const ParseOptions& options, Request& r) {
-  if (object.contains("messages")) bad_line(c, kChatNotSupported);
+  const bool chat = object.contains("messages") && !object["messages"].is_null();
+  if (chat) read_chat(c, object, r);
   bool has_prompt = false, has_ids = false;
   for (const auto& [key, value] : object.items()) {
-    if (value.is_null()) continue;
-    if (key == "prompt") {
+    if (value.is_null() || (chat && is_chat_field(key))) continue;
+    if (key != "logprobs" && is_chat_field(key)) {
+      bad_line(c, str_cat("field \"", c.prefix, key, "\" belongs to chat requests (with \"", c.prefix,
+                          "messages\")"));
+    }
+    if (key == "logit_bias") {
+      read_chat_error_at(c, [&] { read_logit_bias(value, r.params); });
+    } else if (read_fixed_field_at(c, key, value)) {
+      // accepted: its one value changes nothing
+    } else if (key == "prompt") {
       read_prompt(c, value, r);
       has_prompt = true;
     } else if (key == "prompt_token_ids") {
@@ -255,7 +292,12 @@ void read_fields(const Ctx& c, const json& object, std::initializer_list<std::st
     bad_line(c, str_cat("fields \"", c.prefix, "prompt\" and \"", c.prefix,
                         "prompt_token_ids\" are both set; give exactly one"));
   }
-  if (!has_prompt && !has_ids) {
+  if (chat && (has_prompt || has_ids)) {
+    bad_line(c, str_cat("fields \"", c.prefix, "messages\" and \"", c.prefix,
+                        has_prompt ? "prompt" : "prompt_token_ids",
+                        "\" are both set; give a conversation or a prompt, not both"));
+  }
+  if (!chat && !has_prompt && !has_ids) {
     bad_line(c, str_cat("missing field \"", c.prefix, "prompt\" (or \"", c.prefix, "prompt_token_ids\")"));
   }
   const auto seed = object.find("seed");
@@ -272,7 +314,7 @@ void read_our_form(const json& object, const ParseOptions& options, Request& r) 
     if (!it->is_string() && !it->is_number()) bad_field(c, "id", "a string or a number", *it);
     r.id = *it;
   }
-  read_fields(c, object, {"id"}, options, r);
+  read_fields(c, object, {"id", "model", "user"}, options, r);
 }
 
 void read_openai_form(const json& object, const ParseOptions& options, Request& r) {
@@ -289,12 +331,21 @@ void read_openai_form(const json& object, const ParseOptions& options, Request& 
   if (const auto m = object.find("method"); m != object.end() && *m != "POST") bad_field(c, "method", "\"POST\"", *m);
   const auto url = object.find("url");
   if (url == object.end()) bad_line(c, str_cat("missing field \"url\" (expected \"", kCompletionsUrl, "\")"));
-  if (*url == "/v1/chat/completions") bad_line(c, kChatNotSupported);
-  if (*url != kCompletionsUrl) bad_field(c, "url", str_cat("\"", kCompletionsUrl, "\""), *url);
+  if (*url != kCompletionsUrl && *url != kChatUrl) {
+    bad_field(c, "url", str_cat("\"", kCompletionsUrl, "\" or \"", kChatUrl, "\""), *url);
+  }
   const auto body = object.find("body");
   if (body == object.end() || !body->is_object()) {
     if (body == object.end()) bad_line(c, "missing field \"body\" (an object with the prompt and sampling fields)");
     bad_field(c, "body", "an object with the prompt and sampling fields", *body);
+  }
+  const bool chat = body->contains("messages") && !(*body)["messages"].is_null();
+  if (*url == kChatUrl && !chat) {
+    bad_line(c, str_cat("missing field \"body.messages\" (", kChatUrl, " takes a conversation)"));
+  }
+  if (*url == kCompletionsUrl && chat) {
+    bad_line(c, str_cat("field \"body.messages\" needs \"url\": \"", kChatUrl, "\" (", kCompletionsUrl,
+                        " takes a prompt)"));
   }
   // `model` and `user` are accepted and ignored: the model is chosen on the command line.
   read_fields(Ctx{r.line, "body."}, *body, {"model", "user"}, options, r);
@@ -322,7 +373,7 @@ uint64_t derived_request_seed(uint64_t default_seed, int64_t line_no) {
   return splitmix64(default_seed ^ splitmix64(static_cast<uint64_t>(line_no)));
 }
 
-std::string id_to_string(const json& id) {
+std::string id_to_string(const nlohmann::json& id) {
   if (id.is_string()) return id.get<std::string>();
   return id.dump(-1, ' ', false, json::error_handler_t::replace);
 }

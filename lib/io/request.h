@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/chat_template.h"
 #include "engine/sampling_params.h"
 
 namespace nvllm {
@@ -21,6 +22,7 @@ struct Request {
   int64_t line = 0;       // 1-based line in the input file
   std::optional<std::string> prompt;   // text prompt, or
   std::vector<int32_t> prompt_token_ids;  // pre-tokenized prompt
+  std::optional<ChatInputs> chat;  // or a conversation (`messages`), rendered by the model's chat template
   SamplingParams params;  // request fields over the command-line defaults
   bool openai_batch = false;  // came as {custom_id, method, url, body}: answer in that form
 };

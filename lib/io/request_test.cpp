@@ -157,15 +157,15 @@ TEST_CASE("request: prompt rules") {
   CHECK(error.size() < 150);
 }
 
-TEST_CASE("request: malformed JSON, non-objects and chat messages") {
+TEST_CASE("request: malformed JSON, non-objects and a bad chat message") {
   const ParsedLine bad = parse(R"({"prompt": "x",)", 3);
   CHECK_FALSE(bad.request);
   CHECK(bad.error.starts_with("line 3: invalid JSON: parse error at column 16"));
   CHECK(bad.id == 3);
   CHECK(parse("[1, 2]", 4).error == "line 4: expected a JSON object ({...}), got [1,2]");
   CHECK(parse("\"text\"", 4).error == R"(line 4: expected a JSON object ({...}), got "text")");
-  const ParsedLine chat = parse(R"({"id": "c", "messages": [{"role": "user", "content": "hi"}]})", 5);
-  CHECK(chat.error.starts_with("line 5: chat templates are not supported yet"));
+  const ParsedLine chat = parse(R"({"id": "c", "messages": [{"role": "user", "content": 5}]})", 5);
+  CHECK(chat.error.starts_with(R"(line 5: field "messages[0].content": expected a string or a list)"));
   CHECK(chat.id == "c");
 }
 
@@ -227,12 +227,10 @@ TEST_CASE("request: OpenAI batch form errors") {
     CHECK(p.openai_batch);
     return p.error;
   };
-  CHECK(error(R"({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}})")
-            .starts_with("line 2: chat templates are not supported yet"));
-  CHECK(error(R"({"custom_id": "c", "url": "/v1/completions", "body": {"messages": []}})")
-            .starts_with("line 2: chat templates are not supported yet"));
+  CHECK(error(R"({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}})") ==
+        R"(line 2: field "body.messages": expected a non-empty array of messages {"role", "content"}, got [])");
   CHECK(error(R"({"custom_id": "c", "url": "/v1/embeddings", "body": {"input": "x"}})") ==
-        R"(line 2: field "url": expected "/v1/completions", got "/v1/embeddings")");
+        R"(line 2: field "url": expected "/v1/completions" or "/v1/chat/completions", got "/v1/embeddings")");
   CHECK(error(R"({"custom_id": "c", "method": "GET", "url": "/v1/completions", "body": {"prompt": "x"}})") ==
         R"(line 2: field "method": expected "POST", got "GET")");
   CHECK(error(R"({"custom_id": "c", "url": "/v1/completions", "body": {"prompt": "x", "top_p": 0}})") ==

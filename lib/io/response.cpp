@@ -70,10 +70,52 @@ OrderedJson openai_logprobs(const std::vector<StepLogprobs>& steps) {
           {"top_logprobs", std::move(top)}};
 }
 
-OrderedJson our_output(const CompletionOutput& out) {
-  OrderedJson o = {{"text", out.text}, {"token_ids", out.token_ids}, {"finish_reason", out.finish_reason}};
+// The assistant message of a chat answer.
+OrderedJson chat_message(const AssistantMessage& out) {
+  const auto text_or_null = [](const std::optional<std::string>& s) {
+    return s ? OrderedJson(*s) : OrderedJson(nullptr);
+  };
+  OrderedJson m = {{"role", "assistant"}, {"content", text_or_null(out.content)}};
+  if (out.reasoning_parsed) m["reasoning_content"] = text_or_null(out.reasoning_content);
+  return m;
+}
+
+OrderedJson token_bytes(const std::string& token) {
+  OrderedJson bytes = OrderedJson::array();
+  for (char ch : token) bytes.push_back(static_cast<unsigned char>(ch));
+  return bytes;
+}
+
+// OpenAI's chat logprobs: one entry per generated token, with its `top_logprobs` most likely
+// alternatives (best first) as a list; `bytes` are the token text's UTF-8 bytes.
+OrderedJson chat_logprobs(const std::vector<StepLogprobs>& steps) {
+  OrderedJson content = OrderedJson::array();
+  for (const StepLogprobs& step : steps) {
+    OrderedJson top = OrderedJson::array();
+    for (const OutputLogprob& t : step.top) {
+      top.push_back({{"token", t.token}, {"logprob", json_float(t.logprob)}, {"bytes", token_bytes(t.token)}});
+    }
+    content.push_back({{"token", step.chosen.token},
+                       {"logprob", json_float(step.chosen.logprob)},
+                       {"bytes", token_bytes(step.chosen.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+OrderedJson our_output(const CompletionOutput& out, const AssistantMessage* message) {
+  OrderedJson o = OrderedJson::object();
+  if (message) o["message"] = chat_message(*message);
+  o["text"] = out.text;
+  o["token_ids"] = out.token_ids;
+  o["finish_reason"] = out.finish_reason;
   if (out.logprobs) o["logprobs"] = our_logprobs(*out.logprobs);
   return o;
+}
+
+// The chat message of output `i`, or null for a completion request.
+const AssistantMessage* message_of(const RequestResult& r, size_t i) {
+  return r.messages.empty() ? nullptr : &r.messages[i];
 }
 
 int completion_tokens(const RequestResult& r) {
@@ -91,11 +133,11 @@ int longest_output(const RequestResult& r) {
 
 OrderedJson our_record(const RequestResult& r) {
   OrderedJson record = {{"id", r.id}};
-  const OrderedJson first = our_output(r.outputs.front());
+  const OrderedJson first = our_output(r.outputs.front(), message_of(r, 0));
   for (const auto& [key, value] : first.items()) record[key] = value;
   if (r.outputs.size() > 1) {
     OrderedJson outputs = OrderedJson::array();
-    for (const CompletionOutput& out : r.outputs) outputs.push_back(our_output(out));
+    for (size_t i = 0; i < r.outputs.size(); ++i) outputs.push_back(our_output(r.outputs[i], message_of(r, i)));
     record["outputs"] = std::move(outputs);
   }
   record["usage"] = {{"prompt_tokens", r.prompt_tokens},
@@ -107,18 +149,28 @@ OrderedJson our_record(const RequestResult& r) {
   return record;
 }
 
+OrderedJson openai_choice(size_t index, const CompletionOutput& out, const AssistantMessage* message) {
+  if (message) {
+    return {{"index", index},
+            {"message", chat_message(*message)},
+            {"logprobs", out.logprobs ? chat_logprobs(*out.logprobs) : OrderedJson(nullptr)},
+            {"finish_reason", out.finish_reason}};
+  }
+  return {{"index", index},
+          {"text", out.text},
+          {"logprobs", out.logprobs ? openai_logprobs(*out.logprobs) : OrderedJson(nullptr)},
+          {"finish_reason", out.finish_reason}};
+}
+
 OrderedJson openai_record(const RequestResult& r) {
   OrderedJson choices = OrderedJson::array();
   for (size_t i = 0; i < r.outputs.size(); ++i) {
-    const CompletionOutput& out = r.outputs[i];
-    choices.push_back({{"index", i},
-                       {"text", out.text},
-                       {"logprobs", out.logprobs ? openai_logprobs(*out.logprobs) : OrderedJson(nullptr)},
-                       {"finish_reason", out.finish_reason}});
+    choices.push_back(openai_choice(i, r.outputs[i], message_of(r, i)));
   }
+  const bool chat = !r.messages.empty();
   const int completion = completion_tokens(r);
-  OrderedJson body = {{"id", str_cat("cmpl-", r.line)},
-                      {"object", "text_completion"},
+  OrderedJson body = {{"id", str_cat(chat ? "chatcmpl-" : "cmpl-", r.line)},
+                      {"object", chat ? "chat.completion" : "text_completion"},
                       {"created", r.created_unix},
                       {"model", r.model},
                       {"choices", std::move(choices)},
@@ -141,6 +193,9 @@ double time_per_output_token_s(double ttft_s, double e2e_s, int output_tokens) {
 
 OrderedJson result_record(const RequestResult& result) {
   NVLLM_CHECK(!result.outputs.empty(), "result_record: request ", result.id.dump(), " has no outputs");
+  NVLLM_CHECK(result.messages.empty() || result.messages.size() == result.outputs.size(), "result_record: request ",
+              result.id.dump(), " has ", result.messages.size(), " chat messages for ", result.outputs.size(),
+              " outputs");
   return result.openai_batch ? openai_record(result) : our_record(result);
 }
 

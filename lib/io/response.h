@@ -34,11 +34,21 @@ struct CompletionOutput {
   std::optional<std::vector<StepLogprobs>> logprobs;  // set when the request asked for logprobs
 };
 
+// A chat answer's message. `content` is the text unless a reasoning parser split it (then either
+// part may be null, as in vLLM).
+struct AssistantMessage {
+  std::optional<std::string> content;
+  std::optional<std::string> reasoning_content;
+  bool reasoning_parsed = false;  // a --reasoning-parser ran: write reasoning_content (text or null)
+};
+
 struct RequestResult {
   nlohmann::json id;   // the request's id (custom_id in the OpenAI form)
   int64_t line = 0;    // input line; names the record in the OpenAI form ("nvllm-<line>")
   bool openai_batch = false;
   std::vector<CompletionOutput> outputs;  // n of them; outputs[0] is the main one
+  // A chat (`messages`) request: one per output, answered in the chat form. Empty otherwise.
+  std::vector<AssistantMessage> messages;
   int prompt_tokens = 0;
   int cached_tokens = 0;   // prompt tokens served from the prefix cache
   double ttft_s = 0.0;     // arrival to first output token
@@ -47,7 +57,10 @@ struct RequestResult {
   int64_t created_unix = 0;  // OpenAI "created"; the caller passes the time so tests stay fixed
 };
 
-// The record of a finished request, in the form its line came in.
+// The record of a finished request, in the form its line came in. Chat requests in our form keep
+// every field of a completion (text is the raw output, as vLLM's LLM.chat returns it) and add
+// "message": {"role": "assistant", "content", "reasoning_content"?}; in the OpenAI form the body is
+// a chat.completion object.
 OrderedJson result_record(const RequestResult& result);
 
 // The record of a request that failed (bad line, prompt too long, ...). `message` should

@@ -185,6 +185,10 @@ SamplerResult sample_token(const SamplerInput& in) {
   Scratch& scratch = thread_scratch();
   std::vector<float>& l = scratch.logits;
   l.assign(in.logits.begin(), in.logits.end());
+  // As vLLM: the bias is a logits processor, applied before the penalties; ids were checked against the
+  // vocabulary when the request was read.
+  for (const auto& [t, bias] : p.logit_bias)
+    if (t >= 0 && t < vocab) l[t] += bias;
   if (p.has_penalties()) apply_penalties(l, p, in.prompt_tokens, in.output_tokens);
   if (in.suppress_eos) {
     for (int32_t t : in.eos_token_ids)

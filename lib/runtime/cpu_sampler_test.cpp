@@ -138,6 +138,39 @@ TEST_CASE("cpu_sampler: penalties on hand-made logits") {
   CHECK(r.logprob == doctest::Approx(2.0 - lse).epsilon(1e-6));
 }
 
+TEST_CASE("cpu_sampler: logit_bias is added before the penalties; logprobs stay raw") {
+  SamplingParams p;
+  p.temperature = 0;
+  std::vector<float> l = {1.0f, 2.0f, 3.0f};
+  SamplerInput in;
+  in.logits = l;
+  in.params = &p;
+  CHECK(sample_token(in).token_id == 2);
+  p.logit_bias = {{0, 2.5f}};  // 3.5 beats 3
+  CHECK(sample_token(in).token_id == 0);
+  p.logit_bias = {{0, 1.9f}};  // 2.9 does not
+  CHECK(sample_token(in).token_id == 2);
+  p.logit_bias = {{2, -100.0f}};
+  const SamplerResult r = sample_token(in);
+  CHECK(r.token_id == 1);
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  CHECK(r.logprob == doctest::Approx(2.0 - lse).epsilon(1e-6));
+
+  // Order: token 0 seen, repetition penalty 2, bias +1. Bias first: (2 + 1) / 2 = 1.5 < 1.6, token 1
+  // wins; the other order would give 2 / 2 + 1 = 2 > 1.6.
+  SamplingParams q;
+  q.temperature = 0;
+  q.repetition_penalty = 2.0f;
+  q.logit_bias = {{0, 1.0f}};
+  std::vector<float> l2 = {2.0f, 1.6f};
+  SamplerInput in2;
+  in2.logits = l2;
+  in2.params = &q;
+  const std::vector<int32_t> seen = {0};
+  in2.output_tokens = seen;
+  CHECK(sample_token(in2).token_id == 1);
+}
+
 TEST_CASE("cpu_sampler: suppress_eos masks eos and stop ids") {
   std::vector<float> l = {5.0f, 1.0f, 2.0f, 9.0f};
   SamplingParams p;

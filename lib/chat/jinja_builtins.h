@@ -1,0 +1,32 @@
+// The built-in filters, tests, Python methods (str/dict/list) and globals the chat templates use,
+// with jinja2's (and Python's) semantics. Errors are std::runtime_error with Python's message;
+// the interpreter adds the template line.
+#pragma once
+
+#include <string_view>
+
+#include "chat/jinja_value.h"
+
+namespace nvllm::jinja {
+
+class Interpreter;
+
+bool has_filter(std::string_view name);
+bool has_test(std::string_view name);
+Value apply_filter(Interpreter& in, std::string_view name, const Value& v, Args& args);
+bool apply_test(Interpreter& in, std::string_view name, const Value& v, Args& args);
+
+// Python's str/dict/list method `name` on `obj`; false when `obj`'s type has no such method.
+bool has_method(const Value& obj, std::string_view name);
+Value call_method(Interpreter& in, const Value& obj, std::string_view name, Args& args);
+
+// raise_exception, strftime_now, namespace, range, dict, as transformers' environment has them.
+void install_globals(Interpreter& in);
+
+// Python's `fmt % args` (printf-style); `args` a tuple for several values.
+std::string py_printf(std::string_view fmt, const Value& args);
+
+// Python's iter(v) materialised: list items, dict keys, string characters; Undefined is empty.
+List iterate(const Value& v);
+
+}  // namespace nvllm::jinja

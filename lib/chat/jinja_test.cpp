@@ -1,0 +1,154 @@
+// The interpreter on its own, one case per language feature, against jinja2 3.1.6 set up as
+// transformers sets it up: the expected strings in testdata/chat/jinja_cases.json come from
+// testdata/chat/jinja_reference.py.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "chat/chat_template.h"
+#include "chat/jinja_interpreter.h"
+#include "chat/jinja_parser.h"
+
+namespace nvllm::jinja {
+namespace {
+
+ChatJson load_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return ChatJson::parse(in);
+}
+
+std::string render_with(const std::string& source, const ChatJson& vars) {
+  Template tmpl = parse_template(source, "t.jinja");
+  Interpreter in("t.jinja");
+  for (auto it = vars.begin(); it != vars.end(); ++it) in.set_global(it.key(), Value::borrow(it.value()));
+  return in.render(tmpl);
+}
+
+std::string render(const std::string& source) { return render_with(source, ChatJson::object()); }
+
+TEST_CASE("jinja: every feature case renders as jinja2 renders it") {
+  ChatJson data = load_json(std::string(NVLLM_TESTDATA) + "/chat/jinja_cases.json");
+  const ChatJson& vars = data["vars"];
+  REQUIRE(data["cases"].size() > 100);
+  for (const auto& c : data["cases"]) {
+    std::string name = c["name"].get<std::string>(), source = c["template"].get<std::string>();
+    CAPTURE(name);
+    CAPTURE(source);
+    if (c.contains("expected")) {
+      std::string got;
+      CHECK_NOTHROW(got = render_with(source, vars));
+      CHECK(got == c["expected"].get<std::string>());
+    } else if (c["type"] == "TemplateError") {  // raise_exception: the template's own message, nothing added
+      try {
+        render_with(source, vars);
+        FAIL("expected raise_exception to throw");
+      } catch (const ChatTemplateError& e) {
+        CHECK(std::string(e.what()) == c["message"].get<std::string>());
+      }
+    } else {
+      // Other runtime errors name the template and line, then Python's message.
+      try {
+        render_with(source, vars);
+        FAIL("expected a ChatTemplateError");
+      } catch (const ChatTemplateError& e) {
+        CHECK(std::string(e.what()) == "chat template t.jinja line 1: " + c["message"].get<std::string>());
+      }
+    }
+  }
+}
+
+TEST_CASE("jinja: random templates render as jinja2 renders them (differential cases)") {
+  // testdata/chat/jinja_fuzz.py: random whitespace, -/+ modifiers, blocks, filters, tests, methods.
+  ChatJson data = load_json(std::string(NVLLM_TESTDATA) + "/chat/jinja_fuzz_cases.json");
+  REQUIRE(data["cases"].size() == 400);
+  for (const auto& c : data["cases"]) {
+    std::string source = c["template"].get<std::string>();
+    CAPTURE(source);
+    if (c.contains("expected")) {
+      std::string got;
+      CHECK_NOTHROW(got = render_with(source, data["vars"]));
+      CHECK(got == c["expected"].get<std::string>());
+    } else {
+      CAPTURE(c["error"].get<std::string>());
+      CHECK_THROWS_AS(render_with(source, data["vars"]), Error);  // syntax (parse) or runtime error
+    }
+  }
+}
+
+TEST_CASE("jinja: unsupported constructs are refused at parse time, naming the line") {
+  auto message_of = [](const std::string& src) {
+    try {
+      parse_template(src, "qwen3.jinja");
+    } catch (const ChatTemplateError&) {
+      return std::string("wrong type");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message_of("a\n{{ x | xyz }}") == "chat template qwen3.jinja line 2: filter 'xyz' is not supported");
+  CHECK(message_of("\n\n{% if x is weird %}{% endif %}") == "chat template qwen3.jinja line 3: test 'weird' is not supported");
+  CHECK(message_of("{% extends 'base.html' %}") == "chat template qwen3.jinja line 1: 'extends' tag is not supported");
+  CHECK(message_of("{% include 'x' %}") == "chat template qwen3.jinja line 1: 'include' tag is not supported");
+  CHECK(message_of("x\n{% frobnicate %}") == "chat template qwen3.jinja line 2: unknown tag 'frobnicate'");
+  CHECK(message_of("{% for x in y recursive %}{% endfor %}") ==
+        "chat template qwen3.jinja line 1: recursive for loops are not supported");
+  CHECK(message_of("{% if x %}") == "chat template qwen3.jinja line 1: unexpected end of template; expected 'elif'");
+  CHECK(message_of("{{ f(*args) }}") == "chat template qwen3.jinja line 1: *args and **kwargs in calls are not supported");
+  CHECK(message_of("a\nb\n{{ 'open }}") == "chat template qwen3.jinja line 3: string literal is not closed");
+  CHECK(message_of("{{ 1 +* 2 }}") == "chat template qwen3.jinja line 1: unexpected '*'");
+}
+
+TEST_CASE("jinja: runtime errors name the line of the failing expression") {
+  try {
+    render("line one\n{% set x = 1 %}\n{{ missing.attr }}");
+    FAIL("expected an error");
+  } catch (const ChatTemplateError& e) {
+    CHECK(std::string(e.what()) == "chat template t.jinja line 3: 'missing' is undefined");
+  }
+  // raise_exception from inside a macro and a loop: still only the template's words.
+  try {
+    render("{% macro fail(m) %}{{ raise_exception(m ~ '!') }}{% endmacro %}{% for i in [1] %}{{ fail('bad') }}{% endfor %}");
+    FAIL("expected an error");
+  } catch (const ChatTemplateError& e) {
+    CHECK(std::string(e.what()) == "bad!");
+  }
+}
+
+TEST_CASE("jinja: methods with no Python counterpart here fail loudly, not silently") {
+  CHECK_THROWS_AS(render("{{ 'a'.zfill(3) }}"), ChatTemplateError);  // not a known str method: undefined call
+  CHECK_THROWS_AS(render("{{ '{:>5}'.format(1) }}"), ChatTemplateError);
+  // Python's integers are unbounded: 2 ** 64 prints 18446744073709551616 there. Ours stop at 64 bits.
+  CHECK(render("{{ 2 ** 62 }} {{ 9223372036854775806 + 1 }}") == "4611686018427387904 9223372036854775807");
+  CHECK_THROWS_AS(render("{{ 2 ** 63 }}"), ChatTemplateError);
+  CHECK_THROWS_AS(render("{{ 9223372036854775807 + 1 }}"), ChatTemplateError);
+  CHECK_THROWS_AS(render("{{ 'x' * 1000000000 }}"), ChatTemplateError);
+}
+
+TEST_CASE("jinja: the whitespace matrix (trim_blocks + lstrip_blocks with - and +)") {
+  // Expected strings from jinja2 3.1.6 with trim_blocks=True, lstrip_blocks=True.
+  CHECK(render("  {% if true %}\n  x\n  {% endif %}\n") == "  x\n");
+  CHECK(render("  {%- if true %}\n  x\n  {%- endif %}\n") == "  x");
+  CHECK(render("  {%+ if true %}\nx{% endif %}") == "  x");
+  CHECK(render("{% if true -%}\n\n  x{% endif %}") == "x");
+  CHECK(render("{% if true +%}\n  x{% endif %}") == "\n  x");
+  CHECK(render("a  {{- 'b' }}  c") == "ab  c");
+  CHECK(render("a  {{ 'b' -}}  c") == "a  bc");
+  CHECK(render("x {% if true %}y{% endif %}\nz") == "x yz");  // mid-line: no lstrip, but trim_blocks still eats the newline
+  CHECK(render("\n  {# comment #}\n  a") == "\n  a");
+  CHECK(render("{% for i in [1, 2] %}\n  {{ i }}\n{% endfor %}\n") == "  1\n  2\n");
+  CHECK(render("{{ 'a' }}\n{{ 'b' }}\n") == "a\nb");  // variables never trim the newline after them
+  CHECK(render("{% raw -%}  \n {{ x }} {%- endraw %}\n.") == "{{ x }}.");
+}
+
+TEST_CASE("jinja: tojson writes keys in request order and Python's float forms") {
+  ChatJson vars = ChatJson::parse(R"({"v": {"zeta": 1, "alpha": [1.0, 1e20, 0.1, 1e-7, 100.0, 1.5e16, 1234567890123456789]}})");
+  CHECK(render_with("{{ v | tojson }}", vars) ==
+        R"({"zeta": 1, "alpha": [1.0, 1e+20, 0.1, 1e-07, 100.0, 1.5e+16, 1234567890123456789]})");
+  CHECK(render_with("{{ v.alpha[4] }} {{ v.alpha[5] }} {{ 1e16 }} {{ 9999999999999998.0 }} {{ 0.0001 }}", vars) ==
+        "100.0 1.5e+16 1e+16 9999999999999998.0 0.0001");
+}
+
+}  // namespace
+}  // namespace nvllm::jinja

@@ -1,0 +1,197 @@
+#include "chat/jinja_value.h"
+
+#include <stdexcept>
+
+#include "chat/jinja_text.h"
+
+namespace nvllm::jinja {
+
+namespace {
+
+struct UndefinedInfo {
+  std::string hint;
+};
+
+const std::string kEmpty;
+
+}  // namespace
+
+Value Value::undefined(std::string hint) {
+  Value v;
+  if (!hint.empty()) v.obj_ = std::make_shared<UndefinedInfo>(UndefinedInfo{std::move(hint)});
+  return v;
+}
+
+const std::string& Value::undefined_hint() const {
+  return obj_ && kind_ == Kind::kUndefined ? static_cast<UndefinedInfo*>(obj_.get())->hint : kEmpty;
+}
+
+Value::Value(std::string s) : kind_(Kind::kString), obj_(std::make_shared<std::string>(std::move(s))) {}
+
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
+Value Value::list(List items) {
+  Value v(Kind::kList);
+  v.obj_ = std::make_shared<List>(std::move(items));
+  return v;
+}
+
+Value Value::tuple(List items) {
+  Value v = list(std::move(items));
+  v.kind_ = Kind::kTuple;
+  return v;
+}
+
+Value Value::dict(DictItems items) {
+  Value v(Kind::kDict);
+  v.obj_ = std::make_shared<DictItems>(std::move(items));
+  return v;
+}
+
+Value Value::namespace_(DictItems items) {
+  Value v = dict(std::move(items));
+  v.kind_ = Kind::kNamespace;
+  return v;
+}
+
+Value Value::callable(std::string name, std::function<Value(Interpreter&, Args&)> fn) {
+  Value v(Kind::kCallable);
+  v.obj_ = std::make_shared<Callable>(Callable{std::move(name), std::move(fn)});
+  return v;
+}
+
+Value Value::loop(std::shared_ptr<LoopState> state) {
+  Value v(Kind::kLoop);
+  v.obj_ = std::move(state);
+  return v;
+}
+
+Value Value::borrow(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::null: return none();
+    case Json::value_t::boolean: return Value(j.get<bool>());
+    case Json::value_t::number_integer: return Value(j.get<int64_t>());
+    case Json::value_t::number_unsigned: {
+      auto u = j.get<uint64_t>();
+      return u <= static_cast<uint64_t>(INT64_MAX) ? Value(static_cast<int64_t>(u)) : Value(static_cast<double>(u));
+    }
+    case Json::value_t::number_float: return Value(j.get<double>());
+    case Json::value_t::string: { Value v(Kind::kString); v.json_ = &j; return v; }
+    case Json::value_t::array: { Value v(Kind::kList); v.json_ = &j; return v; }
+    case Json::value_t::object: { Value v(Kind::kDict); v.json_ = &j; return v; }
+    default: return none();  // binary / discarded: not produced by JSON parsing
+  }
+}
+
+Value from_json_copy(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::string: return Value(j.get<std::string>());
+    case Json::value_t::array: {
+      List items;
+      for (const auto& e : j) items.push_back(from_json_copy(e));
+      return Value::list(std::move(items));
+    }
+    case Json::value_t::object: {
+      DictItems items;
+      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json_copy(e));
+      return Value::dict(std::move(items));
+    }
+    default: return Value::borrow(j);
+  }
+}
+
+std::string_view Value::str() const {
+  if (json_) return json_->get_ref<const std::string&>();
+  return *static_cast<const std::string*>(obj_.get());
+}
+
+size_t Value::size() const {
+  switch (kind_) {
+    case Kind::kString: return text::cp_count(str());
+    case Kind::kList: case Kind::kTuple:
+      return json_ ? json_->size() : static_cast<const List*>(obj_.get())->size();
+    case Kind::kDict: case Kind::kNamespace:
+      return json_ ? json_->size() : static_cast<const DictItems*>(obj_.get())->size();
+    default: return 0;
+  }
+}
+
+Value Value::at(size_t i) const {
+  if (json_) return borrow((*json_)[i]);
+  return (*static_cast<const List*>(obj_.get()))[i];
+}
+
+bool Value::dict_find(std::string_view key, Value* out) const {
+  if (json_) {
+    for (auto it = json_->begin(); it != json_->end(); ++it) {
+      if (it.key() == key) {
+        *out = borrow(it.value());
+        return true;
+      }
+    }
+    return false;
+  }
+  for (const auto& [k, v] : *static_cast<const DictItems*>(obj_.get())) {
+    if (k == key) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+void Value::dict_for_each(const std::function<void(std::string_view, const Value&)>& f) const {
+  if (json_) {
+    for (auto it = json_->begin(); it != json_->end(); ++it) f(it.key(), borrow(it.value()));
+    return;
+  }
+  for (const auto& [k, v] : *static_cast<const DictItems*>(obj_.get())) f(k, v);
+}
+
+DictItems& Value::namespace_items() const { return *static_cast<DictItems*>(obj_.get()); }
+LoopState& Value::loop_state() const { return *static_cast<LoopState*>(obj_.get()); }
+const Callable& Value::callable_fn() const { return *static_cast<const Callable*>(obj_.get()); }
+
+bool Value::truthy() const {
+  switch (kind_) {
+    case Kind::kUndefined: case Kind::kNone: return false;
+    case Kind::kBool: return num_.b;
+    case Kind::kInt: return num_.i != 0;
+    case Kind::kFloat: return num_.f != 0.0;
+    case Kind::kString: return !str().empty();
+    case Kind::kList: case Kind::kTuple: case Kind::kDict: return size() != 0;
+    default: return true;
+  }
+}
+
+Value Args::get(size_t index, std::string_view name, Value fallback) const {
+  if (index < pos.size()) return pos[index];
+  for (const auto& [k, v] : kw) {
+    if (k == name) return v;
+  }
+  return fallback;
+}
+
+std::string type_name(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "NoneType";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "str";
+    case Kind::kList: return "list";
+    case Kind::kTuple: return "tuple";
+    case Kind::kDict: return "dict";
+    case Kind::kNamespace: return "Namespace";
+    case Kind::kLoop: return "LoopContext";
+    case Kind::kCallable: return "function";
+  }
+  return "object";
+}
+
+}  // namespace nvllm::jinja
