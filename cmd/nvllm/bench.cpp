@@ -14,6 +14,7 @@
 #include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/commands.h"
 #include "cmd/nvllm/generate_input.h"
+#include "cmd/nvllm/fp8_setup.h"
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -178,7 +179,8 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
   return {{"mode", mode},         {"command", command_line()}, {"device", m.device_name},
           {"git_revision", NVLLM_GIT_REV}, {"model", f.model.model},   {"load_format", f.model.load_format},
           {"block_size", m.engine.block_size}, {"max_num_seqs", m.engine.max_num_seqs},
-          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner->num_kv_blocks()}};
+          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner->num_kv_blocks()},
+          {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)}};
 }
 
 // The requests of a throughput run: --input's, or random ones from the length flags; in
@@ -198,14 +200,15 @@ std::vector<EngineRequest> throughput_requests(const BenchFlags& f, const Loaded
 }
 
 // The least time the run could have taken (lib/analysis/workload.h).
-Roofline run_roofline(const LoadedModel& m, const RunResult& run) {
+Roofline run_roofline(const BenchFlags& f, const LoadedModel& m, const RunResult& run) {
   std::vector<int> prompt_lens, output_lens;
   for (const FinishedRequest& r : run.finished) {
     prompt_lens.push_back(r.prompt_tokens);
     output_lens.push_back(static_cast<int>(r.outputs.at(0).token_ids.size()));
   }
   const int dtype_bytes = m.device == "cuda" ? 2 : 4;
-  return roofline(m.config, prompt_lens, output_lens, run.stats.steps, dtype_bytes, dtype_bytes);
+  return roofline(m.config, prompt_lens, output_lens, run.stats.steps, dtype_bytes,
+                  kv_element_bytes(f.model, m.device));
 }
 
 double device_seconds(const RunResult& run) {
@@ -256,7 +259,8 @@ void print_throughput(const BenchFlags& f, const LoadedModel& m, const RunResult
   const double bound_s = peak_bandwidth > 0 ? roof.min_time_s(peak_bandwidth, peak_flops) : 0.0;
   const double device_s = device_seconds(run);
   const RunStats& s = run.stats;
-  std::printf("device            %s\n", m.device_name.c_str());
+  std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
+              kv_cache_dtype_name(f.model, m.device).c_str());
   std::printf("requests          %lld in %.2f s: %.2f req/s\n", static_cast<long long>(s.requests), run.seconds,
               s.requests / run.seconds);
   std::printf("output tokens     %lld: %.1f tok/s   (total %.1f tok/s with %lld prompt tokens)\n",
@@ -291,7 +295,7 @@ int run_throughput(const BenchFlags& f) {
   warm_up(m, f);
   log_info("bench throughput: ", requests.size(), " requests on ", m.device_name);
   const RunResult run = run_requests(m, requests, !f.quiet);
-  const Roofline roof = run_roofline(m, run);
+  const Roofline roof = run_roofline(f, m, run);
   const nlohmann::json report = throughput_report(f, m, run, roof);
   print_throughput(f, m, run, roof);
   emit(f, report);
@@ -366,7 +370,8 @@ int run_latency(const BenchFlags& f) {
   const double peak_bandwidth = peaks(f, m).first;
   report["decode_step_bound_s"] = peak_bandwidth > 0 ? nlohmann::json(weight_bytes / peak_bandwidth) : nlohmann::json();
 
-  std::printf("device            %s\n", m.device_name.c_str());
+  std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
+              kv_cache_dtype_name(f.model, m.device).c_str());
   std::printf("batch %d, input %d, output %d, %d iterations\n", f.batch_size, spec.input_len.min, spec.output_len.min,
               f.iterations);
   std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(prefill_s, 50),

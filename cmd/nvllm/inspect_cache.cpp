@@ -40,6 +40,7 @@ struct InspectFlags {
   double gpu_memory_utilization = 0.9;
   int num_kv_blocks = 0;
   std::string dtype = "bfloat16";
+  std::string kv_cache_dtype = "auto";  // auto (= dtype) | bfloat16 | fp8 | fp8_e4m3
   std::string order = "both";
   bool json = false;
   bool all_requests = false;
@@ -161,6 +162,14 @@ int run_trace_summary(const InspectFlags& f) {
   return 0;
 }
 
+// The KV cache's element type: --kv-cache-dtype, or --dtype for auto; fp8 is E4M3, one byte.
+std::string kv_dtype_of(const InspectFlags& f) {
+  if (f.kv_cache_dtype.starts_with("fp8")) return "fp8_e4m3";
+  return f.kv_cache_dtype == "auto" ? f.dtype : f.kv_cache_dtype;
+}
+
+int kv_bytes_of(const std::string& kv_dtype) { return kv_dtype == "fp8_e4m3" ? 1 : kv_dtype == "float32" ? 4 : 2; }
+
 // What a replay found: the workload, the cache it was replayed in, and both orders' results.
 struct Inspection {
   ModelConfig config;
@@ -192,7 +201,7 @@ void inspect(const InspectFlags& f, Inspection& r) {
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model);
   r.workload = read_workload(f, model, *tokenizer, r.config);
   const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
-  r.kv = r.config.kv_layout(f.block_size, dtype_bytes);
+  r.kv = r.config.kv_layout(f.block_size, kv_bytes_of(kv_dtype_of(f)));
   r.memory = plan_memory(memory_input(f, static_cast<double>(r.kv.bytes_per_block()), dtype_bytes), r.config);
   r.num_blocks = f.num_kv_blocks > 0 ? f.num_kv_blocks : r.memory.blocks_fit;
   NVLLM_CHECK(r.num_blocks > 0, "the weights and activations leave no room for a KV cache in ", r.memory.source,
@@ -224,7 +233,8 @@ nlohmann::json inspect_json(const InspectFlags& f, const Inspection& r) {
   const CacheTraceSummary s = summarize(r.chosen->trace);
   const ReplayResult& chosen = *r.chosen;
   const MemoryPlan& memory = r.memory;
-  return {{"kv_bytes_per_token", static_cast<double>(r.kv.bytes_per_token())},
+  return {{"kv_cache_dtype", kv_dtype_of(f)},
+          {"kv_bytes_per_token", static_cast<double>(r.kv.bytes_per_token())},
           {"kv_bytes_per_block", static_cast<double>(r.kv.bytes_per_block())},
           {"block_size", f.block_size},
           {"blocks_fit", memory.blocks_fit},
@@ -253,7 +263,7 @@ void print_summary(const InspectFlags& f, const Inspection& r) {
   const MemoryPlan& memory = r.memory;
   const Workload& w = r.workload;
   std::printf("model             %s: %d layers x %d KV heads x %d dims, %s KV\n", config.architecture_name.c_str(),
-              config.num_layers, config.num_kv_heads, config.head_dim, f.dtype.c_str());
+              config.num_layers, config.num_kv_heads, config.head_dim, kv_dtype_of(f).c_str());
   std::printf("KV cache          %.0f bytes per token, %.0f KiB per block of %d tokens\n",
               static_cast<double>(r.kv.bytes_per_token()), static_cast<double>(r.kv.bytes_per_block()) / 1024,
               f.block_size);
@@ -362,6 +372,10 @@ Command make_inspect_cache_command() {
         ->capture_default_str();
     cmd->add_option("--dtype", f->dtype, "KV-cache dtype: bfloat16 or float32 (the CPU runner's)")
         ->check(CLI::IsMember({"bfloat16", "float16", "float32"}))
+        ->capture_default_str();
+    cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                    "KV-cache dtype: auto (--dtype), bfloat16, fp8 or fp8_e4m3 (one byte: twice the tokens of bf16)")
+        ->check(CLI::IsMember({"auto", "bfloat16", "fp8", "fp8_e4m3"}))
         ->capture_default_str();
     cmd->add_option("--order", f->order, "Order whose details are shown: input, prefix-aware (both are compared)")
         ->check(CLI::IsMember({"both", "input", "prefix-aware"}))

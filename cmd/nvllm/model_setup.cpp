@@ -12,6 +12,7 @@
 
 #include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/model_source.h"
+#include "cmd/nvllm/fp8_setup.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/weights.h"
@@ -63,10 +64,6 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
                  "float32 (float)")
       ->transform([](std::string d) { return canonical_dtype(d); }, "", "dtype alias")
       ->check(CLI::IsMember({"auto", "bfloat16", "float16", "float32"}))
-      ->capture_default_str();
-  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV-cache dtype: auto (the compute dtype) or bfloat16; fp8 is "
-                                                       "not supported yet")
-      ->check(CLI::IsMember({"auto", "bfloat16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"}))
       ->capture_default_str();
   app.add_option("--generation-config", f.generation_config,
                  "Default sampling parameters: auto (the model's generation_config.json), vllm (neutral: "
@@ -130,6 +127,16 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
                  "Engines on separate GPUs (vLLM's -dp); 1 for now: spread requests with --shard instead")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--quantization", f.quantization,
+                 "fp8: quantise linear weights to E4M3 at load, one scale per output channel (CPU runner). FP8 "
+                 "checkpoints (quantization_config in config.json) are detected without it")
+      ->check(CLI::IsMember({"fp8"}));
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                 "KV-cache dtype: auto (the compute dtype), bfloat16, or fp8 / fp8_e4m3 (E4M3 with the checkpoint's "
+                 "k_scale/v_scale, else 1.0; CPU runner)")
+      ->transform([](std::string d) { return d == "bf16" ? std::string("bfloat16") : d; }, "", "dtype alias")
+      ->check(CLI::IsMember({"auto", "bfloat16", "fp8", "fp8_e4m3"}))
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "Base seed: requests without a seed get one derived from it and their line")
       ->check(unsigned_64())
       ->capture_default_str();
@@ -168,8 +175,6 @@ std::string resolve_device(const ModelFlags& f, GpuInfo* gpu) {
 void check_model_flags(const ModelFlags& f) {
   NVLLM_CHECK(f.block_size >= 1 && f.block_size <= 256 && (f.block_size & (f.block_size - 1)) == 0,
               "--block-size ", f.block_size, ": must be a power of two from 1 to 256");
-  NVLLM_CHECK(!f.kv_cache_dtype.starts_with("fp8"), "--kv-cache-dtype ", f.kv_cache_dtype,
-              ": an fp8 KV cache is not supported yet; use --kv-cache-dtype auto (bfloat16 on the GPU)");
 }
 
 namespace {
@@ -192,7 +197,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // --cpu-kv-cache-space; said in one line, with what it means for the run.
 int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) {
   // Simulated tensor-parallel ranks hold a KV head each when there are fewer KV heads than ranks.
-  KvLayout layout = c.kv_layout(f.block_size, sizeof(float));
+  KvLayout layout = c.kv_layout(f.block_size, kv_element_bytes(f, "cpu"));
   layout.num_kv_heads = std::max(c.num_kv_heads, f.tensor_parallel_size);
   const int64_t bytes_per_block = layout.bytes_per_block();
   if (f.num_kv_blocks > 0) {
@@ -243,6 +248,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   m.device = resolve_device(f, &gpu);
   m.device_name = m.device == "cuda" ? gpu.name : "CPU";
   check_parallel(f, m.device, gpu);
+  check_fp8(f, m.config, m.device);
 
   int max_model_len = m.config.max_position_embeddings;
   if (f.max_model_len > 0) {
@@ -259,12 +265,12 @@ LoadedModel load_model(const ModelFlags& flags) {
   if (m.device == "cpu") {
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "float32",
                 "--dtype ", f.dtype, ": the CPU runner computes in float32; use --dtype auto or float32");
-    NVLLM_CHECK(f.kv_cache_dtype == "auto", "--kv-cache-dtype ", f.kv_cache_dtype,
-                ": the CPU runner keeps its KV cache in float32; use --kv-cache-dtype auto");
     ModelWeights weights = load_weights(f.model, m.config, DType::kF32, format, f.seed);
+    apply_quantization(f, m.config, weights);
+    const std::optional<KvScales> kv_scales = cpu_fp8_kv_scales(f, m.config);
     const int blocks = cpu_kv_blocks(f, m.config, max_model_len);
     m.runner = std::make_unique<CpuRunner>(m.config, std::move(weights), f.block_size, blocks, cpu_threads(f),
-                                           f.tensor_parallel_size);
+                                           f.tensor_parallel_size, kv_scales ? &*kv_scales : nullptr);
   } else {
 #ifdef NVLLM_HAVE_CUDA
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "bfloat16",
@@ -287,7 +293,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_info("loaded ", m.config.architecture_name, " (", m.config.num_layers, " layers, hidden ",
            m.config.hidden_size, ") on ", m.device_name, " in ", seconds, " s; KV cache ",
-           m.runner->num_kv_blocks(), " blocks of ", f.block_size, " tokens");
+           m.runner->num_kv_blocks(), " blocks of ", f.block_size, " tokens (", kv_cache_dtype_name(f, m.device), ")");
 
   m.engine.block_size = f.block_size;
   m.engine.prefix_caching = f.prefix_caching == "on";

@@ -24,7 +24,6 @@ struct ModelFlags {
   std::string device = "auto";       // auto | cpu | cuda
   std::string load_format = "auto";  // auto | safetensors | dummy
   std::string dtype = "auto";        // auto | bfloat16 | float16 | float32 (vLLM's aliases mapped)
-  std::string kv_cache_dtype = "auto";
   std::string generation_config = "auto";  // auto | vllm | DIR
   int max_model_len = 0;             // 0: the model's max_position_embeddings
   int block_size = 16;
@@ -42,6 +41,8 @@ struct ModelFlags {
   int tensor_parallel_size = 1;  // CPU: simulated ranks; CUDA: one GPU only for now
   int data_parallel_size = 1;    // 1 only for now
   uint64_t seed = 0;
+  std::string quantization;            // "" or fp8 (vLLM's --quantization)
+  std::string kv_cache_dtype = "auto";  // auto | bfloat16 | fp8 | fp8_e4m3
 };
 
 // Adds the shared flags to `app`, with help text and defaults.

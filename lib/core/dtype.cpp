@@ -72,4 +72,23 @@ float f8e4m3_to_f32(uint8_t v) {
   return neg ? -r : r;
 }
 
+uint8_t f32_to_f8e4m3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  if (std::isnan(f)) return sign | 0x7f;
+  const float a = std::fabs(f);
+  if (a >= kF8E4M3Max) return sign | 0x7e;
+  // Below 2^-6 the grid is m * 2^-9 (m = 8 rounds up into the smallest normal, code 0x08).
+  if (a < 0.015625f) return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+  int e;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): unbiased exponent e - 1, in [-6, 8]
+  int exp = e - 1;
+  // (a / 2^exp - 1) * 8 is exact in float; nearbyint rounds half to even.
+  int man = static_cast<int>(std::nearbyint((std::ldexp(a, -exp) - 1.0f) * 8.0f));
+  if (man == 8) {
+    man = 0;
+    ++exp;
+  }
+  return sign | static_cast<uint8_t>(((exp + 7) << 3) | man);
+}
+
 }  // namespace nvllm

@@ -40,6 +40,12 @@ inline uint16_t f32_to_bf16(float f) {
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+// E4M3 "fn" (finite, no infinities): bias 7, largest 448 (0x7e), NaN 0x7f / 0xff, smallest
+// subnormal 2^-9. The conversion to float is exact.
 float f8e4m3_to_f32(uint8_t v);
+// Round to nearest even; magnitudes beyond 448 (infinities included) saturate to +-448, as
+// quantisers clamp before casting; NaN stays NaN (0x7f with the sign).
+uint8_t f32_to_f8e4m3(float f);
+constexpr float kF8E4M3Max = 448.0f;
 
 }  // namespace nvllm

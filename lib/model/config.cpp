@@ -237,6 +237,7 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
                 c.vocab_size, ")");
   }
   apply_sliding_window(j, source, &c);
+  if (has(j, "quantization_config")) c.quant = parse_quant_config(j.at("quantization_config"), source);
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/kv_layout.h"
+#include "model/quant_config.h"
 
 namespace nvllm {
 
@@ -41,6 +42,7 @@ struct ModelConfig {
   std::string torch_dtype = "bfloat16";
   std::optional<int> bos_token_id;
   std::vector<int> eos_token_ids;  // union of config.json and generation_config.json
+  QuantConfig quant;               // quantization_config; kNone when absent
 
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/sampling_rng.h"
 #include "model/arch_table.h"
+#include "model/fp8_weights.h"
 #include "model/safetensors.h"
 
 namespace nvllm {
@@ -130,11 +131,25 @@ void check_source(const TensorView& t, const CheckpointTensor& spec) {
   const std::string where = str_cat(t.file.string(), ": tensor \"", spec.name, "\"");
   NVLLM_CHECK(t.shape == spec.shape, where, " has shape ", shape_string(t.shape), ", expected ",
               shape_string(spec.shape), " from config.json; the weights belong to a different model");
-  NVLLM_CHECK(t.dtype != DType::kF8E4M3, where,
-              " is F8_E4M3 (fp8): fp8 checkpoints are recognised but not supported yet; use the bf16 "
-              "version of the model");
+  if (t.dtype == DType::kF8E4M3) return;  // checked by load_fp8
   NVLLM_CHECK(t.dtype == DType::kBF16 || t.dtype == DType::kF16 || t.dtype == DType::kF32, where, " has dtype ",
               dtype_name(t.dtype), "; weights must be BF16, F16 or F32");
+}
+
+// An F8_E4M3 tensor: a linear layer's weight of a checkpoint whose config.json declares the
+// quantization, dequantised with its scales into float32 (the CPU runner's dtype).
+void load_fp8(const Checkpoint& ckpt, const TensorView& src, const CheckpointTensor& spec, const ModelConfig& config,
+              HostTensor& dst, int64_t offset) {
+  const std::string where = str_cat(src.file.string(), ": tensor \"", spec.name, "\" is F8_E4M3");
+  NVLLM_CHECK(config.quant.quantized(), where, " but config.json has no quantization_config; the checkpoint is "
+                                               "incomplete or not an FP8 checkpoint");
+  const bool linear = spec.slot == WeightSlot::kQkv || spec.slot == WeightSlot::kOProj ||
+                      spec.slot == WeightSlot::kGateUp || spec.slot == WeightSlot::kDown ||
+                      spec.slot == WeightSlot::kLmHead;
+  NVLLM_CHECK(linear, where, "; only linear layers' weights can be FP8");
+  NVLLM_CHECK(dst.dtype() == DType::kF32, where,
+              ": FP8 on the GPU runner is not implemented yet; run with --device cpu, or use a bf16 checkpoint");
+  dequantize_fp8_weight(ckpt, src, config.quant, dst.as<float>() + offset);
 }
 
 // A bias we would silently drop (o_proj with attention_bias on Llama/Qwen3, Llama's mlp_bias)
@@ -176,7 +191,12 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
     const TensorView& src = ckpt.get(s.name);
     check_source(src, s);
     HostTensor& t = slot_tensor(w, s.slot, s.layer);
-    convert_into(src, t, s.row_offset * (t.numel() / t.dim(0)));
+    const int64_t offset = s.row_offset * (t.numel() / t.dim(0));
+    if (src.dtype == DType::kF8E4M3) {
+      load_fp8(ckpt, src, s, config, t, offset);
+    } else {
+      convert_into(src, t, offset);
+    }
   }
   return w;
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numbers>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace nvllm {
@@ -216,6 +217,14 @@ void write_kv(const PagedKv& cache, const float* k, const float* v, int64_t stri
     if (slot < 0) continue;
     NVLLM_CHECK(slot < slots, "CpuRunner: slot_mapping[", t, "] = ", slot, " is outside the KV cache (",
                 slots, " slots); the block manager handed out a block the runner does not have");
+    if (cache.k8) {
+      for (int64_t i = 0; i < width; ++i) {
+        const int h = static_cast<int>(i / cache.head_dim);
+        cache.k8[slot * width + i] = f32_to_f8e4m3(k[t * stride + i] / cache.k_scale[h]);
+        cache.v8[slot * width + i] = f32_to_f8e4m3(v[t * stride + i] / cache.v_scale[h]);
+      }
+      continue;
+    }
     std::memcpy(cache.k + slot * width, k + t * stride, width * sizeof(float));
     std::memcpy(cache.v + slot * width, v + t * stride, width * sizeof(float));
   }
@@ -268,7 +277,14 @@ void paged_attention(ThreadPool& pool, const float* q, int64_t q_stride, int num
   pool.parallel_for(
       static_cast<int64_t>(num_tokens) * num_heads,
       [&](int64_t begin, int64_t end) {
-        std::vector<float> p(max_ctx);
+        std::vector<float> p(max_ctx), row(d);
+        // Head h's K or V at slot s: the float32 cache in place, or E4M3 dequantised into `row`.
+        auto kv_row = [&](const float* f32, const uint8_t* f8, const float* scales, int64_t s, int kv_head) {
+          const int64_t at = s * kv_width + static_cast<int64_t>(kv_head) * d;
+          if (!f8) return f32 + at;
+          for (int i = 0; i < d; ++i) row[i] = f8e4m3_to_f32(f8[at + i]) * scales[kv_head];
+          return static_cast<const float*>(row.data());
+        };
         for (int64_t item = begin; item < end; ++item) {
           const int t = static_cast<int>(item / num_heads);
           const int h = static_cast<int>(item % num_heads);
@@ -277,11 +293,11 @@ void paged_attention(ThreadPool& pool, const float* q, int64_t q_stride, int num
           const int pos = layout.context_lens[s] - qlen + (t - layout.query_start[s]);
           const int32_t* table = layout.block_tables.data() + static_cast<int64_t>(s) * layout.max_blocks_per_seq;
           const float* qh = q + t * q_stride + static_cast<int64_t>(h) * d;
-          const int64_t head_off = static_cast<int64_t>(h / group) * d;
+          const int kv_head = h / group;
           auto slot_of = [&](int j) { return static_cast<int64_t>(table[j / bs]) * bs + j % bs; };
           float m = -std::numeric_limits<float>::infinity();
           for (int j = 0; j <= pos; ++j) {
-            p[j] = dot_f32(qh, cache.k + slot_of(j) * kv_width + head_off, d) * scale;
+            p[j] = dot_f32(qh, kv_row(cache.k, cache.k8, cache.k_scale, slot_of(j), kv_head), d) * scale;
             m = std::max(m, p[j]);
           }
           float sum = 0.0f;
@@ -292,7 +308,7 @@ void paged_attention(ThreadPool& pool, const float* q, int64_t q_stride, int num
           float* o = out + static_cast<int64_t>(t) * num_heads * d + static_cast<int64_t>(h) * d;
           std::fill(o, o + d, 0.0f);
           for (int j = 0; j <= pos; ++j) {
-            const float* vj = cache.v + slot_of(j) * kv_width + head_off;
+            const float* vj = kv_row(cache.v, cache.v8, cache.v_scale, slot_of(j), kv_head);
             for (int i = 0; i < d; ++i) o[i] += p[j] * vj[i];
           }
           for (int i = 0; i < d; ++i) o[i] /= sum;

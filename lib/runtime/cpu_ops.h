@@ -46,7 +46,9 @@ void apply_rope(float* x, int num_heads, int head_dim, const float* cos_sin);
 // out[t, i] = silu(gu[t, i]) * gu[t, inter + i]. gu [num_tokens, 2*inter], out [num_tokens, inter].
 void silu_mul(ThreadPool& pool, const float* gu, int num_tokens, int inter, float* out);
 
-// The KV cache of one layer: k and v each [num_blocks, block_size, num_kv_heads, head_dim].
+// The KV cache of one layer: k and v each [num_blocks, block_size, num_kv_heads, head_dim], in
+// float32, or with k8/v8 set, as E4M3 codes with one scale per KV head (k_scale, v_scale
+// [num_kv_heads]): written as e4m3(x / scale), read as e4m3 * scale.
 struct PagedKv {
   float* k = nullptr;
   float* v = nullptr;
@@ -54,6 +56,10 @@ struct PagedKv {
   int block_size = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  uint8_t* k8 = nullptr;
+  uint8_t* v8 = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 // Writes token t's k/v ([num_kv_heads, head_dim] each, at k + t*stride, v + t*stride) into

@@ -19,9 +19,10 @@ namespace nvllm {
 namespace {
 
 struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
 using CacheBuffer = std::unique_ptr<float, FreeDeleter>;
+using CodeBuffer = std::unique_ptr<uint8_t, FreeDeleter>;  // an FP8 cache's E4M3 codes
 
 // calloc: a large cache comes back as untouched zero pages, so memory is committed only as
 // blocks get used.
@@ -30,6 +31,13 @@ CacheBuffer alloc_cache(size_t floats) {
   NVLLM_CHECK(p != nullptr || floats == 0, "CpuRunner: cannot allocate a KV cache of ",
               floats * sizeof(float) / (1 << 20), " MiB; lower --num-kv-blocks or --max-model-len");
   return CacheBuffer(p);
+}
+
+CodeBuffer alloc_codes(size_t n) {
+  auto* p = static_cast<uint8_t*>(std::calloc(n, 1));
+  NVLLM_CHECK(p != nullptr || n == 0, "CpuRunner: cannot allocate an FP8 KV cache of ", n / (1 << 20),
+              " MiB; lower --num-kv-blocks or --max-model-len");
+  return CodeBuffer(p);
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) {
@@ -86,8 +94,25 @@ struct Rank {
   int vocab_first = 0;
   ModelWeights w;
   std::vector<CacheBuffer> k_cache, v_cache;  // per layer [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<CodeBuffer> k8_cache, v8_cache;  // the same in E4M3 for an FP8 cache (k/v_cache then empty)
   std::vector<float> qkv, attn, gu, act, part;
+  // FP8 KV cache: the scales of this rank's KV heads, [num_layers * kv_heads]; empty: float32.
+  std::vector<float> k_scale, v_scale;
 };
+
+// The scales of the KV heads rank `r` holds (kv_head_first.. of every layer).
+void take_kv_scales(const KvScales& s, const ModelConfig& full, const TpRank& t, Rank& r) {
+  const size_t want = static_cast<size_t>(full.num_layers) * full.num_kv_heads;
+  NVLLM_CHECK(s.k.size() == want && s.v.size() == want, "CpuRunner: FP8 KV scales hold ", s.k.size(), " and ",
+              s.v.size(), " values; the model needs num_layers * num_kv_heads = ", want);
+  for (int l = 0; l < full.num_layers; ++l) {
+    for (int h = 0; h < t.kv_heads; ++h) {
+      const size_t i = static_cast<size_t>(l) * full.num_kv_heads + t.kv_head_first + h;
+      r.k_scale.push_back(s.k.at(i));
+      r.v_scale.push_back(s.v.at(i));
+    }
+  }
+}
 
 }  // namespace
 
@@ -103,24 +128,29 @@ struct CpuRunner::Impl {
   // Activations every rank shares (the all-reduced residual stream), reused across steps.
   std::vector<float> x, h, cos_sin, final_h, step_logits;
 
-  Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads, int tp)
+  Impl(const ModelConfig& c, ModelWeights weights, int bs, int nb, int threads, int tp, const KvScales* fp8_kv)
       : cfg(c), block_size(bs), num_blocks(nb),
         pool(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
     validate(cfg, weights, block_size, num_blocks);
     if (tp == 1) {
-      ranks.push_back(Rank{cfg, 0, std::move(weights), {}, {}, {}, {}, {}, {}, {}});
+      ranks.push_back(Rank{cfg, 0, std::move(weights), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
+      if (fp8_kv) take_kv_scales(*fp8_kv, cfg, TpRank{0, 1, 0, cfg.num_heads, 0, cfg.num_kv_heads}, ranks[0]);
     } else {
       for (int r = 0; r < tp; ++r) {
         const TpRank t = tp_rank(cfg, tp, r);
         ranks.push_back(Rank{rank_config(cfg, t), t.vocab_first, shard_weights(cfg, weights, t), {}, {}, {}, {},
-                             {}, {}, {}});
+                             {}, {}, {}, {}, {}, {}, {}});
+        if (fp8_kv) take_kv_scales(*fp8_kv, cfg, t, ranks.back());
       }
     }
     for (Rank& r : ranks) {
       const size_t per_layer = r.cfg.kv_layout(block_size, sizeof(float)).block_elems() * num_blocks;
       for (int l = 0; l < cfg.num_layers; ++l) {
-        r.k_cache.push_back(alloc_cache(per_layer));
-        r.v_cache.push_back(alloc_cache(per_layer));
+        const bool fp8 = !r.k_scale.empty();
+        r.k_cache.push_back(alloc_cache(fp8 ? 0 : per_layer));
+        r.v_cache.push_back(alloc_cache(fp8 ? 0 : per_layer));
+        r.k8_cache.push_back(alloc_codes(fp8 ? per_layer : 0));
+        r.v8_cache.push_back(alloc_codes(fp8 ? per_layer : 0));
       }
     }
     inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling);
@@ -248,7 +278,14 @@ struct CpuRunner::Impl {
           }
         },
         /*min_chunk=*/4);
-    const PagedKv cache{r.k_cache[l].get(), r.v_cache[l].get(), num_blocks, block_size, c.num_kv_heads, d};
+    PagedKv cache{r.k_cache[l].get(), r.v_cache[l].get(), num_blocks, block_size, c.num_kv_heads, d};
+    if (!r.k_scale.empty()) {  // FP8: E4M3 codes with this layer's scales of the rank's KV heads
+      const size_t at = static_cast<size_t>(l) * c.num_kv_heads;
+      cache.k8 = r.k8_cache[l].get();
+      cache.v8 = r.v8_cache[l].get();
+      cache.k_scale = &r.k_scale[at];
+      cache.v_scale = &r.v_scale[at];
+    }
     write_kv(cache, r.qkv.data() + qs, r.qkv.data() + qs + kvs, qkvs, b.slot_mapping);
     const AttentionLayout layout{b.query_start, b.context_lens, b.block_tables, b.max_blocks_per_seq};
     paged_attention(pool, r.qkv.data(), qkvs, c.num_heads, cache, layout, scale, r.attn.data());
@@ -269,9 +306,9 @@ struct CpuRunner::Impl {
 };
 
 CpuRunner::CpuRunner(const ModelConfig& config, ModelWeights weights, int block_size, int num_kv_blocks,
-                     int num_threads, int tensor_parallel_size)
+                     int num_threads, int tensor_parallel_size, const KvScales* fp8_kv)
     : impl_(std::make_unique<Impl>(config, std::move(weights), block_size, num_kv_blocks, num_threads,
-                                   tensor_parallel_size)) {}
+                                   tensor_parallel_size, fp8_kv)) {}
 
 CpuRunner::~CpuRunner() = default;
 

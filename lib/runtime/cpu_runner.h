@@ -7,6 +7,7 @@
 
 #include "engine/runner.h"
 #include "model/config.h"
+#include "model/kv_scales.h"
 #include "model/weights.h"
 
 namespace nvllm {
@@ -17,8 +18,9 @@ class CpuRunner : public Runner {
   // `tensor_parallel_size` > 1 runs the tensor-parallel split of cpu_tp.h with that many
   // simulated ranks, one after another, an all-reduce being a sum in rank order: the same
   // logits within float32 rounding (proof of the sharding, not a speed-up).
+  // `fp8_kv` non-null: an FP8 (E4M3) KV cache with these scales (cpu_kv_fp8.h).
   CpuRunner(const ModelConfig& config, ModelWeights weights, int block_size, int num_kv_blocks,
-            int num_threads, int tensor_parallel_size = 1);
+            int num_threads, int tensor_parallel_size = 1, const KvScales* fp8_kv = nullptr);
   ~CpuRunner() override;
 
   void execute(const Batch& batch, StepOutput& out) override;

@@ -1,0 +1,62 @@
+#include "cmd/nvllm/fp8_setup.h"
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/fp8_weights.h"
+
+namespace nvllm {
+
+namespace {
+
+bool fp8_kv(const ModelFlags& f) { return f.kv_cache_dtype == "fp8" || f.kv_cache_dtype == "fp8_e4m3"; }
+
+constexpr const char* kNoGpuFp8 =
+    "FP8 on the GPU runner is not implemented yet; run with --device cpu, or use a bf16 checkpoint";
+
+}  // namespace
+
+void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string& device) {
+  if (!f.quantization.empty() && config.quant.quantized()) {
+    NVLLM_CHECK(config.quant.method == "fp8", "--quantization ", f.quantization, ": ", f.model,
+                "/config.json already declares quantization_config with quant_method \"", config.quant.method,
+                "\"; drop --quantization (the checkpoint's scheme is detected)");
+  }
+  if (device != "cuda") {
+    NVLLM_CHECK(f.kv_cache_dtype != "bfloat16", "--kv-cache-dtype bfloat16: the CPU runner keeps its KV cache in "
+                                                "float32; use --kv-cache-dtype auto or fp8");
+    return;
+  }
+  NVLLM_CHECK(f.quantization.empty(), "--quantization ", f.quantization, ": ", kNoGpuFp8);
+  NVLLM_CHECK(!fp8_kv(f), "--kv-cache-dtype ", f.kv_cache_dtype, ": ", kNoGpuFp8);
+  NVLLM_CHECK(!config.quant.quantized(), f.model, "/config.json: an FP8 checkpoint (quantization_config ",
+              config.quant.method, "): ", kNoGpuFp8);
+}
+
+void apply_quantization(const ModelFlags& f, const ModelConfig& config, ModelWeights& weights) {
+  if (f.quantization.empty() || config.quant.quantized()) return;
+  quantize_weights_fp8(weights);
+  log_info("--quantization fp8: linear weights quantised to E4M3 with one scale per output channel");
+}
+
+std::optional<KvScales> cpu_fp8_kv_scales(const ModelFlags& f, const ModelConfig& config) {
+  if (!fp8_kv(f)) return std::nullopt;
+  const LoadFormat format = f.load_format == "dummy" ? LoadFormat::kDummy : LoadFormat::kAuto;
+  KvScales s = load_kv_scales(f.model, config, format);
+  if (s.num_found == 0) {
+    log_warn("--kv-cache-dtype ", f.kv_cache_dtype, ": the checkpoint has no k_scale/v_scale; using scale 1.0 "
+             "(vLLM's default): K and V beyond +-448 saturate");
+  }
+  return s;
+}
+
+std::string kv_cache_dtype_name(const ModelFlags& f, const std::string& device) {
+  if (fp8_kv(f)) return "fp8_e4m3";
+  return device == "cuda" ? "bfloat16" : "float32";
+}
+
+int kv_element_bytes(const ModelFlags& f, const std::string& device) {
+  if (fp8_kv(f)) return 1;
+  return device == "cuda" ? 2 : 4;
+}
+
+}  // namespace nvllm
