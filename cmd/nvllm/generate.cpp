@@ -18,6 +18,7 @@
 #include "io/jsonl_writer.h"
 #include "io/progress.h"
 #include "io/request.h"
+#include "io/request_feeder.h"
 #include "io/response.h"
 
 namespace nvllm {
@@ -81,13 +82,6 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   return cmd;
 }
 
-std::vector<ParsedLine> read_input(const GenerateFlags& f, const ParseOptions& options) {
-  if (f.input == "-") return read_requests(std::cin, options);
-  std::ifstream in(f.input);
-  NVLLM_CHECK(in, "--input ", f.input, ": cannot open the file");
-  return read_requests(in, options);
-}
-
 // What the engine gives back, in the output schema's terms.
 RequestResult to_result(const Request& request, const FinishedRequest& done, const Tokenizer& tokenizer,
                         const std::string& model_name) {
@@ -135,75 +129,28 @@ int run_generate(const GenerateFlags& f) {
   options.defaults.top_k = f.top_k;
   options.defaults.max_tokens = f.max_tokens;
   options.defaults.seed = f.model.seed;
-  std::vector<ParsedLine> lines = read_input(f, options);
-
-  if (f.resume) {
-    const std::set<std::string> done = read_existing_ids(f.output);
-    const size_t before = lines.size();
-    std::erase_if(lines, [&](const ParsedLine& l) { return done.count(id_to_string(l.id)) > 0; });
-    log_info("--resume: ", before - lines.size(), " requests already in ", f.output, ", ", lines.size(), " to go");
-  }
+  std::set<std::string> done_ids;
+  if (f.resume) done_ids = read_existing_ids(f.output);
 
   LoadedModel model = load_model(f.model);
   Engine engine(model.engine, *model.runner, model.tokenizer.get());
   JsonlWriter writer(f.output, {.append = f.resume, .ordered = f.ordered});
   const std::string model_name = std::filesystem::path(f.model.model).filename().string();
 
-  // Tokenize every good request; a line that cannot run becomes its error record right away.
-  int64_t errors = 0;
-  std::vector<const Request*> by_index(lines.size(), nullptr);
-  std::vector<EngineRequest> pending;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const ParsedLine& line = lines[i];
-    const auto write_error = [&](const std::string& message) {
-      writer.write(static_cast<int64_t>(i), error_record(line.id, line.line, line.openai_batch, message));
-      ++errors;
-    };
-    if (!line.request) {
-      write_error(line.error);
-      continue;
-    }
-    const Request& request = *line.request;
-    try {
-      EngineRequest er;
-      er.id = std::to_string(i);
-      er.params = request.params;
-      if (request.prompt) {
-        er.prompt_ids = model.tokenizer->encode(*request.prompt, /*add_special_tokens=*/true);
-      } else {
-        er.prompt_ids = request.prompt_token_ids;
-        for (int32_t id : er.prompt_ids) {
-          NVLLM_CHECK(id < model.config.vocab_size, "field \"prompt_token_ids\": id ", id,
-                      " is outside the model's vocabulary (", model.config.vocab_size, " tokens)");
-        }
-      }
-      pending.push_back(std::move(er));
-      by_index[i] = &request;
-    } catch (const Error& e) {
-      write_error(str_cat("line ", request.line, ": ", e.what()));
-    }
+  // Requests stream in as the scheduler needs them (io/request_feeder.h): bounded memory on
+  // any input size. Bad lines become error records as they are read.
+  std::ifstream file_in;
+  if (f.input != "-") {
+    file_in.open(f.input);
+    NVLLM_CHECK(file_in, "--input ", f.input, ": cannot open the file");
   }
-
-  std::vector<size_t> order(pending.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  if (f.schedule == "prefix-aware") {
-    std::vector<std::span<const int32_t>> prompts;
-    for (const EngineRequest& r : pending) prompts.emplace_back(r.prompt_ids);
-    order = prefix_aware_order(prompts);
-  }
-  int64_t queued = 0;
-  for (size_t k : order) {
-    const size_t i = std::stoul(pending[k].id);
-    try {
-      engine.add_request(std::move(pending[k]));
-      ++queued;
-    } catch (const Error& e) {
-      writer.write(static_cast<int64_t>(i), error_record(lines[i].id, lines[i].line, by_index[i]->openai_batch,
-                                                         str_cat("line ", lines[i].line, ": ", e.what())));
-      by_index[i] = nullptr;
-      ++errors;
-    }
-  }
+  RequestReader reader(f.input == "-" ? std::cin : file_in, options);
+  RequestFeeder feeder(reader, *model.tokenizer, engine, writer,
+                       {.window = std::max(1024, 2 * model.engine.max_num_seqs),
+                        .prefix_aware = f.schedule == "prefix-aware",
+                        .vocab_size = model.config.vocab_size,
+                        .skip_ids = f.resume ? &done_ids : nullptr});
+  feeder.top_up();
   std::unique_ptr<std::ofstream> trace;
   if (!f.cache_trace.empty()) {
     trace = std::make_unique<std::ofstream>(f.cache_trace);
@@ -211,14 +158,16 @@ int run_generate(const GenerateFlags& f) {
   }
 
   std::signal(SIGINT, on_sigint);
-  ProgressBar progress(queued, stderr, !f.no_progress && !f.quiet && isatty(2));
+  ProgressBar progress(0, stderr, !f.no_progress && !f.quiet && isatty(2));
   int64_t finished = 0;
   while (engine.has_unfinished() && !g_interrupted) {
     for (const FinishedRequest& done : engine.step()) {
-      const size_t i = std::stoul(done.id);
-      writer.write(static_cast<int64_t>(i), result_record(to_result(*by_index[i], done, *model.tokenizer, model_name)));
+      const RequestFeeder::InFlight r = feeder.take(done.id);
+      writer.write(r.index, result_record(to_result(r.request, done, *model.tokenizer, model_name)));
       ++finished;
     }
+    feeder.top_up();
+    if (feeder.exhausted()) progress.set_total(feeder.queued());
     if (trace) *trace << to_json(trace_row(engine, engine.stats().steps)).dump() << '\n';
     progress.update(finished, engine.stats().output_tokens);
   }
@@ -232,19 +181,20 @@ int run_generate(const GenerateFlags& f) {
     nlohmann::json j = stats.to_json();
     j["device"] = model.device_name;
     j["model"] = f.model.model;
-    j["errors"] = errors;
+    j["errors"] = feeder.errors();
     j["interrupted"] = static_cast<bool>(g_interrupted);
     std::ofstream out(f.stats_json);
     NVLLM_CHECK(out, "--stats-json ", f.stats_json, ": cannot write the file");
     out << j.dump(2) << "\n";
   }
+  if (f.resume) log_info("--resume: ", feeder.skipped(), " requests were already in ", f.output);
   if (g_interrupted) {
     std::fprintf(stderr, "nvllm: interrupted: %lld of %lld requests written; rerun with --resume to finish\n",
-                 static_cast<long long>(finished), static_cast<long long>(queued));
+                 static_cast<long long>(finished), static_cast<long long>(feeder.queued()));
     return 130;
   }
-  if (errors > 0) {
-    log_warn(errors, " of ", lines.size(), " requests failed; their lines in the output hold the error");
+  if (const int64_t errors = feeder.errors(); errors > 0) {
+    log_warn(errors, " of ", feeder.records(), " requests failed; their lines in the output hold the error");
     return 3;
   }
   return 0;
