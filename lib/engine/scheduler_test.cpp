@@ -183,4 +183,21 @@ TEST_CASE("scheduler: a preempted sequence recomputes with the prefix cache's he
   CHECK(b->num_cached == 0);  // the first admission's hit is what a request reports
 }
 
+TEST_CASE("scheduler: a prompt exactly the size of the token budget is prefilled whole, chunking on or off") {
+  for (bool chunked : {false, true}) {
+    CAPTURE(chunked);
+    Fixture f(16, 4, {.max_num_seqs = 8, .max_num_batched_tokens = 8, .chunked_prefill = chunked});
+    f.add(8, 10);
+    f.add(1, 50);
+    SchedulerOutput out = f.scheduler.schedule();
+    // The whole budget goes to the first prompt in one piece; the second waits for the next step.
+    CHECK(summary(out) == Plan{{0, 8}});
+    CHECK(out.scheduled[0].sample);
+    CHECK(out.num_tokens == 8);
+    f.run(out);
+    out = f.scheduler.schedule();
+    CHECK(summary(out) == Plan{{0, 1}, {1, 1}});
+  }
+}
+
 }  // namespace nvllm

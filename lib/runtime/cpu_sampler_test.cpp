@@ -239,4 +239,18 @@ TEST_CASE("cpu_sampler: a seeded request draws the same alone and in a batch of 
   CHECK(std::get<2>(batched) == 2);
 }
 
+TEST_CASE("cpu_sampler: top-p reached exactly stops the walk at that token") {
+  // top_p equal to the largest probability as the filter computes it (bit for bit): the mass
+  // reaches top_p at the first token, so only it is kept; one ulp more needs the second token.
+  const auto l = log_of({0.1, 0.4, 0.2, 0.3});
+  const KeptDistribution all = filter_distribution(l, 0, 1.0f, 0.0f);
+  const float p1 = all.prob[1];
+  CHECK(kept_ids(filter_distribution(l, 0, p1, 0.0f)) == std::vector<int>{1});
+  CHECK(kept_ids(filter_distribution(l, 0, std::nextafter(p1, 1.0f), 0.0f)) == std::vector<int>{1, 3});
+  // The same at the second token: the sum of the two largest, as float adds them.
+  const float p13 = all.prob[1] + all.prob[3];
+  CHECK(kept_ids(filter_distribution(l, 0, p13, 0.0f)) == std::vector<int>{1, 3});
+  CHECK(kept_ids(filter_distribution(l, 0, std::nextafter(p13, 1.0f), 0.0f)) == std::vector<int>{1, 2, 3});
+}
+
 }  // namespace nvllm
