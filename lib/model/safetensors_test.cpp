@@ -134,6 +134,8 @@ TEST_CASE("safetensors: every corruption gives an error naming the file (and ten
       {"header length past the end", safetensors_bytes("{}", eight, 1000), {"header length 1000", "past the end"}},
       {"bad JSON", safetensors_bytes(R"({"a": {"dtype": )", ""), {"not valid JSON"}},
       {"header not an object", safetensors_bytes("[1,2]", ""), {"must be a JSON object"}},
+      // A number past the range of a double: out_of_range from the JSON parser, once uncaught.
+      {"number overflow", safetensors_bytes(R"({"__metadata__": {"x": 1e999}})", ""), {"not valid JSON"}},
       {"unknown dtype", safetensors_bytes("{" + entry("w", "Q4_K", "[2]", 0, 2) + "}", "xx"),
        {"\"w\"", "Q4_K", "not supported"}},
       {"wrong dtype size", safetensors_bytes("{" + entry("w", "F32", "[2]", 0, 6) + "}", "123456"),
@@ -204,6 +206,12 @@ TEST_CASE("checkpoint: sharded index, single file and loose files") {
     CHECK_THROWS_WITH_AS(ck.get("lm_head.weight"),
                          doctest::Contains((dir.path().string() + ": checkpoint has no tensor \"lm_head.weight\"").c_str()),
                          Error);
+
+    // A number past the range of a double in the index (found by checkpoint_fuzz's sibling,
+    // config_fuzz): a JSON error naming the file, not an uncaught out_of_range.
+    write_bytes(dir / "model.safetensors.index.json", R"({"metadata": {"total_size": 1e999}, "weight_map": {}})");
+    CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path()),
+                         doctest::Contains("model.safetensors.index.json: not valid JSON"), Error);
 
     // The index names a shard that is not there.
     index["weight_map"]["d"] = "model-00003-of-00003.safetensors";
