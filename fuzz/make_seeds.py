@@ -85,6 +85,10 @@ def tokenizer_inputs():
         put("tokenizer_fuzz", f"dec{kind}", bytes([kind]) + struct.pack(f"<{len(ids)}i", *ids))
 
 
+# testdata/fuzz/chat_template_fuzz/ holds hand-written templates (template, "\n---\n", messages);
+# they are not generated here.
+
+
 if __name__ == "__main__":
     requests()
     configs()
