@@ -534,7 +534,7 @@ TEST_CASE("engine: a stop string in the text before min_tokens are out does not 
   const Expected free_run = simulate(base.prompt_ids, base.params, 0, c.max_model_len, 0, true);
   REQUIRE(free_run.tokens.size() == 10);
   std::vector<EngineRequest> reqs;
-  for (int min_tokens : {0, 4}) {
+  for (int min_tokens : {0, 1, 4}) {
     EngineRequest r = base;
     r.id = "min" + std::to_string(min_tokens);
     r.params.min_tokens = min_tokens;
@@ -545,6 +545,7 @@ TEST_CASE("engine: a stop string in the text before min_tokens are out does not 
   const RunResult r = run(c, runner, reqs, &tok);
   check_against_reference(r, reqs, c, 0, true);
   CHECK(r.done.at("min0").outputs[0].token_ids.size() == 1);  // stops at once without min_tokens
+  CHECK(r.done.at("min1").outputs[0].token_ids.size() == 1);  // and with 1: the first token may stop
   CHECK(r.done.at("min4").outputs[0].token_ids.size() >= 4);
 }
 

@@ -283,4 +283,24 @@ TEST_CASE("request reader: blank lines skipped but counted, CRLF and BOM accepte
   CHECK(lines[6].error.starts_with(R"(line 9: field "id": duplicate id "e" (first used on line 8))"));
 }
 
+TEST_CASE("request: range limits are inclusive exactly where the schema says") {
+  // Mutation testing found these boundaries untested.
+  CHECK(ok(R"({"prompt": "x", "min_p": 1})").params.min_p == 1.0f);
+  CHECK(ok(R"({"prompt": "x", "min_p": 0})").params.min_p == 0.0f);
+  CHECK(ok(R"({"prompt": "x", "top_p": 1})").params.top_p == 1.0f);
+  CHECK(ok(R"({"prompt": "x", "max_tokens": 2147483647})").params.max_tokens == 2147483647);
+  CHECK(field_error("max_tokens", "2147483648").find("max_tokens") != std::string::npos);
+  CHECK(field_error("min_tokens", "2147483648").find("min_tokens") != std::string::npos);
+  CHECK(field_error("top_k", "-2").find("top_k") != std::string::npos);
+  CHECK(ok(R"({"prompt": "x", "top_k": -1})").params.top_k == 0);
+}
+
+TEST_CASE("request reader: a byte-order mark alone on the first line leaves a blank line") {
+  std::istringstream in("\xEF\xBB\xBF\r\n{\"prompt\": \"a\"}\n");
+  const std::vector<ParsedLine> lines = read_requests(in, {});
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].line == 2);
+  CHECK(lines[0].request);
+}
+
 }  // namespace nvllm

@@ -132,6 +132,8 @@ TEST_CASE("safetensors: every corruption gives an error naming the file (and ten
       {"truncated to 5 bytes", std::string(5, '\0'), {"only 5 bytes"}},
       {"empty file", "", {"only 0 bytes"}},
       {"header length past the end", safetensors_bytes("{}", eight, 1000), {"header length 1000", "past the end"}},
+      // One byte more than the file holds after the length (2 + 1 data bytes; found untested by mutation).
+      {"header length one past the end", safetensors_bytes("{}", "x", 4), {"header length 4", "past the end"}},
       {"bad JSON", safetensors_bytes(R"({"a": {"dtype": )", ""), {"not valid JSON"}},
       {"header not an object", safetensors_bytes("[1,2]", ""), {"must be a JSON object"}},
       // A number past the range of a double: out_of_range from the JSON parser, once uncaught.
@@ -140,10 +142,14 @@ TEST_CASE("safetensors: every corruption gives an error naming the file (and ten
        {"\"w\"", "Q4_K", "not supported"}},
       {"wrong dtype size", safetensors_bytes("{" + entry("w", "F32", "[2]", 0, 6) + "}", "123456"),
        {"\"w\"", "hold 6 bytes", "needs 8"}},
+      {"range larger than the shape", safetensors_bytes("{" + entry("w", "F32", "[1]", 0, 8) + "}", eight),
+       {"\"w\"", "hold 8 bytes", "needs 4"}},
       {"shape mismatch", safetensors_bytes("{" + entry("w", "BF16", "[2,3]", 0, 8) + "}", eight),
        {"\"w\"", "[2, 3]", "needs 12"}},
       {"range outside the file", safetensors_bytes("{" + entry("w", "F32", "[4]", 0, 16) + "}", eight),
        {"\"w\"", "outside the data section", "truncated"}},
+      {"range one byte past the data", safetensors_bytes("{" + entry("w", "F32", "[2]", 0, 8) + "}", "1234567"),
+       {"\"w\"", "outside the data section"}},
       {"overlapping ranges",
        safetensors_bytes("{" + entry("a", "F32", "[2]", 0, 8) + "," + entry("b", "F32", "[2]", 4, 12) + "}",
                          eight + "1234"),
