@@ -273,4 +273,11 @@ TEST_CASE("cpu_sampler: top-k over a large vocabulary keeps exactly the k larges
   }
 }
 
+TEST_CASE("cpu_sampler: min-p keeps a token whose probability equals the floor exactly") {
+  // Two equally likely tokens: with min_p 1 the floor is the top probability itself, which both
+  // reach; the third, less likely, is dropped.
+  const std::vector<float> l = {0.0f, 0.0f, -1.0f};
+  CHECK(kept_ids(filter_distribution(l, 0, 1.0f, 1.0f)) == std::vector<int>{0, 1});
+}
+
 }  // namespace nvllm
