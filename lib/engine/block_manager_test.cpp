@@ -271,4 +271,27 @@ TEST_CASE("block manager: prefix caching off hashes nothing") {
   bm.check_invariants();
 }
 
+TEST_CASE("block manager: a sequence grown a token at a time caches every full block it fills") {
+  // Decoding appends one token per step; each block it fills must be cached under the hash of
+  // its chain, so that another request with the same tokens hits all of them.
+  BlockManager bm(16, 2, true);
+  BlockTable a;
+  const std::vector<int32_t> tokens = iota_tokens(1, 9);
+  bm.admit(a, bm.find_prefix(tokens, 2), tokens, 3, 3);  // prompt of 3: one full block
+  for (int n = 4; n <= 9; ++n) bm.append(a, tokens, n);  // then six decode steps
+  CHECK(bm.num_cached_blocks() == 4);
+  CHECK(bm.find_prefix(tokens, 8).blocks == std::vector<int>(a.blocks.begin(), a.blocks.begin() + 4));
+  // The same after starting from a prefix-cache hit (the chain continues from the hit's hash).
+  BlockTable b;
+  std::vector<int32_t> other = {1, 2, 50, 51, 52, 53, 54, 55, 56};
+  const PrefixHit hit = bm.find_prefix(other, 2);
+  REQUIRE(hit.blocks.size() == 1);
+  bm.admit(b, hit, other, 3, 3);
+  for (int n = 4; n <= 9; ++n) bm.append(b, other, n);
+  CHECK(bm.find_prefix(other, 8).blocks == std::vector<int>(b.blocks.begin(), b.blocks.begin() + 4));
+  bm.check_invariants();
+  bm.free(a);
+  bm.free(b);
+}
+
 }  // namespace nvllm

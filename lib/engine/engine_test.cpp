@@ -65,6 +65,7 @@ Expected simulate(const std::vector<int32_t>& prompt, const SamplingParams& p, i
     const bool may_stop = n >= p.min_tokens;
     const bool stop_id = may_stop && ((!p.ignore_eos && t == kEos[0]) ||
                                       std::count(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) > 0);
+    const size_t before = text.size();
     if (with_text && (!stop_id || p.include_stop_str_in_output)) text += LetterTokenizer::piece(t);
     if (stop_id) {
       e.reason = "stop";
@@ -73,8 +74,10 @@ Expected simulate(const std::vector<int32_t>& prompt, const SamplingParams& p, i
     }
     if (with_text && may_stop) {
       size_t cut = std::string::npos, len = 0;
+      // As vLLM: only text this token added (with the stop's length - 1 before it) is
+      // searched, so a match inside the first min_tokens tokens never stops the request.
       for (const std::string& s : p.stop) {
-        const size_t pos = text.find(s);
+        const size_t pos = text.find(s, before + 1 >= s.size() ? before + 1 - s.size() : 0);
         if (pos < cut) cut = pos, len = s.size(), e.stop_string = s;
       }
       if (cut != std::string::npos) {
@@ -602,6 +605,35 @@ TEST_CASE("run stats: percentiles interpolate linearly; summary and JSON carry e
                         "peak_blocks_in_use", "num_kv_blocks", "elapsed_s", "tpot_s"})
     CHECK(j.contains(k));
   CHECK(s.summary().find("25.0% hit") != std::string::npos);
+}
+
+TEST_CASE("engine: a stop string in the text before min_tokens are out does not stop the request") {
+  // The first output token's text is the stop string: with min_tokens 4 it must be passed over
+  // (vLLM checks stop strings only once min_tokens are out), so the request runs to a later
+  // match or to max_tokens, as the reference says.
+  LetterTokenizer tok;
+  EngineConfig c = base_config();
+  EngineRequest base;
+  for (int k = 0; k < 12; ++k) base.prompt_ids.push_back(7 * k + 2);
+  base.params.temperature = 0;
+  base.params.ignore_eos = true;
+  base.params.max_tokens = 10;
+  const Expected free_run = simulate(base.prompt_ids, base.params, 0, c.max_model_len, 0, true);
+  REQUIRE(free_run.tokens.size() == 10);
+  std::vector<EngineRequest> reqs;
+  for (int min_tokens : {0, 1, 4}) {
+    EngineRequest r = base;
+    r.id = "min" + std::to_string(min_tokens);
+    r.params.min_tokens = min_tokens;
+    r.params.stop = {LetterTokenizer::piece(free_run.tokens[0]).substr(0, 1)};
+    reqs.push_back(r);
+  }
+  FakeRunner runner(64, 16, kVocab, kEos);
+  const RunResult r = run(c, runner, reqs, &tok);
+  check_against_reference(r, reqs, c, 0, true);
+  CHECK(r.done.at("min0").outputs[0].token_ids.size() == 1);  // stops at once without min_tokens
+  CHECK(r.done.at("min1").outputs[0].token_ids.size() == 1);  // and with 1: the first token may stop
+  CHECK(r.done.at("min4").outputs[0].token_ids.size() >= 4);
 }
 
 }  // namespace nvllm

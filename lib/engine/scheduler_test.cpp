@@ -183,4 +183,34 @@ TEST_CASE("scheduler: a preempted sequence recomputes with the prefix cache's he
   CHECK(b->num_cached == 0);  // the first admission's hit is what a request reports
 }
 
+TEST_CASE("scheduler: a prompt exactly the size of the token budget is prefilled whole, chunking on or off") {
+  for (bool chunked : {false, true}) {
+    CAPTURE(chunked);
+    Fixture f(16, 4, {.max_num_seqs = 8, .max_num_batched_tokens = 8, .chunked_prefill = chunked});
+    f.add(8, 10);
+    f.add(1, 50);
+    SchedulerOutput out = f.scheduler.schedule();
+    // The whole budget goes to the first prompt in one piece; the second waits for the next step.
+    CHECK(summary(out) == Plan{{0, 8}});
+    CHECK(out.scheduled[0].sample);
+    CHECK(out.num_tokens == 8);
+    f.run(out);
+    out = f.scheduler.schedule();
+    CHECK(summary(out) == Plan{{0, 1}, {1, 1}});
+  }
+}
+
+TEST_CASE("scheduler: chunking off, a prompt of exactly the budget waits for a step with the whole budget free") {
+  Fixture f(16, 4, {.max_num_seqs = 8, .max_num_batched_tokens = 8, .chunked_prefill = false});
+  f.add(4, 10);
+  SchedulerOutput out = f.scheduler.schedule();
+  CHECK(summary(out) == Plan{{0, 4}});
+  f.run(out);
+  f.add(8, 50);
+  // The decode takes 1 token; 7 are left, and the 8-token prompt is not cut into a piece of 7.
+  out = f.scheduler.schedule();
+  CHECK(summary(out) == Plan{{0, 1}});
+  CHECK(f.scheduler.num_waiting() == 1);
+}
+
 }  // namespace nvllm

@@ -25,7 +25,7 @@ json parse_json_object(const std::string& text, const std::string& source) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     fail(source, ": not valid JSON (", e.what(), "); re-download the file");
   }
   NVLLM_CHECK(j.is_object(), source, ": expected a JSON object at the top level, found ", j.type_name());

@@ -268,6 +268,10 @@ TEST_CASE("config: every bad or missing field names the file and the field") {
 TEST_CASE("config: bad JSON and bad generation_config.json name their file") {
   CHECK_THROWS_WITH_AS(parse_model_config("{\"vocab_size\": ", "x/config.json"),
                        doctest::Contains("x/config.json: not valid JSON"), Error);
+  // Found by config_fuzz: a number past the range of a double threw out_of_range, not
+  // parse_error, which escaped as an uncaught exception (abort).
+  CHECK_THROWS_WITH_AS(parse_model_config("{\"rms_norm_eps\": 1e768}", "x/config.json"),
+                       doctest::Contains("x/config.json: not valid JSON"), Error);
   CHECK_THROWS_WITH_AS(parse_model_config("[1, 2]", "x/config.json"),
                        doctest::Contains("x/config.json: expected a JSON object"), Error);
   const std::string bad_gen = R"({"eos_token_id": "</s>"})";

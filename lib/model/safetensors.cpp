@@ -122,7 +122,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   json header;
   try {
     header = json::parse(reinterpret_cast<const char*>(bytes + 8), reinterpret_cast<const char*>(bytes + 8 + header_len));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     fail(file, ": header is not valid JSON (", e.what(), "); the file is corrupt or not safetensors");
   }
   NVLLM_CHECK(header.is_object(), file, ": header must be a JSON object, found ", header.type_name());
@@ -186,7 +186,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
     json j;
     try {
       j = json::parse(in);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
       fail(index.string(), ": not valid JSON (", e.what(), "); re-download the file");
     }
     NVLLM_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), index.string(),

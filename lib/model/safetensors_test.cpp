@@ -132,16 +132,24 @@ TEST_CASE("safetensors: every corruption gives an error naming the file (and ten
       {"truncated to 5 bytes", std::string(5, '\0'), {"only 5 bytes"}},
       {"empty file", "", {"only 0 bytes"}},
       {"header length past the end", safetensors_bytes("{}", eight, 1000), {"header length 1000", "past the end"}},
+      // One byte more than the file holds after the length (2 + 1 data bytes; found untested by mutation).
+      {"header length one past the end", safetensors_bytes("{}", "x", 4), {"header length 4", "past the end"}},
       {"bad JSON", safetensors_bytes(R"({"a": {"dtype": )", ""), {"not valid JSON"}},
       {"header not an object", safetensors_bytes("[1,2]", ""), {"must be a JSON object"}},
+      // A number past the range of a double: out_of_range from the JSON parser, once uncaught.
+      {"number overflow", safetensors_bytes(R"({"__metadata__": {"x": 1e999}})", ""), {"not valid JSON"}},
       {"unknown dtype", safetensors_bytes("{" + entry("w", "Q4_K", "[2]", 0, 2) + "}", "xx"),
        {"\"w\"", "Q4_K", "not supported"}},
       {"wrong dtype size", safetensors_bytes("{" + entry("w", "F32", "[2]", 0, 6) + "}", "123456"),
        {"\"w\"", "hold 6 bytes", "needs 8"}},
+      {"range larger than the shape", safetensors_bytes("{" + entry("w", "F32", "[1]", 0, 8) + "}", eight),
+       {"\"w\"", "hold 8 bytes", "needs 4"}},
       {"shape mismatch", safetensors_bytes("{" + entry("w", "BF16", "[2,3]", 0, 8) + "}", eight),
        {"\"w\"", "[2, 3]", "needs 12"}},
       {"range outside the file", safetensors_bytes("{" + entry("w", "F32", "[4]", 0, 16) + "}", eight),
        {"\"w\"", "outside the data section", "truncated"}},
+      {"range one byte past the data", safetensors_bytes("{" + entry("w", "F32", "[2]", 0, 8) + "}", "1234567"),
+       {"\"w\"", "outside the data section"}},
       {"overlapping ranges",
        safetensors_bytes("{" + entry("a", "F32", "[2]", 0, 8) + "," + entry("b", "F32", "[2]", 4, 12) + "}",
                          eight + "1234"),
@@ -204,6 +212,12 @@ TEST_CASE("checkpoint: sharded index, single file and loose files") {
     CHECK_THROWS_WITH_AS(ck.get("lm_head.weight"),
                          doctest::Contains((dir.path().string() + ": checkpoint has no tensor \"lm_head.weight\"").c_str()),
                          Error);
+
+    // A number past the range of a double in the index (found by checkpoint_fuzz's sibling,
+    // config_fuzz): a JSON error naming the file, not an uncaught out_of_range.
+    write_bytes(dir / "model.safetensors.index.json", R"({"metadata": {"total_size": 1e999}, "weight_map": {}})");
+    CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path()),
+                         doctest::Contains("model.safetensors.index.json: not valid JSON"), Error);
 
     // The index names a shard that is not there.
     index["weight_map"]["d"] = "model-00003-of-00003.safetensors";

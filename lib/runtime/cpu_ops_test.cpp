@@ -153,7 +153,8 @@ TEST_CASE("cpu_ops: paged attention matches dense attention") {
   const int d = 16;
   const std::vector<SeqSpec> seqs = {{1, 1}, {23, 5}, {40, 40}, {17, 1}, {33, 16}};
   for (int block_size : {1, 4, 16}) {
-    for (auto [heads, kv_heads] : {std::pair{4, 4}, std::pair{4, 2}, std::pair{8, 2}}) {
+    for (const std::pair<int, int>& shape : {std::pair{4, 4}, std::pair{4, 2}, std::pair{8, 2}}) {
+      const int heads = shape.first, kv_heads = shape.second;  // no structured binding: clang 14's CAPTURE
       CAPTURE(block_size);
       CAPTURE(heads);
       CAPTURE(kv_heads);

@@ -5,8 +5,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -270,6 +272,45 @@ TEST_CASE("cpu_sampler: a seeded request draws the same alone and in a batch of 
   CHECK(std::get<0>(alone) == std::get<0>(batched));
   CHECK(std::get<1>(alone) == std::get<1>(batched));
   CHECK(std::get<2>(batched) == 2);
+}
+
+TEST_CASE("cpu_sampler: top-p reached exactly stops the walk at that token") {
+  // top_p equal to the largest probability as the filter computes it (bit for bit): the mass
+  // reaches top_p at the first token, so only it is kept; one ulp more needs the second token.
+  const auto l = log_of({0.1, 0.4, 0.2, 0.3});
+  const KeptDistribution all = filter_distribution(l, 0, 1.0f, 0.0f);
+  const float p1 = all.prob[1];
+  CHECK(kept_ids(filter_distribution(l, 0, p1, 0.0f)) == std::vector<int>{1});
+  CHECK(kept_ids(filter_distribution(l, 0, std::nextafter(p1, 1.0f), 0.0f)) == std::vector<int>{1, 3});
+  // The same at the second token: the sum of the two largest, as float adds them.
+  const float p13 = all.prob[1] + all.prob[3];
+  CHECK(kept_ids(filter_distribution(l, 0, p13, 0.0f)) == std::vector<int>{1, 3});
+  CHECK(kept_ids(filter_distribution(l, 0, std::nextafter(p13, 1.0f), 0.0f)) == std::vector<int>{1, 2, 3});
+}
+
+TEST_CASE("cpu_sampler: top-k over a large vocabulary keeps exactly the k largest") {
+  // Large enough that the selection is not a plain sort of a few values: the k-th largest must
+  // be found exactly, for k at both ends too.
+  std::mt19937 rng(24);
+  std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
+  std::vector<float> logits(4096);
+  for (float& x : logits) x = dist(rng);
+  std::vector<int> by_value(logits.size());
+  std::iota(by_value.begin(), by_value.end(), 0);
+  std::sort(by_value.begin(), by_value.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  for (int k : {1, 2, 7, 50, 1000, 4095}) {
+    CAPTURE(k);
+    std::vector<int> want(by_value.begin(), by_value.begin() + k);
+    std::sort(want.begin(), want.end());
+    CHECK(kept_ids(filter_distribution(logits, k, 1.0f, 0.0f)) == want);
+  }
+}
+
+TEST_CASE("cpu_sampler: min-p keeps a token whose probability equals the floor exactly") {
+  // Two equally likely tokens: with min_p 1 the floor is the top probability itself, which both
+  // reach; the third, less likely, is dropped.
+  const std::vector<float> l = {0.0f, 0.0f, -1.0f};
+  CHECK(kept_ids(filter_distribution(l, 0, 1.0f, 1.0f)) == std::vector<int>{0, 1});
 }
 
 }  // namespace nvllm

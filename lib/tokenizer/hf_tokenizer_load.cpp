@@ -14,31 +14,31 @@ namespace {
 
 using nlohmann::json;
 
-std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : ""; }
+std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j.at("type").get<std::string>() : ""; }
 
-bool flag(const json& j, const char* key) { return j.contains(key) && j[key].is_boolean() && j[key].get<bool>(); }
+bool flag(const json& j, const char* key) { return j.contains(key) && j.at(key).is_boolean() && j.at(key).get<bool>(); }
 
 // {"String": "x"} patterns only: the files we serve use no regex in Replace.
 std::string string_pattern(const json& pattern, const std::string& source, const std::string& where) {
   NVLLM_CHECK(pattern.is_object() && pattern.contains("String"), source, ": ", where,
               ": only {\"String\": ...} patterns are supported here, not ", pattern.dump());
-  return pattern["String"].get<std::string>();
+  return pattern.at("String").get<std::string>();
 }
 
 void parse_normalizer(const json& n, HfTokenizerSpec& spec, const std::string& where) {
   if (n.is_null()) return;
   const std::string type = type_of(n);
   if (type == "Sequence") {
-    for (size_t i = 0; i < n["normalizers"].size(); ++i) {
-      parse_normalizer(n["normalizers"][i], spec, str_cat(where, ".normalizers[", i, "]"));
+    for (size_t i = 0; i < n.at("normalizers").size(); ++i) {
+      parse_normalizer(n.at("normalizers").at(i), spec, str_cat(where, ".normalizers[", i, "]"));
     }
   } else if (type == "NFC") {
     spec.normalizer.push_back({NormalizerStep::Kind::kNfc, "", ""});
   } else if (type == "Prepend") {
-    spec.normalizer.push_back({NormalizerStep::Kind::kPrepend, n["prepend"].get<std::string>(), ""});
+    spec.normalizer.push_back({NormalizerStep::Kind::kPrepend, n.at("prepend").get<std::string>(), ""});
   } else if (type == "Replace") {
-    spec.normalizer.push_back({NormalizerStep::Kind::kReplace, string_pattern(n["pattern"], spec.source, where),
-                               n["content"].get<std::string>()});
+    spec.normalizer.push_back({NormalizerStep::Kind::kReplace, string_pattern(n.at("pattern"), spec.source, where),
+                               n.at("content").get<std::string>()});
   } else {
     fail(spec.source, ": ", where, ": normalizer type \"", type,
          "\" is not supported (supported: NFC, Prepend, Replace with a string pattern, Sequence)");
@@ -53,17 +53,17 @@ void parse_pre_tokenizer(const json& p, HfTokenizerSpec& spec, const std::string
   if (p.is_null()) return;
   const std::string type = type_of(p);
   if (type == "Sequence") {
-    for (size_t i = 0; i < p["pretokenizers"].size(); ++i) {
-      parse_pre_tokenizer(p["pretokenizers"][i], spec, str_cat(where, ".pretokenizers[", i, "]"));
+    for (size_t i = 0; i < p.at("pretokenizers").size(); ++i) {
+      parse_pre_tokenizer(p.at("pretokenizers").at(i), spec, str_cat(where, ".pretokenizers[", i, "]"));
     }
   } else if (type == "Split") {
-    NVLLM_CHECK(p["pattern"].contains("Regex"), spec.source, ": ", where,
+    NVLLM_CHECK(p.at("pattern").contains("Regex"), spec.source, ": ", where,
                 ": only Split with a {\"Regex\": ...} pattern is supported");
     const std::string behavior = p.value("behavior", "");
     NVLLM_CHECK(behavior == "Isolated" && !flag(p, "invert"), spec.source, ": ", where, ": Split with behavior \"",
                 behavior, "\"", flag(p, "invert") ? " and invert" : "",
                 " is not supported (supported: \"Isolated\", invert false)");
-    spec.split_patterns.push_back(p["pattern"]["Regex"].get<std::string>());
+    spec.split_patterns.push_back(p.at("pattern").at("Regex").get<std::string>());
   } else if (type == "ByteLevel") {
     NVLLM_CHECK(!flag(p, "add_prefix_space"), spec.source, ": ", where,
                 ": ByteLevel with add_prefix_space true is not supported");
@@ -77,7 +77,7 @@ void parse_pre_tokenizer(const json& p, HfTokenizerSpec& spec, const std::string
                 spec.source, ": ", where, ": Metaspace replacement must be one character");
     // Files written before prepend_scheme existed say add_prefix_space instead.
     const std::string scheme =
-        p.contains("prepend_scheme") ? p["prepend_scheme"].get<std::string>()
+        p.contains("prepend_scheme") ? p.at("prepend_scheme").get<std::string>()
                                      : (p.value("add_prefix_space", true) ? "always" : "never");
     if (scheme == "always") {
       m.prepend = MetaspaceSpec::Prepend::kAlways;
@@ -100,9 +100,9 @@ void parse_model(const json& m, HfTokenizerSpec& spec) {
   const std::string& src = spec.source;
   const std::string type = type_of(m);
   NVLLM_CHECK(type == "BPE", src, ": model: type \"", type, "\" is not supported (only BPE)");
-  NVLLM_CHECK(!m.contains("dropout") || m["dropout"].is_null(), src, ": model.dropout is not supported");
+  NVLLM_CHECK(!m.contains("dropout") || m.at("dropout").is_null(), src, ": model.dropout is not supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    NVLLM_CHECK(!m.contains(key) || m[key].is_null() || m[key].get<std::string>().empty(), src, ": model.", key,
+    NVLLM_CHECK(!m.contains(key) || m.at(key).is_null() || m.at(key).get<std::string>().empty(), src, ": model.", key,
                 " is not supported");
   }
   const unicode::ByteLevelTable& table = unicode::byte_level_table();
@@ -120,24 +120,24 @@ void parse_model(const json& m, HfTokenizerSpec& spec) {
   options.fuse_unk = flag(m, "fuse_unk");
 
   std::vector<std::pair<std::string, int32_t>> vocab;
-  NVLLM_CHECK(m.contains("vocab") && m["vocab"].is_object(), src, ": model.vocab is missing or not an object");
-  vocab.reserve(m["vocab"].size());
-  for (const auto& [token, id] : m["vocab"].items()) {
+  NVLLM_CHECK(m.contains("vocab") && m.at("vocab").is_object(), src, ": model.vocab is missing or not an object");
+  vocab.reserve(m.at("vocab").size());
+  for (const auto& [token, id] : m.at("vocab").items()) {
     const auto i = id.get<int32_t>();
     NVLLM_CHECK(i >= 0, src, ": model.vocab: token \"", token, "\" has a negative id");
     spec.id_to_token[i] = token;
     vocab.emplace_back(raw(token), i);
   }
-  if (m.contains("unk_token") && m["unk_token"].is_string()) {
-    const auto it = m["vocab"].find(m["unk_token"].get<std::string>());
-    if (it != m["vocab"].end()) options.unk_id = it->get<int32_t>();
+  if (m.contains("unk_token") && m.at("unk_token").is_string()) {
+    const auto it = m.at("vocab").find(m.at("unk_token").get<std::string>());
+    if (it != m.at("vocab").end()) options.unk_id = it->get<int32_t>();
   }
 
   std::vector<std::pair<std::string, std::string>> merges;
-  const json& jm = m.contains("merges") ? m["merges"] : json::array();
+  const json& jm = m.contains("merges") ? m.at("merges") : json::array();
   merges.reserve(jm.size());
   for (size_t i = 0; i < jm.size(); ++i) {
-    const json& e = jm[i];
+    const json& e = jm.at(i);
     if (e.is_string()) {  // "left right"
       const std::string& s = e.get_ref<const std::string&>();
       const size_t space = s.find(' ');
@@ -155,15 +155,15 @@ void parse_model(const json& m, HfTokenizerSpec& spec) {
 void parse_added_tokens(const json& a, HfTokenizerSpec& spec) {
   if (a.is_null()) return;
   for (size_t i = 0; i < a.size(); ++i) {
-    const json& t = a[i];
-    const std::string content = t["content"].get<std::string>();
+    const json& t = a.at(i);
+    const std::string content = t.at("content").get<std::string>();
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
       NVLLM_CHECK(!flag(t, key), spec.source, ": added_tokens[", i, "] (\"", content, "\"): ", key,
                   " true is not supported");
     }
     NVLLM_CHECK(!flag(t, "normalized") || spec.normalizer.empty(), spec.source, ": added_tokens[", i, "] (\"", content,
                 "\"): normalized true together with a normalizer is not supported");
-    const auto id = t["id"].get<int32_t>();
+    const auto id = t.at("id").get<int32_t>();
     NVLLM_CHECK(id >= 0, spec.source, ": added_tokens[", i, "] (\"", content, "\"): negative id ", id);
     spec.added.push_back({content, id, flag(t, "special")});
     spec.id_to_token[id] = content;
@@ -173,16 +173,16 @@ void parse_added_tokens(const json& a, HfTokenizerSpec& spec) {
 // The ids a TemplateProcessing "single" template puts around the sequence.
 void parse_template(const json& p, HfTokenizerSpec& spec, const std::string& where) {
   bool after_sequence = false;
-  for (const json& item : p["single"]) {
+  for (const json& item : p.at("single")) {
     if (item.contains("Sequence")) {
       NVLLM_CHECK(!after_sequence, spec.source, ": ", where, ".single: more than one sequence");
       after_sequence = true;
       continue;
     }
     NVLLM_CHECK(item.contains("SpecialToken"), spec.source, ": ", where, ".single: unknown item ", item.dump());
-    const std::string name = item["SpecialToken"]["id"].get<std::string>();
-    NVLLM_CHECK(p["special_tokens"].contains(name), spec.source, ": ", where, ".special_tokens has no \"", name, "\"");
-    for (const json& id : p["special_tokens"][name]["ids"]) {
+    const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+    NVLLM_CHECK(p.at("special_tokens").contains(name), spec.source, ": ", where, ".special_tokens has no \"", name, "\"");
+    for (const json& id : p.at("special_tokens").at(name).at("ids")) {
       (after_sequence ? spec.suffix_ids : spec.prefix_ids).push_back(id.get<int32_t>());
     }
   }
@@ -192,8 +192,8 @@ void parse_post_processor(const json& p, HfTokenizerSpec& spec, const std::strin
   if (p.is_null()) return;
   const std::string type = type_of(p);
   if (type == "Sequence") {
-    for (size_t i = 0; i < p["processors"].size(); ++i) {
-      parse_post_processor(p["processors"][i], spec, str_cat(where, ".processors[", i, "]"));
+    for (size_t i = 0; i < p.at("processors").size(); ++i) {
+      parse_post_processor(p.at("processors").at(i), spec, str_cat(where, ".processors[", i, "]"));
     }
   } else if (type == "TemplateProcessing") {
     parse_template(p, spec, where);
@@ -207,23 +207,23 @@ void parse_decoder(const json& d, std::vector<DecoderStep>& steps, const std::st
   const std::string type = type_of(d);
   DecoderStep step;
   if (type == "Sequence") {
-    for (size_t i = 0; i < d["decoders"].size(); ++i) {
-      parse_decoder(d["decoders"][i], steps, source, str_cat(where, ".decoders[", i, "]"));
+    for (size_t i = 0; i < d.at("decoders").size(); ++i) {
+      parse_decoder(d.at("decoders").at(i), steps, source, str_cat(where, ".decoders[", i, "]"));
     }
     return;
   } else if (type == "ByteLevel") {
     step.kind = DecoderStep::Kind::kByteLevel;
   } else if (type == "Replace") {
     step.kind = DecoderStep::Kind::kReplace;
-    step.pattern = string_pattern(d["pattern"], source, where);
-    step.content = d["content"].get<std::string>();
+    step.pattern = string_pattern(d.at("pattern"), source, where);
+    step.content = d.at("content").get<std::string>();
   } else if (type == "ByteFallback") {
     step.kind = DecoderStep::Kind::kByteFallback;
   } else if (type == "Fuse") {
     step.kind = DecoderStep::Kind::kFuse;
   } else if (type == "Strip") {
     step.kind = DecoderStep::Kind::kStrip;
-    step.content = d["content"].get<std::string>();
+    step.content = d.at("content").get<std::string>();
     NVLLM_CHECK(unicode::utf8_char_len(static_cast<unsigned char>(step.content[0])) == step.content.size(), source,
                 ": ", where, ": Strip content must be one character");
     step.start = d.value("start", 0u);
@@ -231,7 +231,7 @@ void parse_decoder(const json& d, std::vector<DecoderStep>& steps, const std::st
   } else if (type == "Metaspace") {
     step.kind = DecoderStep::Kind::kMetaspace;
     step.content = d.value("replacement", "\xE2\x96\x81");
-    const std::string scheme = d.contains("prepend_scheme") ? d["prepend_scheme"].get<std::string>()
+    const std::string scheme = d.contains("prepend_scheme") ? d.at("prepend_scheme").get<std::string>()
                                                             : (d.value("add_prefix_space", true) ? "always" : "never");
     step.prepend = scheme != "never";
   } else {
@@ -262,19 +262,19 @@ HfTokenizerSpec parse_tokenizer_json(const std::filesystem::path& file) {
   try {
     NVLLM_CHECK(j.is_object() && j.contains("model"), spec.source, ": no \"model\" object; is this a tokenizer.json?");
     for (const char* key : {"truncation", "padding"}) {
-      NVLLM_CHECK(!j.contains(key) || j[key].is_null(), spec.source, ": ", key,
+      NVLLM_CHECK(!j.contains(key) || j.at(key).is_null(), spec.source, ": ", key,
                   " is set; nvllm does not truncate or pad, remove it from the file");
     }
     parse_normalizer(j.value("normalizer", json()), spec, "normalizer");
     parse_pre_tokenizer(j.value("pre_tokenizer", json()), spec, "pre_tokenizer");
     NVLLM_CHECK(!spec.metaspace || (spec.split_patterns.empty() && !spec.byte_level), spec.source,
                 ": pre_tokenizer: Metaspace combined with other pre-tokenizers is not supported");
-    parse_model(j["model"], spec);
+    parse_model(j.at("model"), spec);
     parse_added_tokens(j.value("added_tokens", json()), spec);
     parse_post_processor(j.value("post_processor", json()), spec, "post_processor");
-    if (j.contains("decoder") && !j["decoder"].is_null()) {
+    if (j.contains("decoder") && !j.at("decoder").is_null()) {
       spec.decoder.emplace();
-      parse_decoder(j["decoder"], *spec.decoder, spec.source, "decoder");
+      parse_decoder(j.at("decoder"), *spec.decoder, spec.source, "decoder");
     }
   } catch (const json::exception& e) {
     fail(spec.source, ": unexpected structure (", e.what(), "); is this a Hugging Face tokenizer.json?");

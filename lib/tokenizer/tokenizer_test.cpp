@@ -216,11 +216,54 @@ TEST_CASE("tokenizer: a bad or unsupported tokenizer.json is an error naming the
                                              "behavior": "Isolated", "invert": false})"))
             .find("regex") != std::string::npos);
   CHECK(load_error(R"({"model": {"type": "BPE", "vocab": [1, 2]}})").find("model.vocab") != std::string::npos);
+  // Found by tokenizer_json_fuzz: a key the loader reads without checking it first (here the
+  // post-processor's "ids", "single", a SpecialToken's "id", a Sequence's "processors") was
+  // read past the end of the JSON object (undefined behaviour); now it is an error.
+  for (const char* post : {
+           R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>"}}], "special_tokens": {"<x>": {"id": "<x>"}}})",
+           R"({"type": "TemplateProcessing", "special_tokens": {}})",
+           R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {}}], "special_tokens": {}})",
+           R"({"type": "Sequence"})"}) {
+    CAPTURE(post);
+    CHECK(load_error(tiny_json(kTinyModel, std::string(", \"post_processor\": ") + post)).find("unexpected structure") !=
+          std::string::npos);
+  }
+  CHECK(load_error(tiny_json(kTinyModel, R"(, "normalizer": {"type": "Sequence"})")).find("unexpected structure") !=
+        std::string::npos);
+  CHECK(load_error(tiny_json(kTinyModel, R"(, "pre_tokenizer": {"type": "Sequence"})")).find("unexpected structure") !=
+        std::string::npos);
+  CHECK(load_error(tiny_json(kTinyModel, R"(, "decoder": {"type": "Replace", "pattern": {"String": "a"}})"))
+            .find("unexpected structure") != std::string::npos);
 
   const auto empty = std::filesystem::temp_directory_path() / "nvllm_tokenizer_empty";
   std::filesystem::create_directories(empty);
   std::filesystem::remove(empty / "tokenizer.json");
   CHECK_THROWS_WITH_AS(load_tokenizer(empty), doctest::Contains("tokenizer.json"), Error);
+}
+
+TEST_CASE("tokenizer: an added token that begins another is matched only where the longer one is not") {
+  const auto dir = std::filesystem::temp_directory_path() / "nvllm_tokenizer_prefix";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << R"({"added_tokens": [{"id": 1, "content": "<x>", "special": true},
+                                                                {"id": 2, "content": "<x><x>", "special": true}],
+      "model": {"type": "BPE", "vocab": {"a": 0, "<x>": 1, "<x><x>": 2}, "merges": []}})";
+  const auto tok = load_tokenizer(dir);
+  // Leftmost-longest, as the reference: "<x><x>" first, then the "<x>" left over.
+  CHECK(tok->encode("a<x><x><x>") == std::vector<int32_t>{0, 2, 1});
+}
+
+TEST_CASE("tokenizer: a Strip decoder removes start leading and stop trailing characters of each token") {
+  const auto dir = std::filesystem::temp_directory_path() / "nvllm_tokenizer_strip";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << tiny_json(kTinyModel, R"(, "decoder": {"type": "Sequence", "decoders": [
+      {"type": "Strip", "content": "b", "start": 0, "stop": 1}, {"type": "Strip", "content": "a", "start": 1, "stop": 0}]})");
+  const auto tok = load_tokenizer(dir);
+  // "ab" -> "a" (one trailing b) -> "" (one leading a); "a" -> "" ; "b" -> "".
+  CHECK(tok->decode(std::vector<int32_t>{2, 0, 1}) == "");
+  CHECK(tok->decode(std::vector<int32_t>{2}) == "");
+  std::ofstream(dir / "tokenizer.json") << tiny_json(kTinyModel, R"(, "decoder": {"type": "Strip", "content": "b", "start": 0, "stop": 1})");
+  // Every token keeps all but one trailing "b": "ab" -> "a", "a" -> "a", "b" -> "".
+  CHECK(load_tokenizer(dir)->decode(std::vector<int32_t>{2, 0, 1}) == "aa");
 }
 
 }  // namespace nvllm

@@ -16,8 +16,22 @@ namespace nvllm {
 struct DeviceMemory {
   static void* allocate(size_t bytes) {
     void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, bytes));
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaErrorMemoryAllocation) out_of_memory(bytes);
+    CUDA_CHECK(err);
     return p;
+  }
+  // One message a person can act on, at start-up (weights, KV cache, activations) or mid-run
+  // (a buffer that grows): what was asked for, what is free, and which flags shrink it.
+  [[noreturn]] static void out_of_memory(size_t bytes) {
+    (void)cudaGetLastError();  // clear the error so that the query below works
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    ::nvllm::fail("GPU out of memory: ", bytes >> 20, " MiB needed, ", free_bytes >> 20, " MiB free of ",
+                  total_bytes >> 20, " MiB. The KV cache takes --gpu-memory-utilization of the GPU after the "
+                  "weights: lower it if other processes share the GPU; activations grow with --max-num-seqs and "
+                  "--max-num-batched-tokens, the smallest cache with --max-model-len: lower those; or the weights "
+                  "alone do not fit this GPU");
   }
   static void release(void* p) { cudaFree(p); }
 };

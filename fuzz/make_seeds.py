@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Writes the small seed corpora of the fuzz targets into testdata/fuzz/<target>/.
+
+Run from the repository root: python3 fuzz/make_seeds.py. The seeds are derived from testdata
+(shrunk tokenizer.json files keep every section of the real ones with a few hundred tokens).
+"""
+import json
+import os
+import struct
+
+ROOT = os.path.join("testdata", "fuzz")
+
+
+def put(target, name, data):
+    os.makedirs(os.path.join(ROOT, target), exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(ROOT, target, name), "wb") as f:
+        f.write(data)
+
+
+def requests():
+    put("request_fuzz", "demo", open("testdata/demo_prompts.jsonl", "rb").read())
+    lines = [
+        {"id": 7, "prompt_token_ids": [1, 2, 3], "max_tokens": 4, "temperature": 0, "stop_token_ids": [2]},
+        {"prompt": "x", "n": 2, "logprobs": 3, "min_tokens": 1, "stop": ["a", "bb"], "ignore_eos": True},
+        {"id": "p", "prompt": "y", "top_p": 0.5, "top_k": 3, "min_p": 0.1, "seed": 9,
+         "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1},
+        {"custom_id": "c1", "method": "POST", "url": "/v1/completions",
+         "body": {"model": "m", "prompt": "z", "max_tokens": 3}},
+    ]
+    put("request_fuzz", "forms", "\xef\xbb\xbf" + "\r\n".join(json.dumps(l) for l in lines) + "\n\n{\"id\":7}\n")
+
+
+def configs():
+    for name in sorted(os.listdir("testdata/configs")):
+        put("config_fuzz", name, open(os.path.join("testdata/configs", name), "rb").read())
+    put("config_fuzz", "tiny-qwen3", open("testdata/tiny-qwen3/config.json").read() + "\n---\n" +
+        open("testdata/tiny-qwen3/generation_config.json").read())
+
+
+def safetensors(header, data):
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def checkpoints():
+    one = safetensors({"__metadata__": {"format": "pt"},
+                       "w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]},
+                       "e": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]},
+                       "i": {"dtype": "I64", "shape": [1], "data_offsets": [8, 16]}}, bytes(range(16)))
+    put("checkpoint_fuzz", "file", b"\x00" + one)
+    index = {"metadata": {"total_size": 16},
+             "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    put("checkpoint_fuzz", "index", b"\x01" + json.dumps(index).encode())
+
+
+def shrink_tokenizer(name, keep=300):
+    j = json.load(open(f"testdata/tokenizers/{name}/tokenizer.json"))
+    vocab = {t: i for t, i in j["model"]["vocab"].items() if i < keep}
+    merges = []
+    for m in j["model"]["merges"]:
+        a, b = m.split(" ", 1) if isinstance(m, str) else m
+        if a in vocab and b in vocab and a + b in vocab:
+            merges.append(m)
+    j["model"]["vocab"] = vocab
+    j["model"]["merges"] = merges
+    j["added_tokens"] = [t for t in j["added_tokens"]][:4]
+    return json.dumps(j, ensure_ascii=False)
+
+
+def tokenizer_jsons():
+    for name in ("qwen3", "llama2", "llama3"):
+        put("tokenizer_json_fuzz", name, shrink_tokenizer(name))
+
+
+def tokenizer_inputs():
+    texts = ["Hello, world! 12345", "  leading spaces\n\ttabs", "héllo wörld ▁ 日本語 🙂",
+             "<|im_start|>user\nhi<|im_end|>", "<s>[INST] x [/INST]", "\xff\xfe bad utf8 \xc3"]
+    for t, kind in enumerate(range(4)):
+        for k, text in enumerate(texts):
+            raw = text.encode("latin-1", "ignore") if "\xff" in text else text.encode()
+            put("tokenizer_fuzz", f"enc{kind}_{k}", bytes([4 | kind | (8 if k % 2 else 0)]) + raw)
+        ids = [1, 2, 3, 100, 200, 13, 29871, 151643, -1, 10**6]
+        put("tokenizer_fuzz", f"dec{kind}", bytes([kind]) + struct.pack(f"<{len(ids)}i", *ids))
+
+
+# testdata/fuzz/chat_template_fuzz/ holds hand-written templates (template, "\n---\n", messages);
+# they are not generated here.
+
+
+if __name__ == "__main__":
+    requests()
+    configs()
+    checkpoints()
+    tokenizer_jsons()
+    tokenizer_inputs()

@@ -1,0 +1,82 @@
+// RequestFeeder: streams a JSONL request file into the engine. Requests are read, tokenized and
+// queued only as the scheduler needs them (a bounded window of waiting requests), so a file of
+// a million lines costs the memory of the window, not of the file. Lines that cannot run become
+// error records right away; the Request behind each queued engine id is kept until it finishes.
+//
+//   RequestFeeder feeder(reader, tokenizer, engine, writer, options);
+//   feeder.top_up();
+//   while (engine.has_unfinished()) {
+//     for (FinishedRequest& done : engine.step()) write(feeder.take(done.id), done);
+//     feeder.top_up();
+//   }
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "engine/engine.h"
+#include "io/jsonl_writer.h"
+#include "io/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nvllm {
+
+struct RequestFeederOptions {
+  // Requests kept waiting in the engine ahead of what it runs. When fewer than half are left,
+  // the queue is refilled to `window`, so each refill is a batch of at least window / 2.
+  int window = 1024;
+  // --schedule prefix-aware: each refill is ordered by shared prompt prefix. The grouping sees
+  // one refill at a time, so requests further apart in the file than the window are not grouped.
+  bool prefix_aware = false;
+  int32_t vocab_size = 0;                           // prompt_token_ids must be below it
+  const std::set<std::string>* skip_ids = nullptr;  // --resume: ids already in the output
+};
+
+class RequestFeeder {
+ public:
+  struct InFlight {
+    int64_t index = 0;  // output position (JsonlWriter's index) of the request's record
+    Request request;
+  };
+
+  // All references must outlive the feeder. Error records go to `writer` at their index.
+  RequestFeeder(RequestReader& reader, const Tokenizer& tokenizer, Engine& engine, JsonlWriter& writer,
+                RequestFeederOptions options);
+
+  // Refills the engine's waiting queue (see RequestFeederOptions::window); returns at once while
+  // more than half the window is still waiting, or when the input is exhausted.
+  void top_up();
+  // The request queued under engine id `engine_id` (from FinishedRequest::id); forgotten after.
+  InFlight take(const std::string& engine_id);
+
+  bool exhausted() const { return exhausted_; }
+  int64_t queued() const { return queued_; }    // requests handed to the engine
+  int64_t errors() const { return errors_; }    // error records written
+  int64_t skipped() const { return skipped_; }  // --resume: lines whose id was already done
+  int64_t records() const { return next_index_; }  // records that will be written (queued + errors)
+
+ private:
+  struct Tokenized {
+    EngineRequest engine_request;
+    InFlight in_flight;
+  };
+  void refill(size_t count);
+  // Reads lines until `count` runnable requests are collected or the input ends.
+  std::vector<Tokenized> read_batch(size_t count);
+  bool tokenize(ParsedLine& line, int64_t index, std::vector<Tokenized>& out);
+  void write_error(int64_t index, const ParsedLine& line, const std::string& message);
+
+  RequestReader& reader_;
+  const Tokenizer& tokenizer_;
+  Engine& engine_;
+  JsonlWriter& writer_;
+  RequestFeederOptions options_;
+  std::unordered_map<std::string, InFlight> in_flight_;
+  bool exhausted_ = false;
+  int64_t next_index_ = 0;
+  int64_t queued_ = 0, errors_ = 0, skipped_ = 0;
+};
+
+}  // namespace nvllm

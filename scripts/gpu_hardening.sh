@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU half of issue 24, for the GPU machine (the integrator runs it; binaries from the full
+# CUDA build carried in .device/bin, as for scripts/gpu_session.sh). Logs go under $OUT.
+#   scripts/gpu_hardening.sh sanitize   compute-sanitizer memcheck (with leak check), racecheck and
+#                                       synccheck over nvllm_gpu_tests; each must end "0 errors"
+#   scripts/gpu_hardening.sh oom        start-up out of memory, twice, with an 8B-shape dummy model:
+#                                       --gpu-memory-utilization 0.1 (the KV cache does not fit), and
+#                                       --max-num-batched-tokens 1000000 (activation buffers do not fit);
+#                                       each must exit 1 with one message naming the MiB and the flags
+set -uo pipefail
+out=${OUT:-/tmp/nvllm_out}
+bin=${BIN:-.device/bin}
+mkdir -p "$out"
+cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+
+sanitize() {
+  local status=0
+  for tool in memcheck racecheck synccheck; do
+    local extra=()
+    [[ $tool == memcheck ]] && extra=(--leak-check full)
+    "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 "$bin/nvllm_gpu_tests" >"$out/cs_$tool.log" 2>&1
+    local rc=$?
+    echo "compute-sanitizer $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/cs_$tool.log" | tail -1)"
+    ((rc == 0)) || status=1
+  done
+  return $status
+}
+
+# A model folder: testdata's Llama 3.1 8B config (with `layers` layers) and the Llama 3 tokenizer.
+make_model() {
+  local dir=$1 layers=$2
+  mkdir -p "$dir"
+  python3 - "$dir/config.json" "$layers" <<'PY'
+import json, sys
+c = json.load(open("testdata/configs/llama-3.1-8b-instruct.json"))
+c["num_hidden_layers"] = int(sys.argv[2])
+json.dump(c, open(sys.argv[1], "w"))
+PY
+  cp testdata/tokenizers/llama3/tokenizer.json testdata/tokenizers/llama3/tokenizer_config.json "$dir/"
+}
+
+oom_case() {
+  local name=$1 model=$2; shift 2
+  echo '{"id": "a", "prompt": "hello", "max_tokens": 4}' >/tmp/oom_in.jsonl
+  rm -f /tmp/oom_out.jsonl
+  "$bin/nvllm" generate --model "$model" --load-format dummy --input /tmp/oom_in.jsonl \
+    --output /tmp/oom_out.jsonl "$@" >"$out/oom_$name.log" 2>&1
+  local rc=$?
+  echo "oom $name: exit $rc (want 1); output lines: $(cat /tmp/oom_out.jsonl 2>/dev/null | wc -l); message:"
+  grep -E "error|MiB" "$out/oom_$name.log" | head -3
+  ((rc == 1))
+}
+
+oom() {
+  make_model /tmp/oom-8b 32  # 16 GB of dummy weights, drawn in host memory first
+  local status=0
+  oom_case kv_cache /tmp/oom-8b --gpu-memory-utilization 0.1 || status=1
+  oom_case activations /tmp/oom-8b --max-num-batched-tokens 1000000 || status=1
+  return $status
+}
+
+case ${1:-} in
+  sanitize) sanitize ;;
+  oom) oom ;;
+  *) echo "usage: scripts/gpu_hardening.sh sanitize|oom" >&2; exit 2 ;;
+esac
