@@ -4,7 +4,7 @@
 #include <span>
 
 #include "core/error.h"
-#include "engine/prefix_tree.h"
+#include "analysis/prefix_tree.h"
 
 namespace nvllm {
 
