@@ -196,7 +196,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
           if (obj.kind() != Kind::kString) return obj.at(static_cast<size_t>(i));
           auto cps = text::to_cps(obj.str());
           std::string ch;
-          text::append_cp(ch, cps[static_cast<size_t>(i)]);
+          append_utf8(ch, cps[static_cast<size_t>(i)]);
           return Value(std::move(ch));
         }
         return Value::undefined(str_cat("'", object_repr(obj), "' has no element ", key.as_int()));
@@ -251,7 +251,7 @@ Value Interpreter::eval_slice(const Value& obj, const Node& s) {
   std::string out;
   List items;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (is_str) text::append_cp(out, cps[static_cast<size_t>(i)]);
+    if (is_str) append_utf8(out, cps[static_cast<size_t>(i)]);
     else items.push_back(obj.at(static_cast<size_t>(i)));
   }
   if (is_str) return Value(std::move(out));

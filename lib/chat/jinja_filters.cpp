@@ -301,7 +301,7 @@ Value f_reverse(Interpreter&, const Value& v, Args&) {
   if (v.is_string()) {
     auto cps = text::to_cps(v.str());
     std::string out;
-    for (auto it = cps.rbegin(); it != cps.rend(); ++it) text::append_cp(out, *it);
+    for (auto it = cps.rbegin(); it != cps.rend(); ++it) append_utf8(out, *it);
     return Value(std::move(out));
   }
   List items = iterate(v);

@@ -68,7 +68,7 @@ void append_repr_string(std::string& out, std::string_view s) {
       else std::snprintf(buf, sizeof buf, "\\U%08x", cp);
       out += buf;
     } else {
-      text::append_cp(out, cp);
+      append_utf8(out, cp);
     }
   }
   out += q;

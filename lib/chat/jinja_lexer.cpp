@@ -257,15 +257,15 @@ size_t Lexer::lex_string(size_t i) {
       case 'f': out += '\f'; break;
       case 'v': out += '\v'; break;
       case '\n': break;  // line continuation
-      case 'x': text::append_cp(out, hex_escape(k, 2, i)); break;
-      case 'u': text::append_cp(out, hex_escape(k, 4, i)); break;
-      case 'U': text::append_cp(out, hex_escape(k, 8, i)); break;
+      case 'x': append_utf8(out, hex_escape(k, 2, i)); break;
+      case 'u': append_utf8(out, hex_escape(k, 4, i)); break;
+      case 'U': append_utf8(out, hex_escape(k, 8, i)); break;
       default:
         if (e >= '0' && e <= '7') {
           uint32_t v = static_cast<uint32_t>(e - '0');
           for (int d = 0; d < 2 && k < src_.size() && src_[k] >= '0' && src_[k] <= '7'; ++d, ++k)
             v = v * 8 + static_cast<uint32_t>(src_[k] - '0');
-          text::append_cp(out, v);
+          append_utf8(out, v);
         } else {
           out += '\\';
           out += e;

@@ -52,7 +52,7 @@ std::string convert(const Spec& sp, const Value& v) {
         auto cps = text::to_cps(s);
         if (cps.size() > static_cast<size_t>(sp.precision)) {
           s.clear();
-          for (int i = 0; i < sp.precision; ++i) text::append_cp(s, cps[static_cast<size_t>(i)]);
+          for (int i = 0; i < sp.precision; ++i) append_utf8(s, cps[static_cast<size_t>(i)]);
         }
       }
       return pad(s, sp);
@@ -72,7 +72,7 @@ std::string convert(const Spec& sp, const Value& v) {
     case 'c': {
       std::string s;
       if (v.is_string() && text::cp_count(v.str()) == 1) s = std::string(v.str());
-      else if (v.kind() == Kind::kInt) text::append_cp(s, static_cast<uint32_t>(v.as_int()));
+      else if (v.kind() == Kind::kInt) append_utf8(s, static_cast<uint32_t>(v.as_int()));
       else throw std::runtime_error("%c requires an int or a unicode character");
       return pad(s, sp);
     }

@@ -8,7 +8,7 @@ namespace nvllm::jinja::text {
 
 uint32_t next_cp(std::string_view s, size_t& i) {
   auto b = static_cast<unsigned char>(s[i]);
-  size_t len = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 1;
+  const size_t len = utf8_char_len(b);
   if (len == 1 || i + len > s.size()) {
     ++i;
     return b;
@@ -17,24 +17,6 @@ uint32_t next_cp(std::string_view s, size_t& i) {
   for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   i += len;
   return cp;
-}
-
-void append_cp(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 size_t cp_count(std::string_view s) {
@@ -178,11 +160,11 @@ void append_upper(std::string& out, uint32_t cp) {
     out += "SS";
     return;
   }
-  append_cp(out, static_cast<uint32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp))));
+  append_utf8(out, static_cast<uint32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp))));
 }
 
 void append_lower(std::string& out, uint32_t cp) {
-  append_cp(out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
+  append_utf8(out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
 }
 
 bool is_cased(uint32_t cp) {
@@ -226,7 +208,7 @@ std::string jinja_title(std::string_view s) {
     uint32_t cp = next_cp(s, i);
     bool sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || is_space(cp);
     if (sep) {
-      append_cp(out, cp);
+      append_utf8(out, cp);
       word_start = true;
     } else if (word_start) {
       append_upper(out, cp);

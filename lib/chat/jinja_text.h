@@ -8,11 +8,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"  // append_utf8, utf8_char_len
+
 namespace nvllm::jinja::text {
 
 // Decodes the code point at `s[i]` and advances `i` (invalid bytes decode as themselves).
 uint32_t next_cp(std::string_view s, size_t& i);
-void append_cp(std::string& out, uint32_t cp);
 size_t cp_count(std::string_view s);
 std::vector<uint32_t> to_cps(std::string_view s);
 

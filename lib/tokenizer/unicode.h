@@ -2,6 +2,8 @@
 // reference library applies when decoding, NFC, and GPT-2's byte <-> unicode table.
 #pragma once
 
+#include "core/utf8.h"  // utf8_char_len, append_utf8
+
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -10,6 +12,9 @@
 
 namespace nvllm::unicode {
 
+using nvllm::append_utf8;
+using nvllm::utf8_char_len;
+
 // Offset of the first byte that does not start a valid UTF-8 sequence, or nullopt if `s` is
 // valid UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
 std::optional<size_t> first_invalid_utf8(std::string_view s);
@@ -17,17 +22,6 @@ std::optional<size_t> first_invalid_utf8(std::string_view s);
 // `bytes` as valid UTF-8: each maximal invalid subpart becomes one U+FFFD, which is what
 // Rust's String::from_utf8_lossy (and Python's errors="replace") do.
 std::string utf8_lossy(std::string_view bytes);
-
-// Byte length of the UTF-8 character that starts with `lead` (1 for invalid leads).
-inline size_t utf8_char_len(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if ((lead >> 5) == 0x6) return 2;
-  if ((lead >> 4) == 0xE) return 3;
-  if ((lead >> 3) == 0x1E) return 4;
-  return 1;
-}
-
-void append_utf8(std::string& out, uint32_t codepoint);
 
 // Unicode NFC of valid UTF-8 `s` (utf8proc); text without combining-range characters skips
 // utf8proc.
