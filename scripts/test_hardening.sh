@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 build_dir=${ASAN_BUILD_DIR:-build-asan}
 jobs=${JOBS:-$(nproc)}
 
+# -g makes ccache hash the build folder unless told not to: a clean clone (CI) then reuses what
+# an earlier build of the same sources compiled.
+export CCACHE_NOHASHDIR=true
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DNVLLM_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DNVLLM_SANITIZE=ON -DNVLLM_FUZZ=ON >/dev/null
 cmake --build "$build_dir" -j "$jobs" --target nvllm nvllm_tests nvllm_fuzz
