@@ -52,7 +52,7 @@ TEST_CASE("chat request: messages and the defaults of the chat fields") {
   CHECK(r.chat->documents.is_null());
   CHECK(r.chat->add_generation_prompt);
   CHECK_FALSE(r.chat->continue_final_message);
-  CHECK(r.chat->kwargs == nlohmann::json::object());
+  CHECK(r.chat->kwargs == ChatJson::object());
   CHECK_FALSE(r.params.logprobs);
   CHECK(r.id == "c1");
 }
@@ -67,7 +67,7 @@ TEST_CASE("chat request: every chat field is read") {
   REQUIRE(r.chat);
   CHECK(r.chat->tools[0]["function"]["name"] == "f");
   CHECK(r.chat->documents[0]["title"] == "t");
-  CHECK(r.chat->kwargs == nlohmann::json{{"enable_thinking", false}});
+  CHECK(r.chat->kwargs == ChatJson{{"enable_thinking", false}});
   CHECK_FALSE(r.chat->add_generation_prompt);
   CHECK(r.chat->continue_final_message);
   CHECK(r.params.max_tokens == 9);

@@ -272,7 +272,8 @@ void read_fields(const Ctx& c, const json& object, std::initializer_list<std::st
                           "messages\")"));
     }
     if (key == "logit_bias") {
-      read_chat_error_at(c, [&] { read_logit_bias(value, r.params); });
+      const json& bias = value;  // clang 14 cannot capture a structured binding
+      read_chat_error_at(c, [&] { read_logit_bias(bias, r.params); });
     } else if (read_fixed_field_at(c, key, value)) {
       // accepted: its one value changes nothing
     } else if (key == "prompt") {
