@@ -116,7 +116,7 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   cmd->add_option("--schedule", f.schedule,
                   "Admission order: fcfs (input order) or prefix-aware (requests sharing the longest prompt prefix "
                   "together, for more prefix-cache hits; output still keyed by id). The input is read a window of "
-                  "requests at a time (1024, or 4 x --max-num-seqs if more), so prefix-aware groups requests within "
+                  "requests at a time (1024, or 2 x --max-num-seqs if more), so prefix-aware groups requests within "
                   "a window, not across the whole file")
       ->check(CLI::IsMember({"fcfs", "prefix-aware"}))
       ->capture_default_str();
@@ -364,7 +364,7 @@ int run_generate(const GenerateFlags& flags) {
     JsonlWriter writer(f.output, {.append = f.resume, .ordered = f.ordered});
     RequestReader reader(*job.input.stream, options);
     RequestFeeder feeder(reader, engine, writer,
-                         {.window = std::max(1024, 4 * model.engine.max_num_seqs),
+                         {.window = std::max(1024, 2 * model.engine.max_num_seqs),
                           .prefix_aware = f.schedule == "prefix-aware",
                           .keep = [&](const ParsedLine& l) {
                             return runs(shard, job.done, id_to_string(l.id), l.line, l.duplicate_of);
