@@ -1,4 +1,5 @@
 // nvllm generate: JSONL prompts in, JSONL completions out, one line per request as it finishes.
+#include <algorithm>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
@@ -6,13 +7,11 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <numeric>
 #include <set>
 
 #include <unistd.h>
 
 #include "analysis/cache_trace.h"
-#include "analysis/prefix_tree.h"
 #include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/commands.h"
 #include "cmd/nvllm/cli_checks.h"
@@ -26,6 +25,7 @@
 #include "io/jsonl_writer.h"
 #include "io/progress.h"
 #include "io/request.h"
+#include "io/request_feeder.h"
 #include "io/response.h"
 #include "io/resume.h"
 #include "io/shard.h"
@@ -115,7 +115,9 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   cmd->add_flag("-q,--quiet", f.quiet, "Print only errors on stderr");
   cmd->add_option("--schedule", f.schedule,
                   "Admission order: fcfs (input order) or prefix-aware (requests sharing the longest prompt prefix "
-                  "together, for more prefix-cache hits; output still keyed by id)")
+                  "together, for more prefix-cache hits; output still keyed by id). The input is read a window of "
+                  "requests at a time (1024, or 2 x --max-num-seqs if more), so prefix-aware groups requests within "
+                  "a window, not across the whole file")
       ->check(CLI::IsMember({"fcfs", "prefix-aware"}))
       ->capture_default_str();
   cmd->add_option("--cache-trace", f.cache_trace,
@@ -162,24 +164,41 @@ RequestResult to_result(const Request& request, const FinishedRequest& done, con
   return r;
 }
 
-// Step 1, read: every path this run writes is checked and the input read before the model
-// loads; --resume drops what an earlier run finished.
+// Step 1, read: every path this run writes is checked and the input read once for its checks
+// and ids (not its requests, which step 2 reads again as the engine needs them); --resume
+// reads what an earlier run finished.
 struct Job {
-  std::vector<ParsedLine> lines;  // to run
-  std::vector<std::string> ids;   // every input line's id, in input order (--resume --ordered)
+  InputSource input;
+  std::vector<InputLine> lines;  // every input line, in input order
+  std::set<std::string> done;    // --resume: ids with a result in --output, not run again
+  size_t failed = 0;             // --resume: ids whose record in --output is an error (run again)
+  int64_t to_run = 0;            // lines this run writes a record for
+  int64_t token_total = 0;       // output tokens their requests may produce (max_tokens * n)
+
+  std::vector<std::string> ids() const {  // every input id, in input order (--resume --ordered)
+    std::vector<std::string> ids;
+    ids.reserve(lines.size());
+    for (const InputLine& l : lines) ids.push_back(l.id);
+    return ids;
+  }
 };
 
+// Whether this run writes the line's record: its shard's, not done by an earlier run. A repeated
+// id's line is never "done": its error record is dropped by --resume and written again.
+bool runs(const ShardSpec& shard, const std::set<std::string>& done, const std::string& id, int64_t line,
+          int64_t duplicate_of) {
+  if (shard.sharded() && shard_of(shard, id, line) != shard.index) return false;
+  return duplicate_of > 0 || !done.contains(id);
+}
+
 void apply_resume(const GenerateFlags& f, const ShardSpec& shard, Job& job) {
-  const ExistingOutput existing =
-      read_existing_output(f.output, std::set<std::string>(job.ids.begin(), job.ids.end()), f.input);
+  std::set<std::string> ids;  // every input id: another shard's ids in --output are named as such
+  for (const InputLine& l : job.lines) ids.insert(l.id);
+  ExistingOutput existing = read_existing_output(f.output, ids, f.input);
   check_resumed_ids(shard, existing.done, f.output);
   if (!existing.failed.empty()) drop_error_records(f.output);
-  const size_t before = job.lines.size();
-  // A repeated id's line is never "done": its error record is dropped above and written again.
-  std::erase_if(job.lines,
-                [&](const ParsedLine& l) { return l.duplicate_of == 0 && existing.done.count(id_to_string(l.id)); });
-  log_info("--resume: ", before - job.lines.size(), " requests already done in ", f.output, "; ",
-           existing.failed.size(), " that ended in an error run again; ", job.lines.size(), " to go");
+  job.done = std::move(existing.done);
+  job.failed = existing.failed.size();
 }
 
 Job read_job(const GenerateFlags& f, const ShardSpec& shard, const ParseOptions& options) {
@@ -190,35 +209,30 @@ Job read_job(const GenerateFlags& f, const ShardSpec& shard, const ParseOptions&
     check_not_input(path, flag, f.input);
     check_output_path(path, flag);
   }
+  const InputOptions input{.path = f.input, .parse = options, .allow_empty = f.allow_empty,
+                           .allow_duplicate_ids = f.allow_duplicate_ids};
   Job job;
-  job.lines = read_input({.path = f.input, .parse = options, .allow_empty = f.allow_empty,
-                          .allow_duplicate_ids = f.allow_duplicate_ids});
-  job.ids = input_ids(job.lines);  // every input id: another shard's ids in --output are named as such
-  keep_shard(shard, job.lines);
+  job.input = open_input(input);
+  job.lines = scan_input(job.input, input);
   if (f.resume) apply_resume(f, shard, job);
+  int64_t in_shard = 0;
+  for (const InputLine& l : job.lines) {
+    in_shard += !shard.sharded() || shard_of(shard, l.id, l.line) == shard.index;
+    if (!runs(shard, job.done, l.id, l.line, l.duplicate_of)) continue;
+    ++job.to_run;
+    job.token_total += l.output_tokens;
+  }
+  if (f.resume) {
+    log_info("--resume: ", in_shard - job.to_run, " requests already done in ", f.output, "; ",
+             job.failed, " that ended in an error run again; ",
+             job.to_run, " to go");
+  }
   return job;
 }
 
-// Step 2, queue: each good line is tokenized and queued; a line that cannot run becomes its
-// error record right away.
-struct Queue {
-  std::vector<const Request*> by_index;  // per line; null once the line's record is written
-  int64_t queued = 0;
-  int64_t errors = 0;
-  int64_t token_total = 0;  // output tokens the queued requests may produce (max_tokens * n)
-};
-
-void write_error(JsonlWriter& writer, size_t i, const ParsedLine& line, const std::string& message, Queue& q) {
-  OrderedJson record = error_record(line.id, line.line, line.openai_batch, message);
-  if (line.duplicate_of > 0) record["error"]["duplicate_of"] = line.duplicate_of;
-  writer.write(static_cast<int64_t>(i), record);
-  q.by_index[i] = nullptr;
-  ++q.errors;
-}
-
-EngineRequest engine_request(const Request& request, size_t i, const LoadedModel& model, const ChatSetup& chat) {
+// The engine request of a good line: a line that cannot run throws, and becomes its error record.
+EngineRequest engine_request(const Request& request, const LoadedModel& model, const ChatSetup& chat) {
   EngineRequest er;
-  er.id = std::to_string(i);
   er.params = request.params;
   er.priority = request.priority;
   check_request_support(request, model.config.vocab_size, model.device);
@@ -236,48 +250,12 @@ EngineRequest engine_request(const Request& request, size_t i, const LoadedModel
   return er;
 }
 
-Queue queue_requests(const GenerateFlags& f, const std::vector<ParsedLine>& lines, const LoadedModel& model,
-                     const ChatSetup& chat, Engine& engine, JsonlWriter& writer) {
-  Queue q;
-  q.by_index.assign(lines.size(), nullptr);
-  std::vector<EngineRequest> pending;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    if (!lines[i].request) {
-      write_error(writer, i, lines[i], lines[i].error, q);
-      continue;
-    }
-    try {
-      pending.push_back(engine_request(*lines[i].request, i, model, chat));
-      q.by_index[i] = &*lines[i].request;
-    } catch (const Error& e) {
-      write_error(writer, i, lines[i], str_cat("line ", lines[i].line, ": ", e.what()), q);
-    }
-  }
-  std::vector<size_t> order(pending.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  if (f.schedule == "prefix-aware") {
-    std::vector<std::span<const int32_t>> prompts;
-    for (const EngineRequest& r : pending) prompts.emplace_back(r.prompt_ids);
-    order = prefix_aware_order(prompts);
-  }
-  for (size_t k : order) {
-    const size_t i = std::stoul(pending[k].id);
-    const int64_t tokens = int64_t{pending[k].params.max_tokens} * pending[k].params.n;
-    try {
-      engine.add_request(std::move(pending[k]));
-      ++q.queued;
-      q.token_total += tokens;
-    } catch (const Error& e) {
-      write_error(writer, i, lines[i], str_cat("line ", lines[i].line, ": ", e.what()), q);
-    }
-  }
-  return q;
-}
-
-// Step 3, loop: steps the engine until every request is out or a signal arrives; each finished
-// request is written as it comes. Returns the number of requests written.
-int64_t run_loop(const GenerateFlags& f, Engine& engine, const Queue& q, JsonlWriter& writer,
-                 const std::function<OrderedJson(size_t, const FinishedRequest&)>& record) {
+// Step 2, feed and loop: the feeder reads, tokenizes and queues requests as the engine needs
+// them (a line that cannot run becomes its error record right away); the engine is stepped
+// until every request is out or a signal arrives, each finished request written as it comes.
+// Returns the number of requests written.
+int64_t run_loop(const GenerateFlags& f, Engine& engine, RequestFeeder& feeder, const Job& job, JsonlWriter& writer,
+                 const std::function<OrderedJson(const Request&, const FinishedRequest&)>& record) {
   std::unique_ptr<std::ofstream> trace;
   if (!f.cache_trace.empty()) {
     trace = std::make_unique<std::ofstream>(f.cache_trace);
@@ -286,22 +264,25 @@ int64_t run_loop(const GenerateFlags& f, Engine& engine, const Queue& q, JsonlWr
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
   const bool show = !f.no_progress && !f.quiet;
-  ProgressBar bar(q.queued, stderr, show && isatty(2));
-  bar.set_token_total(q.token_total);
-  ProgressLog log(q.queued, q.token_total, f.progress_interval_s, stderr, show && !isatty(2) && q.queued > 0);
+  ProgressBar bar(job.to_run, stderr, show && isatty(2));
+  bar.set_token_total(job.token_total);
+  ProgressLog log(job.to_run, job.token_total, f.progress_interval_s, stderr, show && !isatty(2) && job.to_run > 0);
   int64_t finished = 0;
+  feeder.top_up();
   while (engine.has_unfinished() && !g_interrupted) {
     for (const FinishedRequest& done : engine.step()) {
-      const size_t i = std::stoul(done.id);
-      writer.write(static_cast<int64_t>(i), record(i, done));
+      const RequestFeeder::InFlight r = feeder.take(done.id);
+      writer.write(r.index, record(r.request, done));
       ++finished;
     }
+    feeder.top_up();
     if (trace) *trace << to_json(trace_row(engine, engine.stats().steps)).dump() << '\n';
-    bar.update(finished, engine.stats().output_tokens);
-    log.update(finished, engine.stats().output_tokens);
+    // Records written, error records included, so that the count ends at the total.
+    bar.update(finished + feeder.errors(), engine.stats().output_tokens);
+    log.update(finished + feeder.errors(), engine.stats().output_tokens);
   }
   bar.finish();
-  log.finish(finished, engine.stats().output_tokens);
+  log.finish(finished + feeder.errors(), engine.stats().output_tokens);
   writer.flush_held();
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
@@ -309,7 +290,7 @@ int64_t run_loop(const GenerateFlags& f, Engine& engine, const Queue& q, JsonlWr
 }
 
 // Step 4, report: the summary, --stats-json, and the exit status.
-int report(const GenerateFlags& f, const LoadedModel& model, const Engine& engine, const Job& job, const Queue& q,
+int report(const GenerateFlags& f, const LoadedModel& model, const Engine& engine, const Job& job, int64_t errors,
            int64_t finished) {
   const RunStats& stats = engine.stats();
   if (!f.quiet) std::fprintf(stderr, "%s\n", stats.summary().c_str());
@@ -317,7 +298,7 @@ int report(const GenerateFlags& f, const LoadedModel& model, const Engine& engin
     nlohmann::json j = stats.to_json();
     j["device"] = model.device_name;
     j["model"] = f.model.model;
-    j["errors"] = q.errors;
+    j["errors"] = errors;
     j["interrupted"] = g_interrupted != 0;
     std::ofstream out(f.stats_json);
     NVLLM_CHECK(out, "--stats-json ", f.stats_json, ": cannot write the file");
@@ -326,12 +307,12 @@ int report(const GenerateFlags& f, const LoadedModel& model, const Engine& engin
   if (g_interrupted) {
     std::fprintf(stderr, "nvllm: interrupted (%s): %lld of %lld requests written; rerun with --resume to finish\n",
                  g_interrupted == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<long long>(finished),
-                 static_cast<long long>(q.queued));
+                 static_cast<long long>(job.to_run));
     return 130;
   }
-  if (f.resume && f.ordered) sort_records(f.output, job.ids);
-  if (q.errors > 0) {
-    log_warn(q.errors, " of ", job.lines.size(), " requests failed; their lines in the output hold the error");
+  if (f.resume && f.ordered) sort_records(f.output, job.ids());
+  if (errors > 0) {
+    log_warn(errors, " of ", job.to_run, " requests failed; their lines in the output hold the error");
     return 3;
   }
   return 0;
@@ -366,10 +347,10 @@ int run_generate(const GenerateFlags& flags) {
   options.allow_unknown_fields = f.allow_unknown_fields;
   options.defaults = request_defaults(f, f.model.model);
   const ChatSetup chat(f.chat, f.model.model);
-  const Job job = read_job(f, shard, options);
-  if (job.lines.empty()) {  // an allowed empty input, or a resume with nothing left
+  Job job = read_job(f, shard, options);
+  if (job.to_run == 0) {  // an allowed empty input, or a resume with nothing left
     { JsonlWriter writer(f.output, {.append = f.resume}); }
-    if (f.resume && f.ordered) sort_records(f.output, job.ids);
+    if (f.resume && f.ordered) sort_records(f.output, job.ids());
     return 0;
   }
 
@@ -378,17 +359,23 @@ int run_generate(const GenerateFlags& flags) {
   const std::string model_name = !f.model.served_model_name.empty()
                                      ? f.model.served_model_name
                                      : std::filesystem::path(flags.model.model).filename().string();
-  int64_t finished = 0;
-  Queue q;
+  int64_t finished = 0, errors = 0;
   {
     JsonlWriter writer(f.output, {.append = f.resume, .ordered = f.ordered});
-    q = queue_requests(f, job.lines, model, chat, engine, writer);
-    finished = run_loop(f, engine, q, writer, [&](size_t i, const FinishedRequest& done) {
-      const Request& request = *q.by_index[i];
+    RequestReader reader(*job.input.stream, options);
+    RequestFeeder feeder(reader, engine, writer,
+                         {.window = std::max(1024, 2 * model.engine.max_num_seqs),
+                          .prefix_aware = f.schedule == "prefix-aware",
+                          .keep = [&](const ParsedLine& l) {
+                            return runs(shard, job.done, id_to_string(l.id), l.line, l.duplicate_of);
+                          },
+                          .prepare = [&](const Request& r, int64_t) { return engine_request(r, model, chat); }});
+    finished = run_loop(f, engine, feeder, job, writer, [&](const Request& request, const FinishedRequest& done) {
       return result_record(chat.answer(request, to_result(request, done, *model.tokenizer, model_name)));
     });
+    errors = feeder.errors();
   }  // the writer closes its file before report() may rewrite it (--resume --ordered)
-  return report(f, model, engine, job, q, finished);
+  return report(f, model, engine, job, errors, finished);
 }
 
 }  // namespace

@@ -46,63 +46,109 @@ void say_waiting_on_terminal() {
   }
 }
 
-// The lines of `in`; stops at the first kMaxLeadingGarbageLines lines when none is JSON.
-std::vector<ParsedLine> read_lines(std::istream& in, const InputOptions& o, const std::string& name) {
+// Calls `visit` with each line of `in`, with read_input's checks; returns the number of lines.
+int64_t read_each(std::istream& in, const InputOptions& o, const std::string& name,
+                  const std::function<void(ParsedLine&&)>& visit) {
   RequestReader reader(in, o.parse);
-  std::vector<ParsedLine> lines;
+  int64_t count = 0;
   bool leading_garbage = true;
-  while (std::optional<ParsedLine> parsed = reader.next()) {
-    leading_garbage = leading_garbage && parsed->not_json;
-    lines.push_back(std::move(*parsed));
-    if (leading_garbage && lines.size() == kMaxLeadingGarbageLines) {
+  std::string first_error;
+  while (std::optional<ParsedLine> l = reader.next()) {
+    ++count;
+    leading_garbage = leading_garbage && l->not_json;
+    if (count == 1) first_error = l->error;
+    if (leading_garbage && count == kMaxLeadingGarbageLines) {
       fail("--input ", name, ": the first ", kMaxLeadingGarbageLines,
            " lines are not JSON objects; is this the right file? nvllm reads JSONL, one request "
-           "object per line (", lines.front().error, ")");
+           "object per line (", first_error, ")");
     }
+    NVLLM_CHECK(o.allow_duplicate_ids || l->duplicate_of == 0, "--input ", name, ": line ", l->line,
+                " repeats the id ", id_to_string(l->id), " of line ", l->duplicate_of,
+                "; output lines are matched to requests by id, so ids must be unique. Fix the input, or pass "
+                "--allow-duplicate-ids to run the first and write an error record (with \"duplicate_of\") for "
+                "each repeat");
+    visit(std::move(*l));
   }
-  return lines;
+  if (count == 0) {
+    NVLLM_CHECK(o.allow_empty, "--input ", name, ": no requests (the input is empty or blank); "
+                "pass --allow-empty to accept that with exit status 0");
+    log_warn("--input ", name, ": no requests; nothing to do (--allow-empty)");
+  }
+  return count;
 }
 
-void check_duplicates(const std::vector<ParsedLine>& lines, const InputOptions& o, const std::string& name) {
-  if (o.allow_duplicate_ids) return;
-  for (const ParsedLine& l : lines) {
-    NVLLM_CHECK(l.duplicate_of == 0, "--input ", name, ": line ", l.line, " repeats the id ", id_to_string(l.id),
-                " of line ", l.duplicate_of, "; output lines are matched to requests by id, so ids must be "
-                "unique. Fix the input, or pass --allow-duplicate-ids to run the first and write an error "
-                "record (with \"duplicate_of\") for each repeat");
-  }
+void check_not_folder(const InputOptions& o) {
+  std::error_code ec;
+  NVLLM_CHECK(!fs::is_directory(o.path, ec), "--input ", o.path,
+              ": is a folder; give a JSONL file (one request per line)");
 }
 
 }  // namespace
 
 std::vector<ParsedLine> read_input(const InputOptions& o) {
-  const std::string name = o.path == "-" ? "(standard input)" : o.path;
   std::vector<ParsedLine> lines;
+  const auto keep = [&](ParsedLine&& l) { lines.push_back(std::move(l)); };
   if (o.path == "-") {
     say_waiting_on_terminal();
-    lines = read_lines(std::cin, o, name);
-  } else {
-    std::error_code ec;
-    NVLLM_CHECK(!fs::is_directory(o.path, ec), "--input ", o.path,
-                ": is a folder; give a JSONL file (one request per line)");
-    std::ifstream in(o.path);
-    NVLLM_CHECK(in, "--input ", o.path, ": cannot open the file");
-    lines = read_lines(in, o, name);
+    read_each(std::cin, o, "(standard input)", keep);
+    return lines;
   }
-  check_duplicates(lines, o, name);
-  if (lines.empty()) {
-    NVLLM_CHECK(o.allow_empty, "--input ", name, ": no requests (the input is empty or blank); "
-                "pass --allow-empty to accept that with exit status 0");
-    log_warn("--input ", name, ": no requests; nothing to do (--allow-empty)");
-  }
+  check_not_folder(o);
+  std::ifstream in(o.path);
+  NVLLM_CHECK(in, "--input ", o.path, ": cannot open the file");
+  read_each(in, o, o.path, keep);
   return lines;
 }
 
-std::vector<std::string> input_ids(const std::vector<ParsedLine>& lines) {
-  std::vector<std::string> ids;
-  ids.reserve(lines.size());
-  for (const ParsedLine& l : lines) ids.push_back(id_to_string(l.id));
-  return ids;
+namespace {
+
+// A seekable copy of `in` (a pipe, standard input): an unlinked temporary file in TMPDIR.
+std::unique_ptr<std::iostream> spool(std::istream& in, const std::string& name) {
+  const std::string dir = fs::temp_directory_path().string();
+  std::string path = (fs::path(dir) / "nvllm-input-XXXXXX").string();
+  const int fd = ::mkstemp(path.data());
+  NVLLM_CHECK(fd >= 0, "--input ", name, ": cannot create a temporary file in ", dir,
+              " to hold the input (set TMPDIR to a writable folder)");
+  ::close(fd);
+  auto copy = std::make_unique<std::fstream>(path, std::ios::in | std::ios::out | std::ios::binary);
+  ::unlink(path.c_str());  // the open stream keeps the file until the process ends
+  NVLLM_CHECK(*copy, "--input ", name, ": cannot open the temporary file ", path);
+  if (in.peek() != std::char_traits<char>::eof()) *copy << in.rdbuf();
+  NVLLM_CHECK(copy->flush(), "--input ", name, ": cannot copy the input to a temporary file in ", dir,
+              " (disk full?)");
+  copy->seekg(0);
+  return copy;
+}
+
+}  // namespace
+
+InputSource open_input(const InputOptions& o) {
+  InputSource source;
+  if (o.path == "-") {
+    source.name = "(standard input)";
+    say_waiting_on_terminal();
+    source.stream = spool(std::cin, source.name);
+    return source;
+  }
+  check_not_folder(o);
+  source.name = o.path;
+  auto file = std::make_unique<std::fstream>(o.path, std::ios::in | std::ios::binary);
+  NVLLM_CHECK(*file, "--input ", o.path, ": cannot open the file");
+  std::error_code ec;
+  source.stream = fs::is_regular_file(o.path, ec) ? std::move(file) : spool(*file, o.path);  // a pipe, a FIFO
+  return source;
+}
+
+std::vector<InputLine> scan_input(InputSource& source, const InputOptions& o) {
+  std::vector<InputLine> lines;
+  read_each(*source.stream, o, source.name, [&](ParsedLine&& l) {
+    const int64_t tokens = l.request ? int64_t{l.request->params.max_tokens} * l.request->params.n : 0;
+    lines.push_back({id_to_string(l.id), l.line, l.duplicate_of, tokens});
+  });
+  source.stream->clear();
+  source.stream->seekg(0);
+  NVLLM_CHECK(*source.stream, "--input ", source.name, ": cannot read the file a second time");
+  return lines;
 }
 
 }  // namespace nvllm

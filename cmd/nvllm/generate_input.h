@@ -3,6 +3,8 @@
 // with one message instead of after the model load, or worse, after the run.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,7 +37,26 @@ constexpr int kMaxLeadingGarbageLines = 20;
 // JSONL on standard input.
 std::vector<ParsedLine> read_input(const InputOptions& options);
 
-// The ids of `lines` as --resume compares them, in input order.
-std::vector<std::string> input_ids(const std::vector<ParsedLine>& lines);
+// nvllm generate reads its input twice: once up front for read_input's checks and the ids
+// (--resume, shards), then again as the engine needs requests, so that a file of a million
+// lines never sits in memory. Standard input (or a pipe given as a path) cannot be read twice,
+// so it is first copied to an unlinked temporary file (in TMPDIR), which disappears with the
+// process.
+struct InputSource {
+  std::string name;                      // the path, or "(standard input)", for messages
+  std::unique_ptr<std::iostream> stream;
+};
+InputSource open_input(const InputOptions& options);
+
+// What the checking pass keeps of a line: enough to count, shard and resume, not the request.
+struct InputLine {
+  std::string id;            // as --resume compares ids
+  int64_t line = 0;
+  int64_t duplicate_of = 0;  // see ParsedLine::duplicate_of
+  int64_t output_tokens = 0;  // max_tokens * n of a good line (the progress total), 0 for a bad one
+};
+
+// Reads `source` once with read_input's checks (the same errors) and rewinds it.
+std::vector<InputLine> scan_input(InputSource& source, const InputOptions& options);
 
 }  // namespace nvllm

@@ -8,10 +8,10 @@
 
 namespace nvllm {
 
-RequestFeeder::RequestFeeder(RequestReader& reader, const Tokenizer& tokenizer, Engine& engine, JsonlWriter& writer,
-                             RequestFeederOptions options)
-    : reader_(reader), tokenizer_(tokenizer), engine_(engine), writer_(writer), options_(options) {
+RequestFeeder::RequestFeeder(RequestReader& reader, Engine& engine, JsonlWriter& writer, RequestFeederOptions options)
+    : reader_(reader), engine_(engine), writer_(writer), options_(std::move(options)) {
   NVLLM_CHECK(options_.window >= 1, "RequestFeeder: window must be at least 1, got ", options_.window);
+  NVLLM_CHECK(options_.prepare != nullptr, "RequestFeeder: options.prepare is required");
 }
 
 void RequestFeeder::top_up() {
@@ -64,7 +64,7 @@ std::vector<RequestFeeder::Tokenized> RequestFeeder::read_batch(size_t count) {
       exhausted_ = true;
       break;
     }
-    if (options_.skip_ids && options_.skip_ids->contains(id_to_string(line->id))) {
+    if (options_.keep && !options_.keep(*line)) {
       ++skipped_;
       continue;
     }
@@ -73,42 +73,34 @@ std::vector<RequestFeeder::Tokenized> RequestFeeder::read_batch(size_t count) {
       write_error(index, *line, line->error);
       continue;
     }
-    tokenize(*line, index, batch);
+    prepare(*line, index, batch);
   }
   return batch;
 }
 
-// A request whose prompt cannot be tokenized (or names ids outside the vocabulary) becomes its
-// error record; the others go into `out` with their engine request.
-bool RequestFeeder::tokenize(ParsedLine& line, int64_t index, std::vector<Tokenized>& out) {
+// A request that cannot run (options.prepare throws) becomes its error record; the others go
+// into `out` with their engine request.
+void RequestFeeder::prepare(ParsedLine& line, int64_t index, std::vector<Tokenized>& out) {
   Request& request = *line.request;
   Tokenized t;
   try {
-    t.engine_request.id = std::to_string(index);
-    t.engine_request.params = request.params;
-    if (request.prompt) {
-      t.engine_request.prompt_ids = tokenizer_.encode(*request.prompt, /*add_special_tokens=*/true);
-    } else {
-      t.engine_request.prompt_ids = std::move(request.prompt_token_ids);
-      for (int32_t id : t.engine_request.prompt_ids) {
-        NVLLM_CHECK(id < options_.vocab_size, "field \"prompt_token_ids\": id ", id,
-                    " is outside the model's vocabulary (", options_.vocab_size, " tokens)");
-      }
-    }
+    t.engine_request = options_.prepare(request, index);
   } catch (const Error& e) {
     write_error(index, line, str_cat("line ", request.line, ": ", e.what()));
-    return false;
+    return;
   }
-  // The prompt text is not needed past tokenization; only the record's fields are kept.
+  t.engine_request.id = std::to_string(index);
+  // The prompt is not needed past tokenization; only the record's fields are kept.
   request.prompt.reset();
   request.prompt_token_ids = {};
   t.in_flight = {index, std::move(request)};
   out.push_back(std::move(t));
-  return true;
 }
 
 void RequestFeeder::write_error(int64_t index, const ParsedLine& line, const std::string& message) {
-  writer_.write(index, error_record(line.id, line.line, line.openai_batch, message));
+  OrderedJson record = error_record(line.id, line.line, line.openai_batch, message);
+  if (line.duplicate_of > 0) record["error"]["duplicate_of"] = line.duplicate_of;
+  writer_.write(index, record);
   ++errors_;
 }
 

@@ -3,7 +3,7 @@
 // a million lines costs the memory of the window, not of the file. Lines that cannot run become
 // error records right away; the Request behind each queued engine id is kept until it finishes.
 //
-//   RequestFeeder feeder(reader, tokenizer, engine, writer, options);
+//   RequestFeeder feeder(reader, engine, writer, options);
 //   feeder.top_up();
 //   while (engine.has_unfinished()) {
 //     for (FinishedRequest& done : engine.step()) write(feeder.take(done.id), done);
@@ -12,14 +12,13 @@
 #pragma once
 
 #include <cstdint>
-#include <set>
+#include <functional>
 #include <string>
 #include <unordered_map>
 
 #include "engine/engine.h"
 #include "io/jsonl_writer.h"
 #include "io/request.h"
-#include "tokenizer/tokenizer.h"
 
 namespace nvllm {
 
@@ -30,8 +29,13 @@ struct RequestFeederOptions {
   // --schedule prefix-aware: each refill is ordered by shared prompt prefix. The grouping sees
   // one refill at a time, so requests further apart in the file than the window are not grouped.
   bool prefix_aware = false;
-  int32_t vocab_size = 0;                           // prompt_token_ids must be below it
-  const std::set<std::string>* skip_ids = nullptr;  // --resume: ids already in the output
+  // Whether a line of the input is this run's at all (a shard's lines, --resume's unfinished
+  // ones); a line it refuses gets no record and no output index. Unset: every line.
+  std::function<bool(const ParsedLine&)> keep;
+  // The engine request of a good line (prompt ids, sampling, priority); throws nvllm::Error
+  // for a request that cannot run, which becomes the line's error record. The feeder sets the
+  // engine id itself (the output index). Required.
+  std::function<EngineRequest(const Request&, int64_t index)> prepare;
 };
 
 class RequestFeeder {
@@ -41,9 +45,9 @@ class RequestFeeder {
     Request request;
   };
 
-  // All references must outlive the feeder. Error records go to `writer` at their index.
-  RequestFeeder(RequestReader& reader, const Tokenizer& tokenizer, Engine& engine, JsonlWriter& writer,
-                RequestFeederOptions options);
+  // All references must outlive the feeder. Error records go to `writer` at their index; a
+  // repeated id's record carries "duplicate_of" (its first line).
+  RequestFeeder(RequestReader& reader, Engine& engine, JsonlWriter& writer, RequestFeederOptions options);
 
   // Refills the engine's waiting queue (see RequestFeederOptions::window); returns at once while
   // more than half the window is still waiting, or when the input is exhausted.
@@ -54,7 +58,7 @@ class RequestFeeder {
   bool exhausted() const { return exhausted_; }
   int64_t queued() const { return queued_; }    // requests handed to the engine
   int64_t errors() const { return errors_; }    // error records written
-  int64_t skipped() const { return skipped_; }  // --resume: lines whose id was already done
+  int64_t skipped() const { return skipped_; }  // lines options.keep refused
   int64_t records() const { return next_index_; }  // records that will be written (queued + errors)
 
  private:
@@ -65,11 +69,10 @@ class RequestFeeder {
   void refill(size_t count);
   // Reads lines until `count` runnable requests are collected or the input ends.
   std::vector<Tokenized> read_batch(size_t count);
-  bool tokenize(ParsedLine& line, int64_t index, std::vector<Tokenized>& out);
+  void prepare(ParsedLine& line, int64_t index, std::vector<Tokenized>& out);
   void write_error(int64_t index, const ParsedLine& line, const std::string& message);
 
   RequestReader& reader_;
-  const Tokenizer& tokenizer_;
   Engine& engine_;
   JsonlWriter& writer_;
   RequestFeederOptions options_;

@@ -16,15 +16,28 @@ namespace nvllm {
 
 namespace {
 
+// What generate's prepare hook does, in small: tokenize a text prompt, or check the given token
+// ids against a vocabulary of 5000.
+EngineRequest prepare(const Request& r, int64_t index) {
+  EngineRequest er;
+  er.id = "set by the feeder";
+  er.params = r.params;
+  if (r.prompt) {
+    er.prompt_ids = test_tokenizer("qwen3").encode(*r.prompt, true);
+  } else {
+    er.prompt_ids = r.prompt_token_ids;
+    for (int32_t id : er.prompt_ids) NVLLM_CHECK(id < 5000, "id ", id, " is outside the model's vocabulary");
+  }
+  return er;
+}
+
 // One engine + writer + reader over `input`, output to a temp file; records read back by id.
 struct Harness {
   explicit Harness(const std::string& input, int max_num_seqs = 4, int window = 8,
-                   const std::set<std::string>* skip = nullptr)
+                   std::function<bool(const ParsedLine&)> keep = nullptr, ParseOptions parse = {})
       : path((std::filesystem::temp_directory_path() / ("nvllm_feeder_" + std::to_string(getpid()))).string()),
-        in(input), reader(in, {}), runner(256, 16), engine(config(max_num_seqs), runner, &test_tokenizer("qwen3")),
-        writer(path, {}),
-        feeder(reader, test_tokenizer("qwen3"), engine, writer,
-               {.window = window, .vocab_size = 5000, .skip_ids = skip}) {}
+        in(input), reader(in, parse), runner(256, 16), engine(config(max_num_seqs), runner, &test_tokenizer("qwen3")),
+        writer(path, {}), feeder(reader, engine, writer, {.window = window, .keep = keep, .prepare = prepare}) {}
   ~Harness() { std::filesystem::remove(path); }
 
   static EngineConfig config(int max_num_seqs) {
@@ -152,9 +165,9 @@ TEST_CASE("feeder: bad lines, out-of-vocabulary ids and rejected prompts become 
   CHECK(h.feeder.records() == 24);
 }
 
-TEST_CASE("feeder: --resume skips ids already done and numbers the rest from 0") {
+TEST_CASE("feeder: lines keep() refuses get no record and the rest are numbered from 0") {
   const std::set<std::string> done = {"r0", "r2", "r3"};
-  Harness h(lines(6), 4, 8, &done);
+  Harness h(lines(6), 4, 8, [&](const ParsedLine& l) { return !done.contains(id_to_string(l.id)); });
   h.run();
   const auto recs = h.records();
   REQUIRE(recs.size() == 3);
@@ -162,6 +175,33 @@ TEST_CASE("feeder: --resume skips ids already done and numbers the rest from 0")
   CHECK(recs.at("r4")["index"] == 1);
   CHECK(recs.at("r5")["index"] == 2);
   CHECK(h.feeder.skipped() == 3);
+}
+
+TEST_CASE("feeder: keep() sees bad lines too, and a repeated id's record names its first line") {
+  std::string input = lines(2);
+  input += "{not json\n";                                     // line 3, id 3
+  input += "{also not json\n";                                // line 4, id 4: refused below
+  input += R"({"id": "r0", "prompt_token_ids": [1]})" "\n";  // line 5 repeats line 1
+  Harness h(input, 4, 8, [](const ParsedLine& l) { return l.line != 4; }, {});
+  h.run();
+  // The repeat's record has the id "r0" too, so the records are read by line, not by id.
+  std::vector<nlohmann::json> recs;
+  std::ifstream f(h.path);
+  for (std::string text; std::getline(f, text);) recs.push_back(nlohmann::json::parse(text));
+  REQUIRE(recs.size() == 4);
+  std::map<int64_t, nlohmann::json> by_line;
+  for (const nlohmann::json& r : recs) {
+    if (r.contains("index")) CHECK(r["id"] != "4");
+    if (r.contains("error")) by_line[r["error"].value("line", int64_t{0})] = r["error"];
+  }
+  CHECK(by_line.size() == 2);
+  CHECK(by_line.at(3).is_object());
+  CHECK_FALSE(by_line.at(3).contains("duplicate_of"));
+  CHECK(by_line.at(5)["duplicate_of"] == 1);
+  CHECK_FALSE(by_line.contains(4));  // refused by keep(): no record at all
+  CHECK(h.feeder.skipped() == 1);
+  CHECK(h.feeder.errors() == 2);
+  CHECK(h.feeder.records() == 4);
 }
 
 TEST_CASE("feeder: take() of an id it never queued is an error") {
