@@ -1,5 +1,6 @@
 // Reading tokenizer.json into an HfTokenizerSpec. Each component is checked against what we
 // implement; an unsupported one fails with the file, the JSON path and what we do support.
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,17 @@ namespace nvllm {
 namespace {
 
 using nlohmann::json;
+
+// A token id as tokenizer.json writes it: an integer in [0, 2^31). Anything else (a float such as
+// 1e130, whose conversion to int is undefined, or a negative number) is an error naming `what`.
+int32_t token_id(const json& v, const std::string& src, const std::string& what) {
+  const bool in_range = (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t{INT32_MAX}) ||
+                        (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX);
+  NVLLM_CHECK(in_range, src, ": ", what, ": expected a token id (an integer from 0 to ", INT32_MAX, "), got ",
+              v.dump());
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
 
 std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j.at("type").get<std::string>() : ""; }
 
@@ -123,14 +135,13 @@ void parse_model(const json& m, HfTokenizerSpec& spec) {
   NVLLM_CHECK(m.contains("vocab") && m.at("vocab").is_object(), src, ": model.vocab is missing or not an object");
   vocab.reserve(m.at("vocab").size());
   for (const auto& [token, id] : m.at("vocab").items()) {
-    const auto i = id.get<int32_t>();
-    NVLLM_CHECK(i >= 0, src, ": model.vocab: token \"", token, "\" has a negative id");
+    const int32_t i = token_id(id, src, str_cat("model.vocab: token \"", token, "\""));
     spec.id_to_token[i] = token;
     vocab.emplace_back(raw(token), i);
   }
   if (m.contains("unk_token") && m.at("unk_token").is_string()) {
     const auto it = m.at("vocab").find(m.at("unk_token").get<std::string>());
-    if (it != m.at("vocab").end()) options.unk_id = it->get<int32_t>();
+    if (it != m.at("vocab").end()) options.unk_id = token_id(*it, src, "model.vocab's unk_token");
   }
 
   std::vector<std::pair<std::string, std::string>> merges;
@@ -163,8 +174,7 @@ void parse_added_tokens(const json& a, HfTokenizerSpec& spec) {
     }
     NVLLM_CHECK(!flag(t, "normalized") || spec.normalizer.empty(), spec.source, ": added_tokens[", i, "] (\"", content,
                 "\"): normalized true together with a normalizer is not supported");
-    const auto id = t.at("id").get<int32_t>();
-    NVLLM_CHECK(id >= 0, spec.source, ": added_tokens[", i, "] (\"", content, "\"): negative id ", id);
+    const int32_t id = token_id(t.at("id"), spec.source, str_cat("added_tokens[", i, "] (\"", content, "\")"));
     spec.added.push_back({content, id, flag(t, "special")});
     spec.id_to_token[id] = content;
   }
@@ -183,7 +193,7 @@ void parse_template(const json& p, HfTokenizerSpec& spec, const std::string& whe
     const std::string name = item.at("SpecialToken").at("id").get<std::string>();
     NVLLM_CHECK(p.at("special_tokens").contains(name), spec.source, ": ", where, ".special_tokens has no \"", name, "\"");
     for (const json& id : p.at("special_tokens").at(name).at("ids")) {
-      (after_sequence ? spec.suffix_ids : spec.prefix_ids).push_back(id.get<int32_t>());
+      (after_sequence ? spec.suffix_ids : spec.prefix_ids).push_back(token_id(id, spec.source, where + ".special_tokens ids"));
     }
   }
 }

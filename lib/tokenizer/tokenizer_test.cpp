@@ -1,5 +1,6 @@
 // Golden tokenizations made by the Hugging Face tokenizers library (testdata/tokenizers/*/
 // goldens.jsonl): ids must match exactly and decode must give the library's text.
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 #include <doctest/doctest.h>
@@ -234,6 +235,23 @@ TEST_CASE("tokenizer: a bad or unsupported tokenizer.json is an error naming the
         std::string::npos);
   CHECK(load_error(tiny_json(kTinyModel, R"(, "decoder": {"type": "Replace", "pattern": {"String": "a"}})"))
             .find("unexpected structure") != std::string::npos);
+
+  // Found by tokenizer_json_fuzz in CI's smoke run: a token id of 1e130 was converted to int
+  // (undefined behaviour). Ids must be integers from 0 to 2^31 - 1, the boundary included.
+  for (const char* id : {"1e130", "2.5", "-1", "2147483648"}) {
+    CAPTURE(id);
+    const std::string model = std::string(R"({"type": "BPE", "vocab": {"a": 0, "b": )") + id + R"(}, "merges": []})";
+    CHECK(load_error(tiny_json(model)).find("model.vocab: token \"b\": expected a token id") != std::string::npos);
+    const std::string added = std::string(R"({"added_tokens": [{"id": )") + id +
+                              R"(, "content": "<x>"}], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+    CHECK(load_error(added).find("added_tokens[0] (\"<x>\"): expected a token id") != std::string::npos);
+  }
+  {  // the largest id is still one
+    const auto dir = std::filesystem::temp_directory_path() / "nvllm_tokenizer_max_id";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "tokenizer.json") << tiny_json(R"({"type": "BPE", "vocab": {"a": 0, "b": 2147483647}, "merges": []})");
+    CHECK(parse_tokenizer_json(dir / "tokenizer.json").id_to_token.at(2147483647) == "b");
+  }
 
   const auto empty = std::filesystem::temp_directory_path() / "nvllm_tokenizer_empty";
   std::filesystem::create_directories(empty);
