@@ -28,5 +28,5 @@ command -v llvm-symbolizer >/dev/null || export ASAN_SYMBOLIZER_PATH=/usr/bin/ll
 # the normal build only.
 (cd "$build_dir" && ctest --output-on-failure -j "$jobs" -R '^cli\.' -E 'cli\.(generate_kill_test|inspect_cache_test)')
 
-JOBS=$jobs OUT_DIR="$build_dir/fuzz-out" scripts/fuzz.sh "$build_dir" "${FUZZ_SECONDS:-60}"
+SMOKE=1 JOBS=$jobs OUT_DIR="$build_dir/fuzz-out" scripts/fuzz.sh "$build_dir" "${FUZZ_SECONDS:-60}"
 echo "test_hardening: sanitizer tests and fuzz smoke runs passed"

@@ -154,6 +154,20 @@ TEST_CASE("chat template: the tokenizer's special tokens are variables, unset on
   CHECK(t.render(in, ContentFormat::kString) == "<|im_end|>|<|endoftext|>|<|im_end|>|False|False");
 }
 
+// Found by chat_template_fuzz in CI's smoke run: a printf width past a C int overflowed the
+// parser's int (undefined behaviour). It is an error for that request, as in Python; the
+// largest int still parses.
+TEST_CASE("chat template: a printf width past a C int is an error, not an overflow") {
+  ChatInputs in;
+  in.messages = ChatJson::parse(R"([{"role": "user", "content": "hi"}])");
+  const ChatTemplate huge("{{ '%7777777777d' % 1 }}", "t", "", "");
+  CHECK_THROWS_WITH_AS(huge.render(in, ContentFormat::kString), doctest::Contains("width too big"), ChatTemplateError);
+  const ChatTemplate max_precision("{{ '%.2147483647d' % 1 }}", "t", "", "");
+  CHECK_THROWS_AS(max_precision.render(in, ContentFormat::kString), ChatTemplateError);  // too long to render
+  const ChatTemplate ok("{{ '%05d|%.3f' % (42, 0.5) }}", "t", "", "");
+  CHECK(ok.render(in, ContentFormat::kString) == "00042|0.500");
+}
+
 TEST_CASE("bench.chat_template qwen3 4-turn renders per second" * doctest::skip()) {
   ChatTemplate t = load("qwen3.jinja");
   ChatInputs in;

@@ -2,6 +2,7 @@
 // with flags, width, precision and %(name)s keys, and Python's errors.
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 
 #include "chat/jinja_builtins.h"
@@ -116,7 +117,11 @@ std::string py_printf(std::string_view fmt, const Value& args) {
     while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos) sp.flags += fmt[i++];
     auto read_int = [&]() {
       int v = 0;
-      while (i < fmt.size() && isdigit(static_cast<unsigned char>(fmt[i]))) v = v * 10 + (fmt[i++] - '0');
+      while (i < fmt.size() && isdigit(static_cast<unsigned char>(fmt[i]))) {
+        // Python refuses a width or precision past a C int the same way.
+        if (v > (std::numeric_limits<int>::max() - 9) / 10) throw std::runtime_error("width too big");
+        v = v * 10 + (fmt[i++] - '0');
+      }
       return v;
     };
     if (i < fmt.size() && isdigit(static_cast<unsigned char>(fmt[i]))) sp.width = read_int();
