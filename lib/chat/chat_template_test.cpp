@@ -154,16 +154,19 @@ TEST_CASE("chat template: the tokenizer's special tokens are variables, unset on
   CHECK(t.render(in, ContentFormat::kString) == "<|im_end|>|<|endoftext|>|<|im_end|>|False|False");
 }
 
-// Found by chat_template_fuzz in CI's smoke run: a printf width past a C int overflowed the
-// parser's int (undefined behaviour). It is an error for that request, as in Python; the
-// largest int still parses.
+// Found by chat_template_fuzz in CI's smoke runs: a printf width past a C int overflowed the
+// parser's int (undefined behaviour), and one of 2^31 - 1 asked for 2 GB of padding. Widths and
+// precisions stop at 2^28 (as repetition does): an error for that request.
 TEST_CASE("chat template: a printf width past a C int is an error, not an overflow") {
   ChatInputs in;
   in.messages = ChatJson::parse(R"([{"role": "user", "content": "hi"}])");
   const ChatTemplate huge("{{ '%7777777777d' % 1 }}", "t", "", "");
   CHECK_THROWS_WITH_AS(huge.render(in, ContentFormat::kString), doctest::Contains("width too big"), ChatTemplateError);
-  const ChatTemplate max_precision("{{ '%.2147483647d' % 1 }}", "t", "", "");
-  CHECK_THROWS_AS(max_precision.render(in, ContentFormat::kString), ChatTemplateError);  // too long to render
+  const ChatTemplate over("{{ '%268435457d' % 1 }}", "t", "", "");
+  CHECK_THROWS_WITH_AS(over.render(in, ContentFormat::kString), doctest::Contains("width too big"), ChatTemplateError);
+  const ChatTemplate precision("{{ '%.2147483647d' % 1 }}", "t", "", "");
+  CHECK_THROWS_WITH_AS(precision.render(in, ContentFormat::kString), doctest::Contains("width too big"),
+                       ChatTemplateError);
   const ChatTemplate ok("{{ '%05d|%.3f' % (42, 0.5) }}", "t", "", "");
   CHECK(ok.render(in, ContentFormat::kString) == "00042|0.500");
 }

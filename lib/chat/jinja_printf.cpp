@@ -2,7 +2,6 @@
 // with flags, width, precision and %(name)s keys, and Python's errors.
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <stdexcept>
 
 #include "chat/jinja_builtins.h"
@@ -118,9 +117,10 @@ std::string py_printf(std::string_view fmt, const Value& args) {
     auto read_int = [&]() {
       int v = 0;
       while (i < fmt.size() && isdigit(static_cast<unsigned char>(fmt[i]))) {
-        // Python refuses a width or precision past a C int the same way.
-        if (v > (std::numeric_limits<int>::max() - 9) / 10) throw std::runtime_error("width too big");
+        // Python refuses a width or precision past a C int; we stop at 2^28, as repetition does,
+        // so that a template cannot ask for gigabytes of padding.
         v = v * 10 + (fmt[i++] - '0');
+        if (v > (1 << 28)) throw std::runtime_error("width too big (at most 268435456)");
       }
       return v;
     };
