@@ -298,6 +298,7 @@ int report(const GenerateFlags& f, const LoadedModel& model, const Engine& engin
     nlohmann::json j = stats.to_json();
     j["device"] = model.device_name;
     j["model"] = f.model.model;
+    j["admission"] = f.model.admission;
     j["errors"] = errors;
     j["interrupted"] = g_interrupted != 0;
     std::ofstream out(f.stats_json);

@@ -99,6 +99,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
                  "preempted first")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
+  add_admission_flag(app, f.admission);
   app.add_option("--num-kv-blocks,--num-gpu-blocks-override", f.num_kv_blocks,
                  "KV-cache size in blocks, overriding the size computed from memory (0: computed)")
       ->check(integer_at_least(0))
@@ -140,6 +141,22 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_option("--seed", f.seed, "Base seed: requests without a seed get one derived from it and their line")
       ->check(unsigned_64())
       ->capture_default_str();
+}
+
+void add_admission_flag(CLI::App& app, std::string& admission) {
+  app.add_option("--admission", admission,
+                 "How waiting requests enter the KV cache. planned: admit a request only when the cache can hold "
+                 "it and every running request to their ends (prompt + max_tokens; a request that may stop early "
+                 "at eos or a stop is counted at the mean length of the finished ones that ran as long), so a "
+                 "request whose length is known is never preempted and recomputed; greedy: vLLM's policy, admit "
+                 "while blocks are free now and preempt (recompute) the newest requests when the cache runs out. "
+                 "nvllm inspect-cache shows both on a workload without a GPU")
+      ->check(CLI::IsMember({"planned", "greedy"}))
+      ->capture_default_str();
+}
+
+Admission parse_admission(const std::string& admission) {
+  return admission == "greedy" ? Admission::kGreedy : Admission::kPlanned;
 }
 
 void expand_vllm_short_flags(int argc, char** argv) {
@@ -301,6 +318,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   m.engine.max_num_seqs = f.max_num_seqs;
   m.engine.max_num_batched_tokens = f.max_num_batched_tokens;
   m.engine.priority_scheduling = f.scheduling_policy == "priority";
+  m.engine.admission = parse_admission(f.admission);
   m.engine.max_model_len = fit_max_model_len(max_model_len, m.runner->num_kv_blocks(), f.block_size);
   m.engine.eos_token_ids.assign(m.config.eos_token_ids.begin(), m.config.eos_token_ids.end());
   return m;

@@ -32,6 +32,7 @@ struct ModelFlags {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
   std::string scheduling_policy = "fcfs";  // fcfs | priority (requests' "priority" field)
+  std::string admission = "planned";       // planned | greedy (see Scheduler)
   int num_kv_blocks = 0;  // 0: sized from memory
   double gpu_memory_utilization = 0.9;
   double cpu_kv_cache_gib = 4;  // CPU runner: KV-cache memory limit (vLLM's default)
@@ -47,6 +48,10 @@ struct ModelFlags {
 
 // Adds the shared flags to `app`, with help text and defaults.
 void add_model_flags(CLI::App& app, ModelFlags& flags);
+
+// --admission planned|greedy, with the help text generate, bench and inspect-cache share.
+void add_admission_flag(CLI::App& app, std::string& admission);
+Admission parse_admission(const std::string& admission);
 
 // vLLM's short forms that CLI11 cannot declare (-tp, -dp): rewrites them in argv to the long
 // names before parsing.

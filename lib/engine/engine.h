@@ -30,6 +30,7 @@ struct EngineConfig {
   int max_model_len = 4096;            // prompt + output tokens of one sequence
   std::vector<int32_t> eos_token_ids;  // stop unless ignore_eos
   bool priority_scheduling = false;    // --scheduling-policy priority (see Scheduler)
+  Admission admission = Admission::kPlanned;  // --admission planned|greedy (see Scheduler)
 };
 
 struct EngineRequest {

@@ -54,6 +54,7 @@ struct Setup {
   bool chunked_prefill = true;
   int max_num_batched_tokens = 512;
   int max_num_seqs = 32;
+  Admission admission = Admission::kPlanned;
 };
 
 struct RunResult {
@@ -70,6 +71,7 @@ RunResult run(const Setup& s, const std::vector<EngineRequest>& requests) {
   config.chunked_prefill = s.chunked_prefill;
   config.max_num_batched_tokens = s.max_num_batched_tokens;
   config.max_num_seqs = s.max_num_seqs;
+  config.admission = s.admission;
   config.max_model_len = 1024;
   config.eos_token_ids = tiny_config().eos_token_ids;
   Engine engine(config, runner, nullptr);
@@ -133,9 +135,14 @@ TEST_CASE("greedy output on the CPU runner does not depend on caching, chunking,
   SUBCASE("block size 1") {
     CHECK(run({.block_size = 1, .num_kv_blocks = 8192}, requests).tokens == base.tokens);
   }
-  SUBCASE("a tiny KV cache forces preemption") {
-    const RunResult r = run({.num_kv_blocks = 40}, requests);
+  SUBCASE("a tiny KV cache forces preemption under greedy admission") {
+    const RunResult r = run({.num_kv_blocks = 40, .admission = Admission::kGreedy}, requests);
     CHECK(r.preemptions > 0);
+    CHECK(r.tokens == base.tokens);
+  }
+  SUBCASE("the same tiny KV cache under planned admission: no preemption, the same tokens") {
+    const RunResult r = run({.num_kv_blocks = 40}, requests);
+    CHECK(r.preemptions == 0);
     CHECK(r.tokens == base.tokens);
   }
 }
