@@ -1,5 +1,5 @@
-// gemv against a CPU reference in double; plus a timing case (skipped unless --no-skip) that
-// streams one Qwen3-0.6B decode step's weights at batch 1.
+// gemv against a CPU reference in double. Its timing case, beside cuBLASLt on real model shapes,
+// is lib/runtime/cuda/gemv_bench_test.cpp (bench.gemv*).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -93,70 +93,6 @@ TEST_CASE("gpu.kernels.gemv_f32 keeps fp32 outputs") {
     INFO("batch=", batch, " rel_error=", std::sqrt(num / den));
     CHECK(std::sqrt(num / den) < 1e-5);
   }
-}
-
-namespace {
-__global__ void fill_random_gemv(bf16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t v = uint32_t(i) * 2654435761u ^ seed;
-    v ^= v >> 15, v *= 2246822519u, v ^= v >> 13;
-    p[i] = __float2bfloat16((float(v & 0xFFFF) / 32768.f - 1.f) * 0.05f);
-  }
-}
-}  // namespace
-
-// One decode step's projections of Qwen3-0.6B (28 layers: qkv 4096x1024, o 1024x2048, gate_up
-// 6144x1024, down 1024x3072; then the 151936x1024 LM head), captured in a CUDA graph.
-TEST_CASE("bench.gemv qwen3-0.6b decode step" * doctest::skip()) {
-  struct Shape { int n, k; };
-  std::vector<Shape> shapes;
-  for (int l = 0; l < 28; ++l)
-    for (Shape s : {Shape{4096, 1024}, Shape{1024, 2048}, Shape{6144, 1024}, Shape{1024, 3072}}) shapes.push_back(s);
-  shapes.push_back({151936, 1024});
-  size_t total = 0;
-  for (Shape s : shapes) total += size_t(s.n) * s.k;
-  DeviceBuffer<bf16> w(total), x(size_t(8) * 6144), y(size_t(8) * 151936);
-  fill_random_gemv<<<2048, 256>>>(w.get(), total, 5);
-  fill_random_gemv<<<64, 256>>>(x.get(), x.size(), 6);
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreate(&stream));
-  for (int batch : {1, 2, 4, 8}) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    size_t off = 0;
-    for (Shape s : shapes) {
-      gemv(x.get(), w.get() + off, y.get(), batch, s.n, s.k, stream);
-      off += size_t(s.n) * s.k;
-    }
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    std::vector<float> ms;
-    for (int i = 0; i < 20; ++i) {
-      CUDA_CHECK(cudaEventRecord(e0, stream));
-      CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      CUDA_CHECK(cudaEventRecord(e1, stream));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double bytes = 2.0 * total, med = ms[ms.size() / 2];
-    std::printf("gemv decode step batch %d: %zu launches, %.3f GB of weights, floor at 3.03 TB/s %.0f us, median "
-                "%.0f us, %.0f GB/s = %.1f%% of 3.03 TB/s\n",
-                batch, shapes.size(), bytes / 1e9, bytes / 3.03e12 * 1e6, med * 1e3, bytes / (med * 1e-3) / 1e9,
-                100.0 * bytes / (med * 1e-3) / 3.03e12);
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
-  }
-  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace nvllm::kernels::test
