@@ -90,13 +90,18 @@ struct Buffers {
 // One projection on one path (gemv or cuBLASLt).
 using Enqueue = std::function<void(const Matrix&, const Buffers&, int batch, cudaStream_t)>;
 
-void gemv_path(const Matrix& m, const Buffers& b, int batch, cudaStream_t s) {
-  const bf16* w = b.w + m.offset;
-  switch (m.kind) {
-    case Kind::kDown: kernels::gemv_silu(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s); break;
-    case Kind::kHead: kernels::gemv_f32(b.x, w, static_cast<float*>(b.y), batch, m.n, m.k, s); break;
-    default: kernels::gemv(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s); break;
-  }
+// gemv as the runner calls it, with the plan `adjust` makes of the rule's (gemv_plan).
+Enqueue gemv_path(std::function<void(kernels::GemvPlan&)> adjust) {
+  return [adjust](const Matrix& m, const Buffers& b, int batch, cudaStream_t s) {
+    kernels::GemvPlan plan = kernels::gemv_plan(m.n, m.k);
+    adjust(plan);
+    const bf16* w = b.w + m.offset;
+    switch (m.kind) {
+      case Kind::kDown: kernels::gemv_silu(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s, &plan); break;
+      case Kind::kHead: kernels::gemv_f32(b.x, w, static_cast<float*>(b.y), batch, m.n, m.k, s, &plan); break;
+      default: kernels::gemv(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s, &plan); break;
+    }
+  };
 }
 
 // Median of 20 replays of a graph holding `record`'s launches, in microseconds.
@@ -187,7 +192,18 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
     std::string label;
     Enqueue enqueue;
   };
-  const std::vector<Path> paths = {{"gemv", gemv_path}, {"cublaslt", cublas}};
+  // The rule's plan, and one change to it at a time: no L2 prefetch, 16-row warps (half the
+  // split: the same warps), twice and half the split.
+  const std::vector<Path> paths = {
+      {"gemv", gemv_path([](kernels::GemvPlan&) {})},
+      {"gemv-pf0", gemv_path([](kernels::GemvPlan& p) { p.prefetch = 0; })},
+      {"gemv-r16", gemv_path([](kernels::GemvPlan& p) {
+         p.warp_rows = 16;
+         p.split = std::max(1, p.split / 2);
+       })},
+      {"gemv-split*2", gemv_path([](kernels::GemvPlan& p) { p.split = std::min(32, p.split * 2); })},
+      {"gemv-split/2", gemv_path([](kernels::GemvPlan& p) { p.split = std::max(1, p.split / 2); })},
+      {"cublaslt", cublas}};
 
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -203,7 +219,7 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
                 bytes / 1e9, bytes / 3.03e12 * 1e6, bytes / copy * 1e6);
     for (int batch : {1, 2, 4, 8, 16}) {
       for (const Path& p : paths) {
-        if (p.label != "cublaslt" && batch > kernels::kGemvMaxBatch) {
+        if (p.label != "cublaslt" && batch > kernels::kGemvMaxBatch) {  // (the old gemv stopped at 8)
           std::printf("  batch %2d %-12s n/a (gemv takes batch <= %d)\n", batch, p.label.c_str(), kernels::kGemvMaxBatch);
           continue;
         }
