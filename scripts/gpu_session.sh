@@ -139,7 +139,7 @@ PY
     pdl)
       make_model
       for pdl in 0 1; do
-        NVLLM_PDL=$pdl "$bin/nvllm_gpu_tests" -ns -tc='bench.gemv*' 2>&1 | grep "gemv decode" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
+        NVLLM_PDL=$pdl "$bin/nvllm_gpu_tests" -ns -tc='bench.gemv*' 2>&1 | grep -v '^gemv_bench,' | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
         NVLLM_PDL=$pdl "$bin/nvllm" bench latency --model $model --batch-size 1 --input-len 128 --output-len 512 \
           --output-json "$out/bench_latency_pdl$pdl.json" 2>&1 | grep -E "decode|GPU" | sed "s/^/PDL=$pdl /" | tee -a "$out/pdl.log"
       done

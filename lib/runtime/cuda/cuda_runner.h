@@ -21,10 +21,9 @@ struct CudaRunnerOptions {
   int num_kv_blocks = 0;  // 0: sized from free memory after weights and a warm-up pass
   bool enforce_eager = false;
   // Projections of at most this many rows use the small-batch gemv kernel instead of cuBLASLt;
-  // 0 turns it off; capped at kernels::kGemvMaxBatch. Measured on the H100 (Qwen3-0.6B shape,
-  // decode step from a graph, gemv vs cuBLASLt): batch 1 1.27 vs 1.36 ms, batch 2 1.39 vs 1.39,
-  // batch 4 1.64 vs 1.44, batch 8 2.05 vs 1.54; hence 1.
-  int gemv_max_batch = 1;
+  // 0 turns it off; capped at kernels::kGemvMaxBatch (16). Chosen from bench.gemv (bench/NOTES.md,
+  // twelfth session): gemv against cuBLASLt on five model shapes at batch 1-16.
+  int gemv_max_batch = 16;
   CudaTuning tuning;  // timing and A/B switches (cuda_tuning.h)
   int device = 0;
 };

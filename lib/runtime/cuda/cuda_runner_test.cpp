@@ -105,7 +105,7 @@ struct RunResult {
 // steps (padded to a graph size of 4 when graphs are on). The CUDA runner's greedy tokens are
 // fed back to both runners, so both see the same inputs.
 RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool mixed, double* worst_rel,
-                   int* checked_tokens, int gemv_max_batch = 1) {
+                   int* checked_tokens, int gemv_max_batch = -1) {
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
@@ -118,7 +118,7 @@ RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool
   opt.max_model_len = blocks_per_seq * block_size;
   opt.num_kv_blocks = 3 * blocks_per_seq;
   opt.enforce_eager = enforce_eager;
-  opt.gemv_max_batch = gemv_max_batch;
+  if (gemv_max_batch >= 0) opt.gemv_max_batch = gemv_max_batch;  // else the default
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
   CHECK(gpu->num_kv_blocks() == 3 * blocks_per_seq);
 
@@ -412,16 +412,15 @@ TEST_CASE("gpu.cuda_runner matches the CPU runner, graphs on and off") {
   }
 }
 
-TEST_CASE("gpu.cuda_runner with the small-batch gemv on every decode step matches the CPU runner") {
-  // The default sends only 1-row projections to gemv; 8 routes this test's 3-4 row decodes
-  // (eager and padded graph) through it too.
+TEST_CASE("gpu.cuda_runner with cuBLASLt on every projection matches the CPU runner") {
+  // The default sends every projection of at most 16 rows (this test's decodes and short prompt
+  // chunks) to gemv; 0 routes them all through cuBLASLt, the path of larger batches.
   for (bool eager : {false, true}) {
     double rel = 0;
     int checked = 0;
-    run_both(gpu_tiny_config(Arch::kQwen3), 42, eager, true, &rel, &checked, 8);
+    run_both(gpu_tiny_config(Arch::kQwen3), 42, eager, true, &rel, &checked, 0);
     const std::string mode = eager ? "eager" : "graphs";
-    MESSAGE("gemv decode, ", mode, ": worst logits relative error ", rel, "; tokens checked ",
-            checked);
+    MESSAGE("cuBLASLt projections, ", mode, ": worst logits relative error ", rel, "; tokens checked ", checked);
     CHECK(checked >= 6);
   }
 }
