@@ -175,12 +175,22 @@ void emit(const BenchFlags& f, const nlohmann::json& report) {
   out << report.dump(2) << "\n";
 }
 
+// Tokens the KV cache holds: twice as many in FP8 as in bf16 for the same memory.
+int64_t kv_cache_tokens(const LoadedModel& m) { return int64_t{m.runner->num_kv_blocks()} * m.engine.block_size; }
+
+// "(KV cache fp8_e4m3, 123456 tokens)": the device line of both reports.
+void print_device(const BenchFlags& f, const LoadedModel& m) {
+  std::printf("device            %s (KV cache %s, %lld tokens)\n", m.device_name.c_str(),
+              kv_cache_dtype_name(f.model, m.device).c_str(), static_cast<long long>(kv_cache_tokens(m)));
+}
+
 nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mode) {
   return {{"mode", mode},         {"command", command_line()}, {"device", m.device_name},
           {"git_revision", NVLLM_GIT_REV}, {"model", f.model.model},   {"load_format", f.model.load_format},
           {"block_size", m.engine.block_size}, {"max_num_seqs", m.engine.max_num_seqs},
           {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner->num_kv_blocks()},
-          {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)}, {"admission", f.model.admission}};
+          {"kv_cache_tokens", kv_cache_tokens(m)}, {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)},
+          {"admission", f.model.admission}};
 }
 
 // The requests of a throughput run: --input's, or random ones from the length flags; in
@@ -283,8 +293,7 @@ void print_throughput(const BenchFlags& f, const LoadedModel& m, const RunResult
   const double bound_s = peak_bandwidth > 0 ? roof.min_time_s(peak_bandwidth, peak_flops) : 0.0;
   const double device_s = device_seconds(run);
   const RunStats& s = run.stats;
-  std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
-              kv_cache_dtype_name(f.model, m.device).c_str());
+  print_device(f, m);
   std::printf("requests          %lld in %.2f s: %.2f req/s\n", static_cast<long long>(s.requests), run.seconds,
               s.requests / run.seconds);
   std::printf("output tokens     %lld: %.1f tok/s   (total %.1f tok/s with %lld prompt tokens)\n",
@@ -429,8 +438,7 @@ int run_latency(const BenchFlags& f) {
   report["decode_step_bound_s"] = bound_json(step_bound_s);
   report["decode_step_weights_bound_s"] = bound_json(bounded ? step_roof.weight_bytes / peak_bandwidth : 0.0);
 
-  std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
-              kv_cache_dtype_name(f.model, m.device).c_str());
+  print_device(f, m);
   std::printf("batch %d, input %d, output %d, %d iterations\n", f.batch_size, input_len, output_len, f.iterations);
   std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f", 1e3 * prefill_p50, 1e3 * percentile(t.prefill_s, 90),
               1e3 * percentile(t.prefill_s, 99));

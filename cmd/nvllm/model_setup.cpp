@@ -134,7 +134,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(CLI::IsMember({"fp8"}));
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
                  "KV-cache dtype: auto (the compute dtype), bfloat16, or fp8 / fp8_e4m3 (E4M3 with the checkpoint's "
-                 "k_scale/v_scale, else 1.0; CPU runner)")
+                 "k_scale/v_scale, else 1.0: one byte an element, twice the tokens of bf16)")
       ->transform([](std::string d) { return d == "bf16" ? std::string("bfloat16") : d; }, "", "dtype alias")
       ->check(CLI::IsMember({"auto", "bfloat16", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
@@ -284,7 +284,7 @@ LoadedModel load_model(const ModelFlags& flags) {
                 "--dtype ", f.dtype, ": the CPU runner computes in float32; use --dtype auto or float32");
     ModelWeights weights = load_weights(f.model, m.config, DType::kF32, format, f.seed);
     apply_quantization(f, m.config, weights);
-    const std::optional<KvScales> kv_scales = cpu_fp8_kv_scales(f, m.config);
+    const std::optional<KvScales> kv_scales = fp8_kv_scales(f, m.config);
     const int blocks = cpu_kv_blocks(f, m.config, max_model_len);
     m.runner = std::make_unique<CpuRunner>(m.config, std::move(weights), f.block_size, blocks, cpu_threads(f),
                                            f.tensor_parallel_size, kv_scales ? &*kv_scales : nullptr);
@@ -304,6 +304,7 @@ LoadedModel load_model(const ModelFlags& flags) {
     options.gpu_memory_utilization = f.gpu_memory_utilization;
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;
+    options.fp8_kv = fp8_kv_scales(f, m.config);
     m.runner = make_cuda_runner(m.config, weights, options);
 #endif
   }

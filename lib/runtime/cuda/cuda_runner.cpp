@@ -1,4 +1,4 @@
-// CudaRunner: weights on the device once, a paged bf16 KV cache sized from free memory, sampling
+// CudaRunner: weights on the device once, a paged bf16 or FP8 KV cache sized from free memory, sampling
 // on the GPU, CUDA graphs for decode steps. Per step: one H2D copy of the packed inputs (a
 // second only for penalties / min_tokens), the forward (replayed from a graph when it is a
 // captured decode size), the sampler, one D2H copy of the results and a wait for it. A greedy
@@ -39,7 +39,8 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
     : opt_(options),
       select_device_(options.device),
       stream_(),
-      model_(checked(config, w, options), w, options.block_size, options.gemv_max_batch),
+      model_(checked(config, w, options), w, options.block_size, options.gemv_max_batch,
+             options.fp8_kv ? &*options.fp8_kv : nullptr),
       chain_(options.block_size, options.max_model_len) {
   seq_cap_ = opt_.max_num_seqs;
   token_cap_ = std::max(opt_.max_num_batched_tokens, seq_cap_);

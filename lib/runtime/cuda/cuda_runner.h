@@ -1,12 +1,15 @@
-// CudaRunner: bf16 forward on one GPU (kernels/ + cuBLASLt, CUDA graphs for decode).
+// CudaRunner: bf16 forward on one GPU (kernels/ + cuBLASLt, CUDA graphs for decode), with a bf16
+// or FP8 (E4M3) KV cache.
 // Only this header is seen by code built without nvcc; the implementation stays behind it.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/runner.h"
 #include "model/config.h"
+#include "model/kv_scales.h"
 #include "model/weights.h"
 #include "runtime/cuda/cuda_tuning.h"
 
@@ -26,6 +29,9 @@ struct CudaRunnerOptions {
   int gemv_max_batch = 16;
   CudaTuning tuning;  // timing and A/B switches (cuda_tuning.h)
   int device = 0;
+  // Set: the KV cache holds E4M3 codes with these scales (--kv-cache-dtype fp8), the function the
+  // CPU runner computes with the same scales; one byte an element, so twice the tokens of bf16.
+  std::optional<KvScales> fp8_kv;
 };
 
 // `weights` in BF16 (load_weights(..., DType::kBF16, ...)); copied to the device. Throws

@@ -15,12 +15,12 @@ namespace nvllm::cuda_detail {
 // allocate whatever they allocate lazily). During that pass every layer reads one scratch block.
 void CudaRunner::size_kv_cache() {
   const ModelConfig& c = model_.config();
-  const KvLayout layout = c.kv_layout(opt_.block_size, sizeof(bf16));
   KvViews& kv = model_.kv();
-  DeviceBuffer scratch(2 * layout.block_elems() * sizeof(bf16));
+  const KvLayout layout = c.kv_layout(opt_.block_size, kv.element_bytes());
+  const size_t block_bytes = layout.block_elems() * layout.dtype_bytes;  // one layer's K (or V) of one block
+  DeviceBuffer scratch(2 * block_bytes);
   CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
-  kv.k.assign(c.num_layers, scratch.as<bf16>());
-  kv.v.assign(c.num_layers, scratch.as<bf16>() + layout.block_elems());
+  kv.point_at(scratch.as<char>(), scratch.as<char>() + block_bytes, 0, c.num_layers, c.num_kv_heads);
   {
     SamplingParams sp;
     sp.temperature = 1.0f;
@@ -39,12 +39,14 @@ void CudaRunner::size_kv_cache() {
   kv.storage = DeviceBuffer(bytes);
   // Zeroed so that padded decode rows, which read block 0, never meet NaN bit patterns.
   CUDA_CHECK(cudaMemset(kv.storage.get(), 0, bytes));
-  for (int l = 0; l < c.num_layers; ++l) {
-    kv.k[l] = kv.storage.as<bf16>() + layout.layer_offset(l, 0, kv.num_blocks);
-    kv.v[l] = kv.storage.as<bf16>() + layout.layer_offset(l, 1, kv.num_blocks);
-  }
+  // layer_offset counts elements; the views take bytes.
+  const size_t e = layout.dtype_bytes;
+  char* base = kv.storage.as<char>();
+  kv.point_at(base + e * layout.layer_offset(0, 0, kv.num_blocks), base + e * layout.layer_offset(0, 1, kv.num_blocks),
+              e * layout.layer_offset(1, 0, kv.num_blocks), c.num_layers, c.num_kv_heads);
   log_info("KV cache: ", kv.num_blocks, " blocks x ", opt_.block_size, " tokens = ",
-           static_cast<int64_t>(kv.num_blocks) * opt_.block_size, " tokens (", bytes >> 20, " MiB; ",
+           static_cast<int64_t>(kv.num_blocks) * opt_.block_size, " tokens (",
+           kv.dtype == kernels::KvDtype::kFp8E4M3 ? "fp8_e4m3" : "bfloat16", ", ", bytes >> 20, " MiB; ",
            free_bytes >> 20, " MiB were free of ", total_bytes >> 20, " MiB)");
 }
 

@@ -51,8 +51,33 @@ const bf16* upload(const HostTensor& t, const char* what, std::vector<DeviceBuff
 
 }  // namespace
 
-DeviceModel::DeviceModel(const ModelConfig& config, const ModelWeights& w, int block_size, int gemv_max_batch)
+void KvViews::point_at(char* k_base, char* v_base, size_t layer_stride, int num_layers, int num_kv_heads) {
+  layers.assign(num_layers, kernels::KvCache{});
+  const float* k_scale = scales.as<float>();
+  for (int l = 0; l < num_layers; ++l) {
+    kernels::KvCache& c = layers[l];
+    c.k = k_base + layer_stride * l;
+    c.v = v_base + layer_stride * l;
+    c.dtype = dtype;
+    if (dtype == kernels::KvDtype::kFp8E4M3) {
+      c.k_scale = k_scale + size_t(l) * num_kv_heads;
+      c.v_scale = k_scale + size_t(num_layers + l) * num_kv_heads;
+    }
+  }
+}
+
+DeviceModel::DeviceModel(const ModelConfig& config, const ModelWeights& w, int block_size, int gemv_max_batch,
+                         const KvScales* fp8_kv)
     : c_(config), block_size_(block_size), gemv_max_batch_(gemv_max_batch), gemm_() {
+  if (fp8_kv != nullptr) {
+    const size_t n = static_cast<size_t>(c_.num_layers) * c_.num_kv_heads;
+    NVLLM_CHECK(fp8_kv->k.size() == n && fp8_kv->v.size() == n, "internal: FP8 KV scales for ", fp8_kv->k.size(),
+                " (layer, kv head) pairs, the model has ", n);
+    kv_.dtype = kernels::KvDtype::kFp8E4M3;
+    kv_.scales = DeviceBuffer(2 * n * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(kv_.scales.get(), fp8_kv->k.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(kv_.scales.as<float>() + n, fp8_kv->v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  }
   std::vector<DeviceBuffer>& bufs = w_.buffers;
   w_.embed = upload(w.embed, "embed_tokens", bufs);
   w_.lm_head = w.lm_head.empty() ? w_.embed : upload(w.lm_head, "lm_head", bufs);
@@ -146,15 +171,16 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   kernels::add_rmsnorm(x, res, w.input_norm, T, H, eps, s);
   linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
   if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
+  const kernels::KvCache& cache = kv_.layers[l];
   kernels::qk_norm_rope_cache(qkv, st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), w.q_norm, w.k_norm, eps,
-                              w_.inv_freq.as<float>(), kv_.k[l], kv_.v[l], T, c_.num_heads, c_.num_kv_heads,
-                              c_.head_dim, block_size_, s);
+                              w_.inv_freq.as<float>(), cache, T, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                              block_size_, s);
   if (st.decode) {
-    kernels::attention_decode(qkv, c_.qkv_size(), kv_.k[l], kv_.v[l], ab, attn, c_.num_heads, c_.num_kv_heads,
-                              c_.head_dim, block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s);
+    kernels::attention_decode(qkv, c_.qkv_size(), cache, ab, attn, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                              block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s);
   } else {
-    kernels::attention_prefill(qkv, c_.qkv_size(), kv_.k[l], kv_.v[l], ab, attn, c_.num_heads, c_.num_kv_heads,
-                               c_.head_dim, block_size_, scale, s);
+    kernels::attention_prefill(qkv, c_.qkv_size(), cache, ab, attn, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                               block_size_, scale, s);
   }
   linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
   kernels::add_rmsnorm(x, res, w.post_norm, T, H, eps, s);

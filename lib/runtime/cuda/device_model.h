@@ -8,7 +8,9 @@
 
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "model/config.h"
+#include "model/kv_scales.h"
 #include "model/weights.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/gemm.h"
@@ -38,18 +40,27 @@ struct Activations {
   DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws;
 };
 
-// Per-layer K and V base pointers: into one allocation (storage) once the cache is sized, into
-// a scratch block during the warm-up pass that measures what the cache may take.
+// Per-layer K and V caches as the kernels take them: base pointers into one allocation (storage)
+// once the cache is sized, into a scratch block during the warm-up pass that measures what the
+// cache may take; for an FP8 cache, also each layer's scales (in `scales`).
 struct KvViews {
   DeviceBuffer storage;
-  std::vector<bf16*> k, v;
+  DeviceBuffer scales;  // FP8: k_scale [layers, kv_heads], then v_scale [layers, kv_heads]
+  kernels::KvDtype dtype = kernels::KvDtype::kBf16;
+  std::vector<kernels::KvCache> layers;
   int num_blocks = 0;
+
+  int element_bytes() const { return dtype == kernels::KvDtype::kFp8E4M3 ? 1 : 2; }
+  // Every layer's K and V at `k_base` / `v_base` + layer_stride * layer (bytes), with the scales.
+  void point_at(char* k_base, char* v_base, size_t layer_stride, int num_layers, int num_kv_heads);
 };
 
 class DeviceModel {
  public:
-  // Uploads the weights (BF16) and the RoPE frequencies.
-  DeviceModel(const ModelConfig& config, const ModelWeights& weights, int block_size, int gemv_max_batch);
+  // Uploads the weights (BF16) and the RoPE frequencies; with `fp8_kv`, the KV cache is FP8 with
+  // these scales (uploaded here; the cache itself is placed later).
+  DeviceModel(const ModelConfig& config, const ModelWeights& weights, int block_size, int gemv_max_batch,
+              const KvScales* fp8_kv = nullptr);
   void allocate_activations(int tokens, int seqs, int max_model_len);
   // The layers of separate kernels, then the final norm and LM head into act().logits.
   void forward(const ForwardStep& step, cudaStream_t stream);
