@@ -18,6 +18,7 @@
 #include "model/weights.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/device.h"
+#include "runtime/tp_split.h"
 #ifdef NVLLM_HAVE_CUDA
 #include "runtime/cuda/cuda_runner.h"
 #endif
@@ -119,8 +120,8 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(integer_in(0, kMaxThreads))
       ->capture_default_str();
   app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
-                 "Tensor-parallel ranks (vLLM's -tp). --device cpu runs N simulated ranks, each with its slice of "
-                 "the weights (a check of the sharded math, not a speed-up); CUDA: 1 for now")
+                 "Tensor-parallel ranks (vLLM's -tp): one GPU each, over NCCL, in one process. --device cpu runs N "
+                 "simulated ranks, each with its slice of the weights (a check of the sharded math, not a speed-up)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--data-parallel-size", f.data_parallel_size,
@@ -186,10 +187,6 @@ namespace {
 // ranks, and its engines share the cores.)
 void check_parallel(const ModelFlags& f, const std::string& device, const GpuInfo& gpu) {
   if (device != "cuda") return;
-  NVLLM_CHECK(f.tensor_parallel_size == 1, "--tensor-parallel-size ", f.tensor_parallel_size,
-              ": the CUDA runner uses one GPU for now (", gpu.device_count, " visible); multi-GPU tensor "
-              "parallelism over NCCL is not yet implemented. Use --tensor-parallel-size 1, or --device cpu "
-              "to check the sharded math");
   const int dp = f.data_parallel_size, tp = f.tensor_parallel_size;
   const int64_t need = int64_t{dp} * tp;
   if (need <= gpu.device_count) return;
@@ -277,6 +274,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   m.device = resolve_device(f, &gpu);
   m.device_name = m.device == "cuda" ? gpu.name : "CPU";
   check_parallel(f, m.device, gpu);
+  if (f.tensor_parallel_size > 1) (void)tp_rank(m.config, f.tensor_parallel_size, 0);  // divides? before loading
   check_fp8(f, m.config, m.device);
 
   int max_model_len = m.config.max_position_embeddings;
@@ -321,6 +319,7 @@ LoadedModel load_model(const ModelFlags& flags) {
     options.gpu_memory_utilization = f.gpu_memory_utilization;
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;
+    options.tensor_parallel_size = f.tensor_parallel_size;
     for (int e = 0; e < engines; ++e) {  // engine e on GPUs e * tp ..
       options.device = e * f.tensor_parallel_size;
       m.runners.push_back(make_cuda_runner(m.config, weights, options));

@@ -1,4 +1,5 @@
-// CudaRunner: bf16 forward on one GPU (kernels/ + cuBLASLt, CUDA graphs for decode).
+// CudaRunner: bf16 forward on one GPU (kernels/ + cuBLASLt, CUDA graphs for decode), or on
+// tensor_parallel_size GPUs, one rank each, over NCCL (tp_runner.h).
 // Only this header is seen by code built without nvcc; the implementation stays behind it.
 #pragma once
 
@@ -26,16 +27,21 @@ struct CudaRunnerOptions {
   // batch 4 1.64 vs 1.44, batch 8 2.05 vs 1.54; hence 1.
   int gemv_max_batch = 1;
   CudaTuning tuning;  // timing and A/B switches (cuda_tuning.h)
-  int device = 0;
+  int device = 0;     // the GPU; with tensor parallelism the first of device .. device + size - 1
+  // Ranks of tensor parallelism, one GPU each (--tensor-parallel-size): every layer's heads and
+  // MLP columns, and the vocabulary, split among them (runtime/tp_split.h); 1: one GPU.
+  int tensor_parallel_size = 1;
 };
 
-// `weights` in BF16 (load_weights(..., DType::kBF16, ...)); copied to the device. Throws
-// nvllm::Error when not even one sequence of max_model_len fits in the cache.
+// `weights` in BF16 (load_weights(..., DType::kBF16, ...)); copied to the device (each rank its
+// slices). Throws nvllm::Error when not even one sequence of max_model_len fits in the cache, or
+// (tensor parallel) when the model does not divide among the ranks or NCCL cannot connect them.
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
                                          const CudaRunnerOptions& options);
 
 // Tests and parity checks: the fp32 logits [rows, vocab] of the last execute() of a runner made
-// by make_cuda_runner, one row per sequence that sampled, in sequence order (tuning.chain_decode off).
+// by make_cuda_runner, one row per sequence that sampled, in sequence order (tuning.chain_decode off);
+// tensor parallel: rank 0's (every rank holds the gathered logits).
 std::vector<float> cuda_runner_last_logits(Runner& runner);
 // Tests: how many steps of a runner made by make_cuda_runner ran chained (tuning.chain_decode).
 int cuda_runner_chained_steps(Runner& runner);
