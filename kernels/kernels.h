@@ -42,6 +42,11 @@ struct KvCache {
 // out[t, :] = embed[ids[t], :]. ids must be < vocab (checked by the caller).
 void embedding(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden,
                cudaStream_t stream);
+// A tensor-parallel rank's share of the embedding: out[t, :] = embed[ids[t] - first, :] for the
+// ids in [first, first + rows) (the rows `embed` holds), zeros for the others, so that the ranks'
+// outputs summed (all-reduced) are the whole lookup.
+void embedding_slice(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden, int first,
+                     int rows, cudaStream_t stream);
 
 // out = rmsnorm(x) * weight, per row of `hidden` (fp32 statistics).
 void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int num_tokens, int hidden, float eps,
