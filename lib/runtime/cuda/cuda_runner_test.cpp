@@ -669,10 +669,7 @@ TEST_CASE("gpu.tp_runner refuses a model that does not divide among the ranks, n
   const ModelConfig c = gpu_tiny_config(Arch::kQwen3);  // 4 heads
   ModelWeights wf = test::random_weights(c, 3), wb;
   split_weights(wf, wb);
-  CudaRunnerOptions opt;
-  opt.max_num_seqs = 4;
-  opt.max_num_batched_tokens = 64;
-  opt.max_model_len = 256;
+  CudaRunnerOptions opt = OneSequence::options();
   opt.tensor_parallel_size = 3;  // checked before any GPU or NCCL is touched
   CHECK_THROWS_WITH_AS(make_cuda_runner(c, wb, opt), doctest::Contains("--tensor-parallel-size 3: num_attention_heads 4"),
                        Error);
