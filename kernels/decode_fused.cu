@@ -335,19 +335,6 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
 
 // --- the kernels ---
 
-// Cluster barrier halves (sm_90): arrive (release: this CTA's shared-memory writes, remote ones
-// included, become visible to the others) and wait (acquire).
-[[maybe_unused]] __device__ __forceinline__ void cluster_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-[[maybe_unused]] __device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-
 // One cluster per kv head g; CTA `rank` of C owns rows [rank * rows, (rank + 1) * rows) of the
 // group's q heads, k and v (G + 2 heads of 128 rows), the rank-th of C context splits, and the
 // outputs [rank * outs, (rank + 1) * outs) of the group. Both exchanges are pushes into the

@@ -18,6 +18,7 @@
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/data_parallel.h"
 #include "io/progress.h"
 #include "io/request.h"
 
@@ -51,11 +52,17 @@ struct BenchFlags {
   bool quiet = false;
 };
 
-// The roofline's ceilings for this device, or {0, 0} when there are none (the CPU without flags).
+// The roofline's ceilings for this run, or {0, 0} when there are none (the CPU without flags):
+// one GPU's (the flags', else the H100's) times the GPUs it uses (data x tensor parallel), whose
+// bandwidths and FLOP/s add up.
 std::pair<double, double> peaks(const BenchFlags& f, const LoadedModel& m) {
-  if (f.peak_bandwidth > 0 && f.peak_flops > 0) return {f.peak_bandwidth, f.peak_flops};
+  if (f.peak_bandwidth > 0 && f.peak_flops > 0) {
+    const double gpus = std::max(1, m.num_gpus());
+    return {f.peak_bandwidth * gpus, f.peak_flops * gpus};
+  }
   if (m.device == "cuda") {
-    return {f.peak_bandwidth > 0 ? f.peak_bandwidth : kH100Bandwidth, f.peak_flops > 0 ? f.peak_flops : kH100Flops};
+    return {m.num_gpus() * (f.peak_bandwidth > 0 ? f.peak_bandwidth : kH100Bandwidth),
+            m.num_gpus() * (f.peak_flops > 0 ? f.peak_flops : kH100Flops)};
   }
   return {0, 0};
 }
@@ -123,14 +130,15 @@ struct RunResult {
   RunStats stats;
   double seconds = 0;
   std::vector<double> step_s;
-  std::vector<double> step_device_s;  // the runner's device time of each step (0: not measured)
+  std::vector<double> step_device_s;  // one engine: the runner's device time of each step (0: not measured)
   std::vector<int64_t> step_outputs;  // output tokens sampled so far, after each step
   std::vector<FinishedRequest> finished;
+  std::vector<EngineLoad> engines;    // what each data-parallel engine did
 };
 
 // `show_progress`: a bar on a terminal, a line every 30 s in a log (none with -q).
 RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& requests, bool show_progress = false) {
-  Engine engine(m.engine, *m.runner, nullptr);
+  DataParallelEngine engine(m.engine, m.runner_ptrs(), nullptr);
   int64_t token_total = 0;
   for (const EngineRequest& r : requests) {
     engine.add_request(r);
@@ -146,13 +154,14 @@ RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& request
     const auto t = Clock::now();
     for (FinishedRequest& done : engine.step()) result.finished.push_back(std::move(done));
     result.step_s.push_back(seconds_since(t));
-    result.step_device_s.push_back(m.runner->last_step_device_seconds());
+    result.step_device_s.push_back(engine.size() == 1 ? m.runner().last_step_device_seconds() : 0.0);
     result.step_outputs.push_back(engine.stats().output_tokens);
     bar.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
     log.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
   }
   result.seconds = seconds_since(start);
   result.stats = engine.stats();
+  result.engines = engine.loads();
   bar.finish();
   log.finish(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
   return result;
@@ -176,7 +185,7 @@ void emit(const BenchFlags& f, const nlohmann::json& report) {
 }
 
 // Tokens the KV cache holds: twice as many in FP8 as in bf16 for the same memory.
-int64_t kv_cache_tokens(const LoadedModel& m) { return int64_t{m.runner->num_kv_blocks()} * m.engine.block_size; }
+int64_t kv_cache_tokens(const LoadedModel& m) { return int64_t{m.runner().num_kv_blocks()} * m.engine.block_size; }
 
 // "(KV cache fp8_e4m3, 123456 tokens)": the device line of both reports.
 void print_device(const BenchFlags& f, const LoadedModel& m) {
@@ -188,8 +197,10 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
   return {{"mode", mode},         {"command", command_line()}, {"device", m.device_name},
           {"git_revision", NVLLM_GIT_REV}, {"model", f.model.model},   {"load_format", f.model.load_format},
           {"block_size", m.engine.block_size}, {"max_num_seqs", m.engine.max_num_seqs},
-          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner->num_kv_blocks()},
-          {"kv_cache_tokens", kv_cache_tokens(m)}, {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)}};
+          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner().num_kv_blocks()},
+          {"kv_cache_tokens", kv_cache_tokens(m)}, {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)},
+          {"admission", f.model.admission}, {"data_parallel_size", m.runners.size()},
+          {"tensor_parallel_size", m.tensor_parallel_size}};
 }
 
 // The requests of a throughput run: --input's, or random ones from the length flags; in
@@ -208,22 +219,45 @@ std::vector<EngineRequest> throughput_requests(const BenchFlags& f, const Loaded
   return requests;
 }
 
-// The least time the run could have taken (lib/analysis/workload.h).
-Roofline run_roofline(const BenchFlags& f, const LoadedModel& m, const RunResult& run) {
-  std::vector<int> prompt_lens, output_lens;
+int weight_bytes_of(const LoadedModel& m) { return m.device == "cuda" ? 2 : 4; }
+
+// The least time the run (or its first `steps` steps, with `output_len` tokens a request) could
+// have taken (lib/analysis/workload.h). Prefix-cache hits count as attended, not computed.
+Roofline run_roofline(const BenchFlags& f, const LoadedModel& m, const RunResult& run, int64_t steps,
+                      int output_len = 0) {
+  std::vector<int> prompt_lens, output_lens, cached_lens;
   for (const FinishedRequest& r : run.finished) {
     prompt_lens.push_back(r.prompt_tokens);
-    output_lens.push_back(static_cast<int>(r.outputs.at(0).token_ids.size()));
+    output_lens.push_back(output_len > 0 ? output_len : static_cast<int>(r.outputs.at(0).token_ids.size()));
+    cached_lens.push_back(r.cached_tokens);
   }
-  const int dtype_bytes = m.device == "cuda" ? 2 : 4;
-  return roofline(m.config, prompt_lens, output_lens, run.stats.steps, dtype_bytes,
-                  kv_element_bytes(f.model, m.device));
+  return roofline(m.config, prompt_lens, output_lens, steps, weight_bytes_of(m), kv_element_bytes(f.model, m.device),
+                  cached_lens);
 }
 
+// What the report says of figures that beat their bound: WARNING lines on stderr and stdout,
+// and the checks that failed in the JSON (an empty list when none did).
+nlohmann::json report_roofline_warnings(const std::vector<RooflineCheck>& checks) {
+  nlohmann::json warnings = nlohmann::json::array();
+  for (const RooflineCheck& c : checks) {
+    if (!c.exceeds_bound()) continue;
+    std::printf("%s\n", c.warning().c_str());
+    warnings.push_back(c.to_json());
+  }
+  return warnings;
+}
+
+// Likely causes of a figure faster than its bound, by what bounds it.
+constexpr const char* kCeilingCause =
+    "the ceilings (--peak-bandwidth, --peak-flops; by default the H100's measured ones) may be below this card's";
+const std::string kTimingCause =
+    std::string("a step may have been timed before its GPU work finished, or ") + kCeilingCause;
+
+// Summed over the engines (each its own GPUs); 0 where the runner does not measure it (CPU).
 double device_seconds(const RunResult& run) {
   double device_s = 0;
-  for (double d : run.step_device_s) device_s += d;
-  return device_s;  // 0 where the runner does not measure it (CPU)
+  for (const EngineLoad& e : run.engines) device_s += e.device_s;
+  return device_s;
 }
 
 nlohmann::json throughput_report(const BenchFlags& f, const LoadedModel& m, const RunResult& run,
@@ -245,9 +279,22 @@ nlohmann::json throughput_report(const BenchFlags& f, const LoadedModel& m, cons
   report["peak_kv_fraction"] = s.num_kv_blocks ? double(s.peak_blocks_in_use) / s.num_kv_blocks : 0.0;
   report["prefix_cache_hit_rate"] = s.prefix_cache_hit_rate();
   report["preemptions"] = s.preemptions;
+  report["recomputed_tokens"] = s.recomputed_tokens;
+  report["mean_batch_size"] = s.mean_batch_size();
   report["schedule"] = f.schedule;
   report["steps"] = s.steps;
   report["device_busy_s"] = device_seconds(run);
+  nlohmann::json engines = nlohmann::json::array();
+  for (const EngineLoad& e : run.engines) {
+    engines.push_back({{"requests", e.counts.requests},
+                       {"output_tokens", e.counts.output_tokens},
+                       {"output_tokens_per_s", e.counts.output_tokens / run.seconds},
+                       {"total_tokens_per_s", (e.counts.prompt_tokens + e.counts.output_tokens) / run.seconds},
+                       {"steps", e.counts.steps},
+                       {"device_busy_s", e.device_s},
+                       {"last_step_s", e.last_step_s}});
+  }
+  report["engines"] = std::move(engines);
   if (bound_s > 0) {
     report["roofline"] = {{"bytes", roof.bytes},
                           {"flops", roof.flops},
@@ -278,12 +325,28 @@ void print_throughput(const BenchFlags& f, const LoadedModel& m, const RunResult
               1e3 * percentile(s.ttft_s, 90), 1e3 * percentile(s.ttft_s, 99));
   std::printf("TPOT ms           p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(s.tpot_s, 50),
               1e3 * percentile(s.tpot_s, 90), 1e3 * percentile(s.tpot_s, 99));
-  if (device_s > 0)
+  if (run.engines.size() > 1) {
+    for (size_t e = 0; e < run.engines.size(); ++e) {
+      const EngineLoad& l = run.engines[e];
+      std::printf("engine %-2zu         %lld requests, %lld output tokens: %.1f tok/s (total %.1f tok/s); last step at "
+                  "%.2f s\n",
+                  e, static_cast<long long>(l.counts.requests), static_cast<long long>(l.counts.output_tokens),
+                  l.counts.output_tokens / run.seconds, (l.counts.prompt_tokens + l.counts.output_tokens) / run.seconds,
+                  l.last_step_s);
+    }
+  }
+  if (device_s > 0 && run.engines.size() == 1)
     std::printf("GPU busy          %.2f s of %.2f s (%.0f%%); the rest is host work between steps\n", device_s,
                 run.seconds, 100 * device_s / run.seconds);
-  std::printf("KV cache          peak %d of %d blocks; prefix-cache hit rate %.1f%%; preemptions %lld\n",
-              s.peak_blocks_in_use, s.num_kv_blocks, 100 * s.prefix_cache_hit_rate(),
-              static_cast<long long>(s.preemptions));
+  else if (device_s > 0)
+    std::printf("GPU busy          %.2f s of %zu engines x %.2f s (%.0f%%); the rest is host work between steps\n",
+                device_s, run.engines.size(), run.seconds, 100 * device_s / (run.seconds * run.engines.size()));
+  std::printf("KV cache          peak %d of %d blocks; prefix-cache hit rate %.1f%%\n", s.peak_blocks_in_use,
+              s.num_kv_blocks, 100 * s.prefix_cache_hit_rate());
+  std::printf("scheduling        %lld steps, mean batch %.1f (--admission %s); %lld preemptions, %lld tokens "
+              "recomputed\n",
+              static_cast<long long>(s.steps), s.mean_batch_size(), f.model.admission.c_str(),
+              static_cast<long long>(s.preemptions), static_cast<long long>(s.recomputed_tokens));
   if (bound_s > 0) {
     std::printf("roofline          %.2f TB moved, %.1f TFLOP; bound %.2f s (%.0f output tok/s); achieved %.0f%% of "
                 "bound, %.2f TB/s\n",
@@ -303,9 +366,14 @@ int run_throughput(const BenchFlags& f) {
   warm_up(m, f);
   log_info("bench throughput: ", requests.size(), " requests on ", m.device_name);
   const RunResult run = run_requests(m, requests, !f.quiet);
-  const Roofline roof = run_roofline(f, m, run);
-  const nlohmann::json report = throughput_report(f, m, run, roof);
+  const Roofline roof = run_roofline(f, m, run, run.stats.steps);
+  nlohmann::json report = throughput_report(f, m, run, roof);
   print_throughput(f, m, run, roof);
+  const auto [peak_bandwidth, peak_flops] = peaks(f, m);
+  const double bound_s = peak_bandwidth > 0 ? roof.min_time_s(peak_bandwidth, peak_flops) : 0.0;
+  report["roofline_warnings"] = report_roofline_warnings(
+      {{"the run (output tok/s)", run.seconds, bound_s,
+        std::string("the run may have been timed short of its GPU work, or ") + kCeilingCause}});
   emit(f, report);
   return 0;
 }
@@ -318,13 +386,41 @@ void check_latency_fits(const BenchFlags& f, const LoadedModel& m, int input_len
               " = ", len, " tokens exceeds the context of ", m.engine.max_model_len,
               " tokens (--max-model-len or the model's limit); shorten them or raise --max-model-len");
   const int64_t blocks = int64_t{f.batch_size} * blocks_for(static_cast<int>(len), m.engine.block_size);
-  NVLLM_CHECK(blocks <= m.runner->num_kv_blocks(), "bench latency: --batch-size ", f.batch_size, " sequences of ",
-              len, " tokens need ", blocks, " KV blocks but the cache has ", m.runner->num_kv_blocks(),
+  NVLLM_CHECK(blocks <= m.runner().num_kv_blocks(), "bench latency: --batch-size ", f.batch_size, " sequences of ",
+              len, " tokens need ", blocks, " KV blocks but the cache has ", m.runner().num_kv_blocks(),
               " (they would be preempted and timed twice); lower --batch-size or the lengths, or raise the cache");
+}
+
+// The timed parts of latency runs: prefill (every step up to the one that samples the last
+// sequence's first token) and the decode steps after it.
+struct LatencyTimes {
+  std::vector<double> prefill_s, decode_s, decode_device_s, e2e_s;
+  int64_t prefill_steps = 0;  // the fewest of any iteration (the bound counts a weights read a step)
+  RunResult last;             // the last iteration's run, for the prefill roofline's prompts
+};
+
+void add_latency_run(LatencyTimes& t, RunResult run, int batch_size) {
+  t.e2e_s.push_back(run.seconds);
+  size_t i = 0;
+  double prefill = 0;
+  while (i < run.step_s.size()) {
+    prefill += run.step_s[i];
+    if (run.step_outputs[i++] >= batch_size) break;
+  }
+  t.prefill_s.push_back(prefill);
+  t.prefill_steps = t.prefill_s.size() == 1 ? static_cast<int64_t>(i) : std::min<int64_t>(t.prefill_steps, i);
+  for (; i < run.step_s.size(); ++i) {
+    t.decode_s.push_back(run.step_s[i]);
+    t.decode_device_s.push_back(run.step_device_s[i]);
+  }
+  t.last = std::move(run);
 }
 
 int run_latency(const BenchFlags& f) {
   check_output_path(f.output_json, "--output-json");
+  NVLLM_CHECK(f.model.data_parallel_size == 1, "bench latency --data-parallel-size ", f.model.data_parallel_size,
+              ": latency times the steps of one engine; data-parallel engines each take their own requests, so "
+              "measure them with bench throughput");
   LoadedModel m = load_model(f.model);
   WorkloadSpec spec;
   spec.num_prompts = f.batch_size;
@@ -337,60 +433,80 @@ int run_latency(const BenchFlags& f) {
   spec.seed = f.model.seed;
   NVLLM_CHECK(f.batch_size <= m.engine.max_num_seqs, "--batch-size ", f.batch_size, " exceeds --max-num-seqs ",
               m.engine.max_num_seqs);
-  check_latency_fits(f, m, spec.input_len.min, spec.output_len.min);
+  const int input_len = spec.input_len.min, output_len = spec.output_len.min;
+  check_latency_fits(f, m, input_len, output_len);
   warm_up(m, f);
-  std::vector<double> prefill_s, decode_s, decode_device_s, e2e_s;
+  LatencyTimes t;
   for (int it = 0; it < f.iterations; ++it) {
     spec.seed = f.model.seed + it;
     if (!f.quiet) log_info("bench latency: iteration ", it + 1, " of ", f.iterations);
     RunResult run = run_requests(m, random_requests(m, spec));
-    NVLLM_CHECK(run.stats.output_tokens == int64_t{f.batch_size} * spec.output_len.min && run.stats.preemptions == 0,
+    NVLLM_CHECK(run.stats.output_tokens == int64_t{f.batch_size} * output_len && run.stats.preemptions == 0,
                 "bench latency: iteration ", it + 1, " produced ", run.stats.output_tokens, " of ",
-                int64_t{f.batch_size} * spec.output_len.min, " tokens with ", run.stats.preemptions,
+                int64_t{f.batch_size} * output_len, " tokens with ", run.stats.preemptions,
                 " preemptions; its timings would not be of the asked batch");
-    e2e_s.push_back(run.seconds);
-    // Prefill is every step up to the one that samples the last sequence's first token; the
-    // rest decode one token per sequence.
-    size_t i = 0;
-    double prefill = 0;
-    while (i < run.step_s.size()) {
-      prefill += run.step_s[i];
-      if (run.step_outputs[i++] >= f.batch_size) break;
-    }
-    prefill_s.push_back(prefill);
-    for (; i < run.step_s.size(); ++i) {
-      decode_s.push_back(run.step_s[i]);
-      decode_device_s.push_back(run.step_device_s[i]);
-    }
+    add_latency_run(t, std::move(run), f.batch_size);
   }
-  const double decode_p50 = percentile(decode_s, 50);
+  const auto [peak_bandwidth, peak_flops] = peaks(f, m);
+  const bool bounded = peak_bandwidth > 0;
+  // Prefill: the prompts' FLOPs (cached tokens attended, not computed) and a weights read a step.
+  const Roofline prefill_roof = run_roofline(f, m, t.last, t.prefill_steps, /*output_len=*/1);
+  const double prefill_bound_s = bounded ? prefill_roof.min_time_s(peak_bandwidth, peak_flops) : 0.0;
+  // Decode: no step can beat the first, whose context is the shortest (the prompt and one token).
+  const Roofline step_roof =
+      decode_step_roofline(m.config, f.batch_size, input_len + 1, weight_bytes_of(m), kv_element_bytes(f.model, m.device));
+  const double step_bound_s = bounded ? step_roof.min_time_s(peak_bandwidth, peak_flops) : 0.0;
+  const double prefill_p50 = percentile(t.prefill_s, 50), decode_p50 = percentile(t.decode_s, 50);
+  const double device_p50 = percentile(t.decode_device_s, 50);
+
   nlohmann::json report = header(f, m, "latency");
   report["batch_size"] = f.batch_size;
-  report["input_len"] = spec.input_len.min;
-  report["output_len"] = spec.output_len.min;
+  report["input_len"] = input_len;
+  report["output_len"] = output_len;
   report["iterations"] = f.iterations;
-  report["prefill_s"] = percentiles(prefill_s);
-  report["decode_step_s"] = percentiles(decode_s);
-  report["decode_step_device_s"] = percentiles(decode_device_s);
-  report["e2e_s"] = percentiles(e2e_s);
+  report["prefill_s"] = percentiles(t.prefill_s);
+  report["decode_step_s"] = percentiles(t.decode_s);
+  report["decode_step_device_s"] = percentiles(t.decode_device_s);
+  report["e2e_s"] = percentiles(t.e2e_s);
   report["decode_tokens_per_s"] = decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0;
-  const double weight_bytes = roofline(m.config, {}, {}, 1, m.device == "cuda" ? 2 : 4, 2).weight_bytes;
-  const double peak_bandwidth = peaks(f, m).first;
-  report["decode_step_bound_s"] = peak_bandwidth > 0 ? nlohmann::json(weight_bytes / peak_bandwidth) : nlohmann::json();
+  report["prefill_flops"] = prefill_roof.flops;
+  report["prefill_steps"] = t.prefill_steps;
+  const auto bound_json = [&](double b) { return bounded ? nlohmann::json(b) : nlohmann::json(); };
+  report["prefill_bound_s"] = bound_json(prefill_bound_s);
+  report["decode_step_bound_s"] = bound_json(step_bound_s);
+  report["decode_step_weights_bound_s"] = bound_json(bounded ? step_roof.weight_bytes / peak_bandwidth : 0.0);
 
   print_device(f, m);
-  std::printf("batch %d, input %d, output %d, %d iterations\n", f.batch_size, spec.input_len.min, spec.output_len.min,
-              f.iterations);
-  std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(prefill_s, 50),
-              1e3 * percentile(prefill_s, 90), 1e3 * percentile(prefill_s, 99));
-  std::printf("decode step ms    p50 %.3f  p90 %.3f  p99 %.3f", 1e3 * decode_p50, 1e3 * percentile(decode_s, 90),
-              1e3 * percentile(decode_s, 99));
-  if (peak_bandwidth > 0) std::printf("   (weights-read bound %.3f)", 1e3 * weight_bytes / peak_bandwidth);
+  std::printf("batch %d, input %d, output %d, %d iterations\n", f.batch_size, input_len, output_len, f.iterations);
+  std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f", 1e3 * prefill_p50, 1e3 * percentile(t.prefill_s, 90),
+              1e3 * percentile(t.prefill_s, 99));
+  if (bounded) {
+    std::printf("   (bound %.2f: %.1f TFLOP in %lld steps; p50 %.0f TFLOP/s, %.0f%% of the bound)", 1e3 * prefill_bound_s,
+                prefill_roof.flops / 1e12, static_cast<long long>(t.prefill_steps), prefill_roof.flops / prefill_p50 / 1e12,
+                100 * prefill_bound_s / prefill_p50);
+  }
+  std::printf("\ndecode step ms    p50 %.3f  p90 %.3f  p99 %.3f", 1e3 * decode_p50, 1e3 * percentile(t.decode_s, 90),
+              1e3 * percentile(t.decode_s, 99));
+  if (bounded) {
+    std::printf("   (bound %.3f: weights %.3f + K/V of %d tokens a sequence; p50 %.0f%% of the bound)",
+                1e3 * step_bound_s, 1e3 * step_roof.weight_bytes / peak_bandwidth, input_len + 1,
+                100 * step_bound_s / decode_p50);
+  }
   std::printf("\n");
-  if (percentile(decode_device_s, 50) > 0)
-    std::printf("  of which GPU    p50 %.3f (the rest is the host: scheduling, batch packing, launch)\n",
-                1e3 * percentile(decode_device_s, 50));
-  std::printf("decode            %.1f tok/s\n", decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0);
+  if (device_p50 > 0)
+    std::printf("  of which GPU    p50 %.3f (the rest is the host: scheduling, batch packing, launch)\n", 1e3 * device_p50);
+  std::printf("decode            %.1f tok/s", decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0);
+  if (bounded) std::printf("   (bound %.1f tok/s)", f.batch_size / step_bound_s);
+  std::printf("\n");
+  const std::string prefill_cause =
+      std::string("the prefill steps may have been timed before their GPU work finished (prefix-cache hits are "
+                  "already left out of the FLOP count), or ") +
+      kCeilingCause;
+  report["roofline_warnings"] = report_roofline_warnings({
+      {"prefill p50", prefill_p50, prefill_bound_s, prefill_cause},
+      {"decode step p50", decode_p50, step_bound_s, kTimingCause},
+      {"decode step GPU p50", device_p50, step_bound_s, std::string("the device timer may miss work, or ") + kCeilingCause},
+  });
   emit(f, report);
   return 0;
 }

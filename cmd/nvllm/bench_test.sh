@@ -29,11 +29,47 @@ for key in ("p50", "p90", "p99"):
 assert tp["prefix_cache_hit_rate"] > 0, tp
 assert abs(tp["output_tokens_per_s"] - tp["output_tokens"] / tp["elapsed_s"]) < 1e-6 * tp["output_tokens_per_s"]
 assert "bench throughput" in tp["command"]
+# Scheduling figures: everything fits this cache, so planned admission (the default) preempts nothing.
+assert tp["admission"] == "planned" and tp["preemptions"] == 0 and tp["recomputed_tokens"] == 0, tp
+assert 1 <= tp["mean_batch_size"] <= 6, tp
+# No ceilings on the CPU: no bound, so nothing to warn about.
+assert tp["roofline"] is None and tp["roofline_warnings"] == [], tp
 lat = json.load(open(f"{d}/lat.json"))
 assert lat["batch_size"] == 2 and lat["input_len"] == 16 and lat["output_len"] == 4, lat
 assert lat["decode_step_s"]["p50"] > 0 and lat["prefill_s"]["p50"] > 0, lat
+assert lat["prefill_bound_s"] is None and lat["roofline_warnings"] == [], lat
+assert lat["prefill_flops"] > 0 and lat["prefill_steps"] >= 1, lat
 PY
 grep -q "tok/s" "$tmp/tp.txt"
+grep -q "tokens recomputed" "$tmp/tp.txt"
+! grep -q WARNING "$tmp/tp.txt" "$tmp/lat.txt"
+
+# Roofline warnings: ceilings far below what this CPU does make every figure beat its bound, and
+# the report says so, figure by figure; ceilings far above it leave the report quiet.
+"$nvllm" bench latency "${common[@]}" --batch-size 2 --input-len 16 --output-len 4 --iterations 1 --no-warmup \
+  --peak-bandwidth 1 --peak-flops 1 --output-json "$tmp/slow_card.json" >"$tmp/slow_card.txt"
+"$nvllm" bench throughput "${common[@]}" --num-prompts 2 --input-len 16 --output-len 4 --no-warmup \
+  --peak-bandwidth 1 --peak-flops 1 --output-json "$tmp/slow_card_tp.json" >"$tmp/slow_card_tp.txt"
+"$nvllm" bench latency "${common[@]}" --batch-size 2 --input-len 16 --output-len 4 --iterations 1 --no-warmup \
+  --peak-bandwidth 1e30 --peak-flops 1e30 --output-json "$tmp/fast_card.json" >"$tmp/fast_card.txt"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+slow = json.load(open(f"{d}/slow_card.json"))
+figures = [w["figure"] for w in slow["roofline_warnings"]]
+assert figures == ["prefill p50", "decode step p50"], figures  # the CPU runner has no device timer
+for w in slow["roofline_warnings"]:
+    assert w["measured_s"] < w["bound_s"] and w["fraction_of_bound"] > 1 and w["message"].startswith("WARNING"), w
+assert slow["prefill_bound_s"] > 0 and slow["decode_step_bound_s"] > 0, slow
+tp = json.load(open(f"{d}/slow_card_tp.json"))
+assert [w["figure"] for w in tp["roofline_warnings"]] == ["the run (output tok/s)"], tp["roofline_warnings"]
+fast = json.load(open(f"{d}/fast_card.json"))
+assert fast["roofline_warnings"] == [] and fast["prefill_bound_s"] > 0, fast
+PY
+[[ $(grep -c "^WARNING: " "$tmp/slow_card.txt") == 2 ]] || { cat "$tmp/slow_card.txt"; exit 1; }
+grep -q "^WARNING: the run" "$tmp/slow_card_tp.txt"
+! grep -q WARNING "$tmp/fast_card.txt"
+grep -q "of the bound" "$tmp/fast_card.txt"
 
 # A model whose vocabulary is smaller than the 10,000 ids random prompts are drawn from.
 mkdir "$tmp/small"

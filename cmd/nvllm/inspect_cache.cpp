@@ -46,6 +46,7 @@ struct InspectFlags {
   bool all_requests = false;
   bool allow_unknown_fields = false;
   std::string scheduling_policy = "fcfs";
+  std::string admission = "planned";
 };
 
 struct Workload {
@@ -122,8 +123,14 @@ nlohmann::json request_rows(const Workload& w, const ReplayResult& r, int block_
 
 nlohmann::json replay_json(const ReplayResult& r) {
   const CacheTraceSummary s = summarize(r.trace);
-  return {{"prompt_tokens", r.prompt_tokens}, {"cached_tokens", r.cached_tokens}, {"hit_rate", r.hit_rate()},
-          {"peak_blocks", s.peak_blocks},     {"preemptions", s.preemptions},      {"evictions", s.evictions},
+  return {{"prompt_tokens", r.prompt_tokens},
+          {"cached_tokens", r.cached_tokens},
+          {"hit_rate", r.hit_rate()},
+          {"peak_blocks", s.peak_blocks},
+          {"preemptions", s.preemptions},
+          {"recomputed_tokens", r.stats.recomputed_tokens},
+          {"mean_batch_size", r.stats.mean_batch_size()},
+          {"evictions", s.evictions},
           {"steps", s.steps}};
 }
 
@@ -147,7 +154,9 @@ int run_trace_summary(const InspectFlags& f) {
                                 {"hit_tokens", s.hit_tokens},
                                 {"hit_rate", s.hit_rate()},
                                 {"evictions", s.evictions},
-                                {"preemptions", s.preemptions}}
+                                {"preemptions", s.preemptions},
+                                {"recomputed_tokens", s.recomputed_tokens},
+                                {"mean_batch_size", s.mean_batch}}
                      .dump(2)
               << "\n";
     return 0;
@@ -158,7 +167,9 @@ int run_trace_summary(const InspectFlags& f) {
   std::printf("prefix cache      %lld of %lld looked-up tokens hit (%.1f%%), %lld evictions\n",
               static_cast<long long>(s.hit_tokens), static_cast<long long>(s.query_tokens), 100 * s.hit_rate(),
               static_cast<long long>(s.evictions));
-  std::printf("preemptions       %lld\n\n%s", static_cast<long long>(s.preemptions), blocks_chart_text(rows).c_str());
+  std::printf("preemptions       %lld (%lld tokens recomputed); mean batch %.1f sequences a step\n\n%s",
+              static_cast<long long>(s.preemptions), static_cast<long long>(s.recomputed_tokens), s.mean_batch,
+              blocks_chart_text(rows).c_str());
   return 0;
 }
 
@@ -179,6 +190,7 @@ struct Inspection {
   int num_blocks = 0;
   ReplayResult in_order, aware;
   const ReplayResult* chosen = nullptr;  // the order --order shows
+  ReplayResult other_admission;          // the chosen order under the admission policy not chosen
   PrefixNode tree;
 };
 
@@ -191,6 +203,7 @@ EngineConfig replay_engine_config(const InspectFlags& f, const ModelConfig& conf
       fit_max_model_len(f.max_model_len > 0 ? f.max_model_len : config.max_position_embeddings, num_blocks, f.block_size);
   engine.eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
   engine.priority_scheduling = f.scheduling_policy == "priority";
+  engine.admission = parse_admission(f.admission);
   return engine;
 }
 
@@ -214,9 +227,14 @@ void inspect(const InspectFlags& f, Inspection& r) {
   for (const EngineRequest& q : requests) prompts.emplace_back(q.prompt_ids);
   std::vector<size_t> input_order(requests.size());
   for (size_t i = 0; i < input_order.size(); ++i) input_order[i] = i;
+  const std::vector<size_t> aware_order = prefix_aware_order(prompts);
   r.in_order = replay(requests, input_order, engine, r.num_blocks, token);
-  r.aware = replay(requests, prefix_aware_order(prompts), engine, r.num_blocks, token);
-  r.chosen = f.order == "prefix-aware" ? &r.aware : &r.in_order;
+  r.aware = replay(requests, aware_order, engine, r.num_blocks, token);
+  const bool show_aware = f.order == "prefix-aware";
+  r.chosen = show_aware ? &r.aware : &r.in_order;
+  EngineConfig other = engine;
+  other.admission = engine.admission == Admission::kPlanned ? Admission::kGreedy : Admission::kPlanned;
+  r.other_admission = replay(requests, show_aware ? aware_order : input_order, other, r.num_blocks, token);
   r.tree = build_prefix_tree(prompts, f.block_size);
 }
 
@@ -228,6 +246,8 @@ void write_artifacts(const InspectFlags& f, const Inspection& r) {
   }
   if (!f.plot.empty()) write_file(f.plot, "--plot", blocks_chart_svg(r.chosen->trace));
 }
+
+const char* other_admission_name(const InspectFlags& f) { return f.admission == "planned" ? "greedy" : "planned"; }
 
 nlohmann::json inspect_json(const InspectFlags& f, const Inspection& r) {
   const CacheTraceSummary s = summarize(r.chosen->trace);
@@ -248,7 +268,12 @@ nlohmann::json inspect_json(const InspectFlags& f, const Inspection& r) {
           {"hit_rate", chosen.hit_rate()},
           {"ideal_cached_tokens", ideal_hit_tokens(r.tree, f.block_size)},
           {"peak_blocks", s.peak_blocks},
+          {"admission", f.admission},
+          {"steps", s.steps},
+          {"mean_batch_size", chosen.stats.mean_batch_size()},
           {"preemptions", s.preemptions},
+          {"recomputed_tokens", chosen.stats.recomputed_tokens},
+          {"admission_comparison", {{f.admission, replay_json(chosen)}, {other_admission_name(f), replay_json(r.other_admission)}}},
           {"memory", {{"gpu_bytes", memory.gpu_bytes}, {"source", memory.source},
                       {"weight_bytes", memory.weight_bytes}, {"reserve_bytes", memory.reserve_bytes},
                       {"gpu_memory_utilization", f.gpu_memory_utilization}}},
@@ -286,9 +311,18 @@ void print_summary(const InspectFlags& f, const Inspection& r) {
                 static_cast<long long>(o->cached_tokens), 100 * o->hit_rate(), rs.peak_blocks,
                 static_cast<long long>(rs.preemptions));
   }
-  std::printf("(an unbounded cache would serve %lld tokens)\n\nshared prefixes (full blocks of %d tokens):\n%s",
-              static_cast<long long>(ideal_hit_tokens(r.tree, f.block_size)), f.block_size,
-              prefix_tree_text(r.tree, f.block_size).c_str());
+  std::printf("(an unbounded cache would serve %lld tokens)\n\n", static_cast<long long>(ideal_hit_tokens(r.tree, f.block_size)));
+  // The admission policy's effect on the order shown: the batch it keeps and what it recomputes.
+  std::printf("%-16s %10s %11s %12s %15s %12s   (%s order)\n", "admission", "steps", "mean batch", "preemptions",
+              "recomputed tok", "peak blocks", f.order == "prefix-aware" ? "prefix-aware" : "input");
+  using Admitted = std::pair<std::string, const ReplayResult*>;
+  for (const auto& [name, o] : {Admitted{f.admission + " (used)", r.chosen}, Admitted{other_admission_name(f), &r.other_admission}}) {
+    const CacheTraceSummary rs = summarize(o->trace);
+    std::printf("%-16s %10lld %11.1f %12lld %15lld %12d\n", name.c_str(), static_cast<long long>(o->stats.steps),
+                o->stats.mean_batch_size(), static_cast<long long>(o->stats.preemptions),
+                static_cast<long long>(o->stats.recomputed_tokens), rs.peak_blocks);
+  }
+  std::printf("\nshared prefixes (full blocks of %d tokens):\n%s", f.block_size, prefix_tree_text(r.tree, f.block_size).c_str());
 }
 
 void print_requests(const InspectFlags& f, const Inspection& r) {
@@ -338,7 +372,8 @@ Command make_inspect_cache_command() {
         "Replays the real scheduler and block manager without running the model: output lengths come from each\n"
         "request's max_tokens (or --assume-output-len). Reports KV bytes per token and block, the blocks that fit in\n"
         "--gpu-memory, per-request cached tokens, the shared-prefix tree, and input order against prefix-aware\n"
-        "order (nvllm generate --schedule prefix-aware). With --trace FILE it summarises a run's --cache-trace.");
+        "order (nvllm generate --schedule prefix-aware), and the --admission policy against the other one (steps,\n"
+        "mean batch, preemptions, recomputed tokens). With --trace FILE it summarises a run's --cache-trace.");
     cmd->add_option("--model", f->model, "Checkpoint folder (config.json and tokenizer; no weights are read)");
     cmd->add_option("--input", f->input, "Prompts, JSONL as nvllm generate reads");
     cmd->add_option("--trace", f->trace, "Summarise this --cache-trace file instead of replaying");
@@ -370,6 +405,7 @@ Command make_inspect_cache_command() {
                     "Replay with fcfs or priority scheduling (requests' \"priority\" field, as nvllm generate)")
         ->check(CLI::IsMember({"fcfs", "priority"}))
         ->capture_default_str();
+    add_admission_flag(*cmd, f->admission);
     cmd->add_option("--dtype", f->dtype, "KV-cache dtype: bfloat16 or float32 (the CPU runner's)")
         ->check(CLI::IsMember({"bfloat16", "float16", "float32"}))
         ->capture_default_str();

@@ -92,28 +92,63 @@ out = [json.loads(l)["id"] for l in open(f"{d}/aware.jsonl")]
 assert out == inp
 PY
 
-# 3. Under preemption, the replay's peak block use and preemption count equal the real trace's.
+# 3. Under preemption (greedy admission, vLLM's), the replay's peak block use, preemption count
+# and recomputed tokens equal the real trace's.
 pressure=(--num-kv-blocks 24 --max-num-seqs 8)
-"$nvllm" "${gen[@]}" "${cache[@]}" "${pressure[@]}" --input "$tmp/pressure.jsonl" --output "$tmp/p.jsonl" \
-  --cache-trace "$tmp/trace.jsonl"
+"$nvllm" "${gen[@]}" "${cache[@]}" "${pressure[@]}" --admission greedy --input "$tmp/pressure.jsonl" \
+  --output "$tmp/p.jsonl" --cache-trace "$tmp/trace.jsonl" --stats-json "$tmp/p_stats.json"
 "$nvllm" inspect-cache --trace "$tmp/trace.jsonl" --json >"$tmp/trace_summary.json"
 "$nvllm" inspect-cache --trace "$tmp/trace.jsonl" --plot "$tmp/blocks.svg" >"$tmp/trace_text.txt"
-"$nvllm" inspect-cache --model "$model" --input "$tmp/pressure.jsonl" "${cache[@]}" "${pressure[@]}" --json \
-  >"$tmp/p_replay.json"
+"$nvllm" inspect-cache --model "$model" --input "$tmp/pressure.jsonl" "${cache[@]}" "${pressure[@]}" \
+  --admission greedy --json >"$tmp/p_replay.json"
 python3 - "$tmp" <<'PY'
 import json, sys
 d = sys.argv[1]
 t = json.load(open(f"{d}/trace_summary.json"))
 r = json.load(open(f"{d}/p_replay.json"))
+stats = json.load(open(f"{d}/p_stats.json"))
 assert t["preemptions"] > 0, t
 assert t["peak_blocks"] == r["peak_blocks"], (t, r)
 assert t["preemptions"] == r["preemptions"], (t, r)
 assert t["peak_blocks"] <= 24
+assert r["admission"] == "greedy" and stats["admission"] == "greedy", (r["admission"], stats["admission"])
+assert t["recomputed_tokens"] > 0, t
+assert t["recomputed_tokens"] == r["recomputed_tokens"] == stats["recomputed_tokens"], (t, r, stats)
+assert t["mean_batch_size"] == r["mean_batch_size"] == stats["mean_batch_size"], (t, r, stats)
 svg = open(f"{d}/blocks.svg").read()
 assert svg.startswith("<svg") and "polyline" in svg
 text = open(f"{d}/trace_text.txt").read()
-assert "#" in text and "preemptions" in text
+assert "#" in text and "preemptions" in text and "recomputed" in text
 PY
+
+# 4. The same workload under planned admission (the default): every length is known
+# (ignore_eos), so nothing is preempted or recomputed, the replay says so beside greedy's
+# figures, and the real run agrees with the replay and writes the same tokens as greedy's run.
+"$nvllm" "${gen[@]}" "${cache[@]}" "${pressure[@]}" --input "$tmp/pressure.jsonl" --output "$tmp/planned.jsonl" \
+  --stats-json "$tmp/planned_stats.json" --ordered
+"$nvllm" inspect-cache --model "$model" --input "$tmp/pressure.jsonl" "${cache[@]}" "${pressure[@]}" --json \
+  >"$tmp/planned_replay.json"
+"$nvllm" inspect-cache --model "$model" --input "$tmp/pressure.jsonl" "${cache[@]}" "${pressure[@]}" \
+  >"$tmp/planned_report.txt"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+r = json.load(open(f"{d}/planned_replay.json"))
+stats = json.load(open(f"{d}/planned_stats.json"))
+greedy = json.load(open(f"{d}/p_replay.json"))
+assert r["admission"] == "planned" and stats["admission"] == "planned"
+assert r["preemptions"] == 0 and r["recomputed_tokens"] == 0, r
+assert stats["preemptions"] == 0 and stats["recomputed_tokens"] == 0, stats
+assert r["steps"] == stats["steps"] and r["peak_blocks"] <= 24, (r, stats)
+assert r["mean_batch_size"] == stats["mean_batch_size"], (r, stats)
+cmp = r["admission_comparison"]
+assert cmp["planned"]["preemptions"] == 0 and cmp["greedy"]["preemptions"] == greedy["preemptions"] > 0, cmp
+assert cmp["greedy"]["recomputed_tokens"] == greedy["recomputed_tokens"], cmp
+tokens = lambda path: {json.loads(l)["id"]: json.loads(l)["token_ids"] for l in open(path)}
+assert tokens(f"{d}/planned.jsonl") == tokens(f"{d}/p.jsonl"), "planned and greedy runs wrote different tokens"
+PY
+grep -q "recomputed tok" "$tmp/planned_report.txt" || fail "report lacks the admission comparison"
+grep -q "planned (used)" "$tmp/planned_report.txt" || fail "report does not say which admission it used"
 
 # Human-readable report: tables, not JSON.
 "$nvllm" inspect-cache --model "$model" --input "$tmp/shuffled.jsonl" "${cache[@]}" "${small[@]}" >"$tmp/report.txt"

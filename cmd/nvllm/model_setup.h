@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/runner.h"
@@ -32,14 +33,15 @@ struct ModelFlags {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
   std::string scheduling_policy = "fcfs";  // fcfs | priority (requests' "priority" field)
+  std::string admission = "planned";       // planned | greedy (see Scheduler)
   int num_kv_blocks = 0;  // 0: sized from memory
   double gpu_memory_utilization = 0.9;
   double cpu_kv_cache_gib = 4;  // CPU runner: KV-cache memory limit (vLLM's default)
   bool enforce_eager = false;
   bool trust_remote_code = false;  // accepted, no effect
   int threads = 0;  // CPU runner threads; 0: all cores
-  int tensor_parallel_size = 1;  // CPU: simulated ranks; CUDA: one GPU only for now
-  int data_parallel_size = 1;    // 1 only for now
+  int tensor_parallel_size = 1;  // CPU: simulated ranks; CUDA: one GPU per rank (NCCL)
+  int data_parallel_size = 1;    // engines: one GPU (or tensor-parallel group) each; CPU: threads split
   uint64_t seed = 0;
   std::string quantization;            // "" or fp8 (vLLM's --quantization)
   std::string kv_cache_dtype = "auto";  // auto | bfloat16 | fp8 | fp8_e4m3
@@ -47,6 +49,10 @@ struct ModelFlags {
 
 // Adds the shared flags to `app`, with help text and defaults.
 void add_model_flags(CLI::App& app, ModelFlags& flags);
+
+// --admission planned|greedy, with the help text generate, bench and inspect-cache share.
+void add_admission_flag(CLI::App& app, std::string& admission);
+Admission parse_admission(const std::string& admission);
 
 // vLLM's short forms that CLI11 cannot declare (-tp, -dp): rewrites them in argv to the long
 // names before parsing.
@@ -62,10 +68,15 @@ int fit_max_model_len(int max_model_len, int num_blocks, int block_size);
 struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Runner> runner;
+  std::vector<std::unique_ptr<Runner>> runners;  // one per data-parallel engine
   EngineConfig engine;
   std::string device;  // "cpu" or "cuda", resolved
   std::string device_name;
+  int tensor_parallel_size = 1;
+
+  Runner& runner() const { return *runners.at(0); }
+  std::vector<Runner*> runner_ptrs() const;
+  int num_gpus() const;  // GPUs the run uses (data x tensor parallel); 0 on the CPU
 };
 
 // Validates the flags, loads config, tokenizer and weights, and builds the runner. Logs what it

@@ -23,6 +23,8 @@ CacheTraceRow trace_row(const Engine& engine, int64_t step) {
   row.hit_tokens = c.hit_tokens;
   row.evictions = c.evictions;
   row.preemptions = engine.scheduler().num_preemptions();
+  row.recomputed_tokens = engine.stats().recomputed_tokens;
+  row.scheduled_seqs = engine.stats().scheduled_seqs;
   row.running = engine.scheduler().num_running();
   row.waiting = engine.scheduler().num_waiting();
   return row;
@@ -32,7 +34,7 @@ nlohmann::json to_json(const CacheTraceRow& r) {
   return {{"step", r.step},           {"time_s", r.time_s},           {"blocks_used", r.blocks_used},
           {"num_blocks", r.num_blocks}, {"cached_blocks", r.cached_blocks}, {"query_tokens", r.query_tokens},
           {"hit_tokens", r.hit_tokens}, {"evictions", r.evictions},     {"preemptions", r.preemptions},
-          {"running", r.running},     {"waiting", r.waiting}};
+          {"recomputed_tokens", r.recomputed_tokens}, {"scheduled_seqs", r.scheduled_seqs}, {"running", r.running},     {"waiting", r.waiting}};
 }
 
 std::vector<CacheTraceRow> read_cache_trace(const std::string& path) {
@@ -54,6 +56,8 @@ std::vector<CacheTraceRow> read_cache_trace(const std::string& path) {
       r.hit_tokens = j.value("hit_tokens", int64_t{0});
       r.evictions = j.value("evictions", int64_t{0});
       r.preemptions = j.value("preemptions", int64_t{0});
+      r.recomputed_tokens = j.value("recomputed_tokens", int64_t{0});
+      r.scheduled_seqs = j.value("scheduled_seqs", int64_t{0});
       r.running = j.value("running", 0);
       r.waiting = j.value("waiting", 0);
       rows.push_back(r);
@@ -84,6 +88,8 @@ CacheTraceSummary summarize(const std::vector<CacheTraceRow>& rows) {
   s.hit_tokens = last.hit_tokens;
   s.evictions = last.evictions;
   s.preemptions = last.preemptions;
+  s.recomputed_tokens = last.recomputed_tokens;
+  s.mean_batch = last.step > 0 ? double(last.scheduled_seqs) / double(last.step) : 0.0;
   return s;
 }
 

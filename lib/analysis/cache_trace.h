@@ -1,5 +1,5 @@
 // The KV-cache trace: one row per engine step (blocks in use, prefix hits, evictions,
-// preemptions, queue lengths), written by `generate --cache-trace` and by the inspect-cache
+// preemptions, recomputed tokens, batch sizes, queue lengths), written by `generate --cache-trace` and by the inspect-cache
 // replay, and read back to summarise and chart.
 #pragma once
 
@@ -23,6 +23,8 @@ struct CacheTraceRow {
   int64_t hit_tokens = 0;   // cumulative
   int64_t evictions = 0;    // cumulative
   int64_t preemptions = 0;  // cumulative
+  int64_t recomputed_tokens = 0;  // cumulative: tokens computed again after a preemption
+  int64_t scheduled_seqs = 0;     // cumulative: sequences in the steps' batches
   int running = 0;
   int waiting = 0;
 };
@@ -44,6 +46,8 @@ struct CacheTraceSummary {
   int64_t hit_tokens = 0;
   int64_t evictions = 0;
   int64_t preemptions = 0;
+  int64_t recomputed_tokens = 0;
+  double mean_batch = 0;  // sequences per step (0 for a trace written before the field existed)
   double hit_rate() const { return query_tokens ? double(hit_tokens) / query_tokens : 0.0; }
 };
 CacheTraceSummary summarize(const std::vector<CacheTraceRow>& rows);

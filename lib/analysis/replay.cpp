@@ -38,6 +38,7 @@ ReplayResult replay(const std::vector<EngineRequest>& requests, const std::vecto
     }
     result.trace.push_back(trace_row(engine, step));
   }
+  result.stats = engine.stats();
   return result;
 }
 

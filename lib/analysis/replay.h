@@ -16,6 +16,7 @@ struct ReplayResult {
   std::vector<FinishedRequest> finished;  // in the order of `requests` given to replay()
   std::vector<int64_t> finish_step;       // likewise: the step each request finished in
   std::vector<CacheTraceRow> trace;
+  RunStats stats;  // the engine's, at the end: steps, mean batch, preemptions, recomputed tokens
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
   double hit_rate() const { return prompt_tokens ? double(cached_tokens) / prompt_tokens : 0.0; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/sampling_rng.h"
@@ -70,31 +71,72 @@ double Roofline::min_time_s(double bandwidth, double flops_per_s) const {
   return std::max(bytes / bandwidth, flops / flops_per_s);
 }
 
+namespace {
+
+// Matmul parameters of a layer stack plus LM head; attention FLOPs per (query, key) pair.
+struct Shape {
+  double layer_params, lm_head_params, matmul_params, attn_flops_per_pair;
+};
+Shape shape_of(const ModelConfig& c) {
+  Shape s;
+  s.layer_params = c.layer_matmul_params();
+  s.lm_head_params = static_cast<double>(c.vocab_size) * c.hidden_size;
+  s.matmul_params = c.num_layers * s.layer_params + s.lm_head_params;
+  // QK^T and PV, 2 FLOPs each per head dimension.
+  s.attn_flops_per_pair = 4.0 * c.num_layers * c.q_size();
+  return s;
+}
+
+}  // namespace
+
 Roofline roofline(const ModelConfig& c, const std::vector<int>& prompt_lens, const std::vector<int>& output_lens,
-                  int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes) {
-  const double h = c.hidden_size;
-  const double layer_params = c.layer_matmul_params();
-  const double lm_head_params = static_cast<double>(c.vocab_size) * h;
-  const double matmul_params = c.num_layers * layer_params + lm_head_params;
+                  int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes, const std::vector<int>& cached_lens) {
+  const Shape sh = shape_of(c);
   Roofline r;
-  r.weight_bytes = matmul_params * weight_dtype_bytes;
+  r.weight_bytes = sh.matmul_params * weight_dtype_bytes;
   r.kv_bytes_per_token = static_cast<double>(c.kv_layout(1, kv_dtype_bytes).bytes_per_token());
-  // Attention FLOPs per (query, key) pair: QK^T and PV, 2 FLOPs each per head dimension.
-  const double attn_flops_per_pair = 4.0 * c.num_layers * c.q_size();
   double kv_reads = 0, pairs = 0, tokens = 0, sampled = 0;
   for (size_t i = 0; i < prompt_lens.size(); ++i) {
     const double p = prompt_lens[i], o = output_lens[i];
-    pairs += p * (p + 1) / 2;  // causal prefill
+    const double cached = i < cached_lens.size() ? cached_lens[i] : 0.0;
+    // Causal prefill of the uncached tokens: query q (cached + 1..p) attends to q keys.
+    pairs += p * (p + 1) / 2 - cached * (cached + 1) / 2;
     // Decode step k (1..o-1) attends to p + k keys; the first output token comes from prefill.
     const double decode_keys = (o - 1) * p + (o - 1) * o / 2;
     kv_reads += decode_keys;
     pairs += decode_keys;
-    tokens += p + o - 1;  // the last output token is never fed back
+    tokens += p - cached + o - 1;  // the last output token is never fed back
     sampled += o;  // the LM head runs only where a token is sampled
   }
   r.bytes = static_cast<double>(steps) * r.weight_bytes + kv_reads * r.kv_bytes_per_token;
-  r.flops = 2.0 * c.num_layers * layer_params * tokens + 2.0 * lm_head_params * sampled + attn_flops_per_pair * pairs;
+  r.flops = 2.0 * c.num_layers * sh.layer_params * tokens + 2.0 * sh.lm_head_params * sampled +
+            sh.attn_flops_per_pair * pairs;
   return r;
+}
+
+Roofline decode_step_roofline(const ModelConfig& c, int batch, int context, int weight_dtype_bytes,
+                              int kv_dtype_bytes) {
+  const Shape sh = shape_of(c);
+  Roofline r;
+  r.weight_bytes = sh.matmul_params * weight_dtype_bytes;
+  r.kv_bytes_per_token = static_cast<double>(c.kv_layout(1, kv_dtype_bytes).bytes_per_token());
+  const double rows = batch, keys = static_cast<double>(batch) * context;
+  r.bytes = r.weight_bytes + keys * r.kv_bytes_per_token;
+  r.flops = 2.0 * sh.matmul_params * rows + sh.attn_flops_per_pair * keys;
+  return r;
+}
+
+std::string RooflineCheck::warning() const {
+  if (!exceeds_bound()) return "";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "WARNING: %s of %.4g ms beats its roofline bound of %.4g ms (%.0f%% of the bound): ",
+                figure.c_str(), 1e3 * measured_s, 1e3 * bound_s, 100 * fraction_of_bound());
+  return buf + cause + "; the figure claims more than the card can do, so do not trust it";
+}
+
+nlohmann::json RooflineCheck::to_json() const {
+  return {{"figure", figure},   {"measured_s", measured_s}, {"bound_s", bound_s}, {"fraction_of_bound", fraction_of_bound()},
+          {"cause", cause},     {"message", warning()}};
 }
 
 }  // namespace nvllm

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/engine.h"
 #include "model/config.h"
 
@@ -49,8 +51,33 @@ struct Roofline {
 };
 
 // `prompt_lens`/`output_lens` per request (n = 1), `steps` the engine steps the run took,
-// `weight_dtype_bytes` and `kv_dtype_bytes` 2 for bf16.
+// `weight_dtype_bytes` and `kv_dtype_bytes` 2 for bf16. `cached_lens` (empty: none) are the
+// prompt tokens each request took from the prefix cache: they are attended to, not computed.
 Roofline roofline(const ModelConfig& config, const std::vector<int>& prompt_lens, const std::vector<int>& output_lens,
-                  int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes);
+                  int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes, const std::vector<int>& cached_lens = {});
+
+// One decode step of `batch` sequences, each with `context` tokens in the cache after the step:
+// all weights read once, every sequence's K/V read once, 2 FLOPs per weight and row plus
+// attention, the LM head on every row.
+Roofline decode_step_roofline(const ModelConfig& config, int batch, int context, int weight_dtype_bytes,
+                              int kv_dtype_bytes);
+
+// A figure a bench report prints, against its roofline: the time it took and the least time the
+// card could take for the same work. A figure faster than its bound claims more than the card
+// can do: the measurement or the bound is wrong, and the report says so.
+struct RooflineCheck {
+  std::string figure;     // as printed, e.g. "prefill p50"
+  double measured_s = 0;
+  double bound_s = 0;     // 0: no bound (no ceilings for this device)
+  std::string cause;      // the likely cause, should it beat the bound
+  // bound / measured: 1 at the bound, above 1 beyond what the card can do; 0 without a bound.
+  double fraction_of_bound() const { return bound_s > 0 && measured_s > 0 ? bound_s / measured_s : 0.0; }
+  // True exactly when the figure took less time than its bound (at the bound is not beyond it).
+  bool exceeds_bound() const { return bound_s > 0 && measured_s > 0 && measured_s < bound_s; }
+  // "WARNING: ..." naming the figure, both times, the share of the bound and the cause; "" when
+  // exceeds_bound() is false.
+  std::string warning() const;
+  nlohmann::json to_json() const;  // {figure, measured_s, bound_s, fraction_of_bound, cause, message}
+};
 
 }  // namespace nvllm

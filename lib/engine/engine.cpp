@@ -27,7 +27,7 @@ bool contains(const std::vector<int32_t>& ids, int32_t id) { return std::find(id
 
 SchedulerConfig scheduler_config(const EngineConfig& c) {
   return {.max_num_seqs = c.max_num_seqs, .max_num_batched_tokens = c.max_num_batched_tokens,
-          .chunked_prefill = c.chunked_prefill, .priority = c.priority_scheduling};
+          .chunked_prefill = c.chunked_prefill, .priority = c.priority_scheduling, .admission = c.admission};
 }
 
 }  // namespace
@@ -40,6 +40,7 @@ struct Engine::Impl {
   }
 
   double now_s() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  void check_request(EngineRequest& request) const;
   void add_request(EngineRequest request);
   std::vector<FinishedRequest> step();
   void build_batch(const SchedulerOutput& so);
@@ -63,7 +64,7 @@ struct Engine::Impl {
   StepOutput out;
 };
 
-void Engine::Impl::add_request(EngineRequest request) {
+void Engine::Impl::check_request(EngineRequest& request) const {
   const int prompt_len = static_cast<int>(request.prompt_ids.size());
   const std::string who = "request " + request.id;
   SamplingParams& p = request.params;
@@ -82,12 +83,23 @@ void Engine::Impl::add_request(EngineRequest request) {
   NVLLM_CHECK(p.max_tokens >= 1, who, ": max_tokens = ", p.max_tokens, "; must be at least 1");
   // What the context leaves: the request then finishes with "length" at max_model_len.
   p.max_tokens = std::min(p.max_tokens, config.max_model_len - prompt_len);
+}
+
+void Engine::Impl::add_request(EngineRequest request) {
+  check_request(request);
+  const int prompt_len = static_cast<int>(request.prompt_ids.size());
 
   auto state = std::make_unique<RequestState>();
   state->id = std::move(request.id);
   state->params = std::move(request.params);
   state->arrival_s = now_s();
   const int64_t key = next_request++;
+  // What else than max_tokens can end it, by the stop checks of check_stop (stop strings need
+  // the text, so only with a tokenizer): the scheduler plans such sequences at an estimate.
+  const SamplingParams& sp = state->params;
+  const bool may_stop_early =
+      (!sp.ignore_eos && !config.eos_token_ids.empty()) || !sp.stop_token_ids.empty() ||
+      (tokenizer && std::any_of(sp.stop.begin(), sp.stop.end(), [](const std::string& s) { return !s.empty(); }));
   for (int i = 0; i < state->params.n; ++i) {
     auto seq = std::make_unique<Sequence>();
     seq->id = next_seq++;
@@ -99,6 +111,7 @@ void Engine::Impl::add_request(EngineRequest request) {
     seq->priority = request.priority;
     seq->token_ids = request.prompt_ids;
     seq->prompt_len = prompt_len;
+    seq->may_stop_early = may_stop_early;
     if (tokenizer) {
       seq->detokenizer =
           std::make_unique<IncrementalDetokenizer>(*tokenizer, seq->prompt(), state->params.skip_special_tokens);
@@ -169,6 +182,7 @@ std::vector<FinishedRequest> Engine::Impl::step() {
   runner.execute(batch, out);
   ++stats.steps;
   stats.computed_tokens += so.num_tokens;
+  stats.scheduled_seqs += static_cast<int64_t>(so.scheduled.size());
   const double t = now_s();
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     Sequence& seq = *so.scheduled[i].seq;
@@ -185,6 +199,7 @@ std::vector<FinishedRequest> Engine::Impl::step() {
   scheduler.remove_finished();
   finished_requests.clear();
   stats.preemptions = scheduler.num_preemptions();
+  stats.recomputed_tokens = scheduler.num_recomputed_tokens();
   stats.peak_blocks_in_use = blocks.counters().peak_blocks_in_use;
   stats.elapsed_s = now_s();
   return done;
@@ -292,6 +307,7 @@ Engine::Engine(const EngineConfig& config, Runner& runner, const Tokenizer* toke
 }
 Engine::~Engine() = default;
 
+void Engine::check_request(EngineRequest& request) const { impl_->check_request(request); }
 void Engine::add_request(EngineRequest request) { impl_->add_request(std::move(request)); }
 std::vector<FinishedRequest> Engine::step() { return impl_->step(); }
 bool Engine::has_unfinished() const { return !impl_->scheduler.empty(); }

@@ -236,14 +236,17 @@ TEST_CASE("engine: outputs equal the one-at-a-time reference under every schedul
     c.chunked_prefill = false;
   });
   add("tiny cache, block size 1", 100, [](EngineConfig& c) { c.block_size = 1; });
-  for (const Variant& v : variants) {
+  for (const Admission admission : {Admission::kGreedy, Admission::kPlanned})
+  for (Variant v : variants) {
     const std::string name = v.name;
     CAPTURE(name);
+    CAPTURE(admission == Admission::kGreedy);
+    v.config.admission = admission;
     FakeRunner runner(v.num_blocks, v.config.block_size, kVocab, kEos);
     const RunResult r = run(v.config, runner, reqs);
     check_against_reference(r, reqs, v.config);
     CHECK(r.stats.preemptions == r.preemptions);
-    if (name.find("tiny cache") == 0) CHECK(r.preemptions > 0);
+    if (name.find("tiny cache") == 0 && admission == Admission::kGreedy) CHECK(r.preemptions > 0);
     if (!v.config.prefix_caching) CHECK(r.counters.query_tokens == 0);
     // Prompts are at most 70 tokens: with 256-token blocks there is no full block to share.
     if (v.config.prefix_caching && v.config.block_size <= 16) CHECK(r.counters.hit_tokens > 0);
@@ -254,12 +257,16 @@ TEST_CASE("engine: outputs equal the one-at-a-time reference under every schedul
 TEST_CASE("engine: the priority policy keeps every output equal to the reference, under preemption") {
   std::vector<EngineRequest> reqs = workload(11, 30);
   for (size_t i = 0; i < reqs.size(); ++i) reqs[i].priority = static_cast<int>(i * 7 % 5) - 2;
-  EngineConfig c = base_config();
-  c.priority_scheduling = true;
-  FakeRunner runner(8, c.block_size, kVocab, kEos);
-  const RunResult r = run(c, runner, reqs);
-  check_against_reference(r, reqs, c);
-  CHECK(r.preemptions > 0);
+  for (const Admission admission : {Admission::kGreedy, Admission::kPlanned}) {
+    CAPTURE(admission == Admission::kGreedy);
+    EngineConfig c = base_config();
+    c.priority_scheduling = true;
+    c.admission = admission;
+    FakeRunner runner(8, c.block_size, kVocab, kEos);
+    const RunResult r = run(c, runner, reqs);
+    check_against_reference(r, reqs, c);
+    if (admission == Admission::kGreedy) CHECK(r.preemptions > 0);
+  }
 }
 
 // The order requests finish in, queued all at once, one step after another.
@@ -321,6 +328,7 @@ TEST_CASE("engine: under the priority policy the lowest-priority running sequenc
   reqs[0].priority = 5;
   reqs[1].priority = 1;
   EngineConfig c = base_config();
+  c.admission = Admission::kGreedy;  // planned admission would never run both at once
   c.priority_scheduling = true;
   CHECK(finish_order(c, 4, reqs) == std::vector<std::string>{"r1", "r0"});
   c.priority_scheduling = false;
@@ -355,15 +363,118 @@ TEST_CASE("engine: random configurations and workloads with eos, min_tokens and 
     CAPTURE(c.max_num_seqs);
     CAPTURE(num_blocks);
     const int eos_every = 6;
-    FakeRunner runner(num_blocks, c.block_size, kVocab, kEos, eos_every);
-    const RunResult r = run(c, runner, reqs);
-    check_against_reference(r, reqs, c, eos_every);
-    preemptions += r.preemptions;
-    hits += r.counters.hit_tokens;
+    for (const Admission admission : {Admission::kGreedy, Admission::kPlanned}) {
+      CAPTURE(admission == Admission::kGreedy);
+      c.admission = admission;
+      FakeRunner runner(num_blocks, c.block_size, kVocab, kEos, eos_every);
+      const RunResult r = run(c, runner, reqs);
+      check_against_reference(r, reqs, c, eos_every);
+      if (admission == Admission::kGreedy) preemptions += r.preemptions;
+      hits += r.counters.hit_tokens;
+    }
   }
   // The trials did exercise preemption and the prefix cache.
   CHECK(preemptions > 0);
   CHECK(hits > 0);
+}
+
+namespace {
+
+// Requests whose lengths are all known up front (ignore_eos, no stop ids): 20..60 prompt
+// tokens, a third of them behind one shared 32-token prefix, 20..60 outputs, every fifth with
+// n = 2. At most 60 + 60 - 1 = 119 tokens a sequence: 8 blocks of 16.
+std::vector<EngineRequest> known_length_workload(uint32_t seed, int count) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> prefix;
+  for (int i = 0; i < 32; ++i) prefix.push_back(static_cast<int32_t>(rng() % 4000));
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < count; ++i) {
+    EngineRequest r;
+    r.id = "k" + std::to_string(i);
+    const int len = 20 + static_cast<int>(rng() % 41);
+    if (i % 3 == 0) r.prompt_ids = prefix;
+    while (static_cast<int>(r.prompt_ids.size()) < len) r.prompt_ids.push_back(static_cast<int32_t>(rng() % 4000));
+    r.params.max_tokens = 20 + static_cast<int>(rng() % 41);
+    r.params.ignore_eos = true;
+    r.params.temperature = rng() % 2 ? 0.0f : 0.7f;
+    r.params.seed = 500 + i;
+    r.params.n = i % 5 == 4 ? 2 : 1;
+    r.priority = static_cast<int>(rng() % 3);
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+}  // namespace
+
+TEST_CASE("engine: planned admission runs a workload greedy preempts many times with no preemption, same tokens") {
+  const std::vector<EngineRequest> reqs = known_length_workload(3, 40);
+  struct Variant {
+    const char* name;
+    int num_blocks;
+    void (*edit)(EngineConfig&);
+  };
+  const Variant variants[] = {
+      {"default", 24, [](EngineConfig&) {}},
+      {"prefix caching off", 24, [](EngineConfig& c) { c.prefix_caching = false; }},
+      {"chunked prefill off", 24, [](EngineConfig& c) { c.chunked_prefill = false; }},
+      {"small budget, chunks", 24, [](EngineConfig& c) { c.max_num_batched_tokens = 13; }},
+      {"priority", 24, [](EngineConfig& c) { c.priority_scheduling = true; }},
+      {"block size 4", 96, [](EngineConfig& c) { c.block_size = 4; }},
+      {"max 3 seqs", 24, [](EngineConfig& c) { c.max_num_seqs = 3; }},
+      // The smallest cache one sequence fits at its end (8 blocks): one at a time.
+      {"one at a time", 8, [](EngineConfig&) {}},
+  };
+  for (const Variant& v : variants) {
+    const std::string name = v.name;
+    CAPTURE(name);
+    EngineConfig c = base_config();
+    v.edit(c);
+    c.admission = Admission::kGreedy;
+    FakeRunner greedy_runner(v.num_blocks, c.block_size, kVocab, kEos);
+    const RunResult greedy = run(c, greedy_runner, reqs);
+    check_against_reference(greedy, reqs, c);
+    c.admission = Admission::kPlanned;
+    FakeRunner planned_runner(v.num_blocks, c.block_size, kVocab, kEos);
+    const RunResult planned = run(c, planned_runner, reqs);
+    check_against_reference(planned, reqs, c);
+    CHECK(planned.preemptions == 0);
+    CHECK(planned.stats.recomputed_tokens == 0);
+    if (name == "default") {
+      CHECK(greedy.preemptions >= 10);
+      CHECK(greedy.stats.recomputed_tokens > 0);
+      CHECK(greedy.stats.computed_tokens > planned.stats.computed_tokens);
+    }
+    // Identical tokens, request by request (both also equal the reference above).
+    for (const auto& [id, done] : planned.done) {
+      CAPTURE(id);
+      REQUIRE(greedy.done.at(id).outputs.size() == done.outputs.size());
+      for (size_t i = 0; i < done.outputs.size(); ++i)
+        CHECK(greedy.done.at(id).outputs[i].token_ids == done.outputs[i].token_ids);
+    }
+  }
+}
+
+TEST_CASE("engine: when every request fits at its end, planned and greedy admission schedule the same steps") {
+  for (const bool known : {true, false}) {
+    CAPTURE(known);
+    const std::vector<EngineRequest> reqs = known ? known_length_workload(5, 30) : workload(5, 30);
+    EngineConfig c = base_config();
+    RunStats stats[2];
+    int i = 0;
+    for (const Admission admission : {Admission::kGreedy, Admission::kPlanned}) {
+      c.admission = admission;
+      FakeRunner runner(4096, c.block_size, kVocab, kEos, known ? 0 : 6);
+      const RunResult r = run(c, runner, reqs);
+      check_against_reference(r, reqs, c, known ? 0 : 6);
+      stats[i++] = r.stats;
+    }
+    CHECK(stats[0].steps == stats[1].steps);
+    CHECK(stats[0].scheduled_seqs == stats[1].scheduled_seqs);
+    CHECK(stats[0].computed_tokens == stats[1].computed_tokens);
+    CHECK(stats[0].peak_blocks_in_use == stats[1].peak_blocks_in_use);
+    CHECK(stats[1].preemptions == 0);
+  }
 }
 
 TEST_CASE("engine: n > 1 samples differ, follow their seeds, and share the prompt's full blocks") {
@@ -602,9 +713,16 @@ TEST_CASE("run stats: percentiles interpolate linearly; summary and JSON carry e
   CHECK(j["ttft_s"]["p50"] == doctest::Approx(0.2));
   CHECK(j["e2e_s"]["p99"] == doctest::Approx(1.99));
   for (const char* k : {"requests", "prompt_tokens", "cached_tokens", "output_tokens", "steps", "computed_tokens", "preemptions",
-                        "peak_blocks_in_use", "num_kv_blocks", "elapsed_s", "tpot_s"})
+                        "recomputed_tokens", "mean_batch_size", "peak_blocks_in_use", "num_kv_blocks", "elapsed_s", "tpot_s"})
     CHECK(j.contains(k));
   CHECK(s.summary().find("25.0% hit") != std::string::npos);
+  s.preemptions = 3;
+  s.recomputed_tokens = 1234;
+  s.scheduled_seqs = 84;  // over 21 steps: 4 a step
+  CHECK(s.to_json()["recomputed_tokens"] == 1234);
+  CHECK(s.to_json()["mean_batch_size"] == doctest::Approx(4.0));
+  CHECK(s.summary().find("mean batch 4.0") != std::string::npos);
+  CHECK(s.summary().find("3 (1234 tokens recomputed)") != std::string::npos);
 }
 
 TEST_CASE("engine: a stop string in the text before min_tokens are out does not stop the request") {

@@ -56,6 +56,7 @@ bool Scheduler::schedule_running(SchedulerOutput& out, int& budget) {
     }
     if (self_preempted) break;  // it was the newest: nothing after it is running
     blocks_.append(seq->table, seq->token_ids, target);
+    count_recomputed(*seq, num_new);
     seq->num_new = num_new;
     out.scheduled.push_back({seq, num_new, target == seq->num_tokens()});
     budget -= num_new;
@@ -80,9 +81,37 @@ PrefixHit Scheduler::shared_prefix(const Sequence& seq) const {
   return hit;
 }
 
+int Scheduler::planned_tokens(const Sequence& seq) const {
+  const SamplingParams& p = *seq.params;
+  int outputs = p.max_tokens;
+  if (seq.may_stop_early) {
+    // At least one more token (it is unfinished) and min_tokens; the learned mean beyond that.
+    const int so_far = seq.num_output();
+    int guess = std::max(so_far + 1, p.min_tokens);
+    if (const std::optional<int> expected = finished_lengths_.expected_length(so_far)) guess = std::max(guess, *expected);
+    outputs = std::min(outputs, guess);
+  }
+  const int64_t capacity = int64_t{blocks_.num_blocks()} * blocks_.block_size();
+  return static_cast<int>(std::min<int64_t>(int64_t{seq.prompt_len} + outputs - 1, capacity));
+}
+
+int Scheduler::reserved_blocks(const Sequence& seq) const {
+  return std::max(0, blocks_.blocks_for(planned_tokens(seq)) - static_cast<int>(seq.table.blocks.size()));
+}
+
+void Scheduler::count_recomputed(const Sequence& seq, int num_new) {
+  num_recomputed_tokens_ += std::clamp(seq.recompute_until - seq.num_computed, 0, num_new);
+}
+
 void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
   const int bs = blocks_.block_size();
   const int capacity = blocks_.num_blocks() * bs;
+  const bool planned = config_.admission == Admission::kPlanned;
+  // Planned: the blocks the running sequences will still add to reach their ends.
+  int64_t reserved = 0;
+  if (planned) {
+    for (const Sequence* s : running_) reserved += reserved_blocks(*s);
+  }
   while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     if (seq->num_tokens() > capacity) {
@@ -104,11 +133,17 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
       num_new = budget;
     }
     const int target = hit_tokens + num_new;
-    if (blocks_.admission_cost(hit, target) > blocks_.num_free_blocks()) break;
+    int64_t need = blocks_.admission_cost(hit, target);
+    if (planned) {
+      need += reserved + std::max(0, blocks_.blocks_for(planned_tokens(*seq)) - blocks_.blocks_for(target));
+    }
+    if (need > blocks_.num_free_blocks()) break;
     blocks_.admit(seq->table, hit, seq->token_ids, target, seq->num_tokens());
     waiting_.pop_front();
     seq->status = SequenceStatus::kRunning;
     seq->num_computed = hit_tokens;
+    count_recomputed(*seq, num_new);
+    if (planned) reserved += reserved_blocks(*seq);
     if (seq->num_cached < 0) seq->num_cached = hit.hashed ? hit_tokens : 0;
     seq->num_new = num_new;
     if (config_.priority) {
@@ -125,6 +160,7 @@ void Scheduler::preempt(Sequence* victim) {
   if (running_.empty() || running_.back() != victim) throw std::logic_error("Scheduler::preempt: not the newest");
   running_.pop_back();
   blocks_.free(victim->table);
+  victim->recompute_until = std::max(victim->recompute_until, victim->num_computed);
   victim->num_computed = 0;
   victim->num_new = 0;
   victim->status = SequenceStatus::kWaiting;
@@ -152,6 +188,7 @@ void Scheduler::remove_finished() {
   std::erase_if(running_, [&](Sequence* s) {
     if (!s->finished()) return false;
     blocks_.free(s->table);
+    if (s->may_stop_early) finished_lengths_.add(s->num_output());
     return true;
   });
 }

@@ -31,6 +31,12 @@ struct Sequence {
   int num_computed = 0;      // leading tokens whose K/V is in the cache
   int num_cached = -1;       // prefix-cache hit at first admission (-1: not yet admitted)
   int num_new = 0;           // tokens scheduled in the current step
+  // Something other than max_tokens may end it (eos not ignored, stop ids, stop strings): the
+  // planned admission cannot know its length (set by the engine at add_request).
+  bool may_stop_early = false;
+  // Tokens whose K/V a preemption threw away (the most computed at any preemption): computing
+  // them again is recomputation.
+  int recompute_until = 0;
   BlockTable table;
   SequenceStatus status = SequenceStatus::kWaiting;
 

@@ -32,17 +32,31 @@ nlohmann::json distribution(const std::vector<double>& v) {
 
 }  // namespace
 
+void RunStats::add_counts(const RunStats& o) {
+  requests += o.requests;
+  prompt_tokens += o.prompt_tokens;
+  cached_tokens += o.cached_tokens;
+  output_tokens += o.output_tokens;
+  steps += o.steps;
+  computed_tokens += o.computed_tokens;
+  preemptions += o.preemptions;
+  peak_blocks_in_use += o.peak_blocks_in_use;
+  num_kv_blocks += o.num_kv_blocks;
+}
+
 std::string RunStats::summary() const {
   const double secs = elapsed_s > 0 ? elapsed_s : 0.0;
   const auto rate = [&](double n) { return secs > 0 ? n / secs : 0.0; };
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "requests:      %lld in %.2f s (%.2f req/s), %lld steps, %lld preemptions\n"
+                "requests:      %lld in %.2f s (%.2f req/s), %lld steps (mean batch %.1f)\n"
+                "preemptions:   %lld (%lld tokens recomputed)\n"
                 "tokens:        %lld prompt + %lld output; %.1f output tok/s, %.1f total tok/s\n"
                 "prefix cache:  %.1f%% hit (%lld of %lld prompt tokens cached); peak %d of %d KV blocks\n"
                 "latency (p50): TTFT %.1f ms, TPOT %.2f ms, end-to-end %.1f ms",
                 static_cast<long long>(requests), secs, rate(static_cast<double>(requests)),
-                static_cast<long long>(steps), static_cast<long long>(preemptions),
+                static_cast<long long>(steps), mean_batch_size(), static_cast<long long>(preemptions),
+                static_cast<long long>(recomputed_tokens),
                 static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens),
                 rate(static_cast<double>(output_tokens)), rate(static_cast<double>(prompt_tokens + output_tokens)),
                 100.0 * prefix_cache_hit_rate(), static_cast<long long>(cached_tokens),
@@ -61,6 +75,8 @@ nlohmann::json RunStats::to_json() const {
           {"steps", steps},
           {"computed_tokens", computed_tokens},
           {"preemptions", preemptions},
+          {"recomputed_tokens", recomputed_tokens},
+          {"mean_batch_size", mean_batch_size()},
           {"peak_blocks_in_use", peak_blocks_in_use},
           {"num_kv_blocks", num_kv_blocks},
           {"elapsed_s", elapsed_s},

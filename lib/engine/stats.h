@@ -17,6 +17,8 @@ struct RunStats {
   int64_t steps = 0;           // engine steps that ran the model
   int64_t computed_tokens = 0; // tokens run through the model: prefill chunks, decodes, recompute
   int64_t preemptions = 0;
+  int64_t recomputed_tokens = 0;  // tokens run through the model again after a preemption
+  int64_t scheduled_seqs = 0;     // sequences in the steps' batches, summed over the steps
   int peak_blocks_in_use = 0;
   int num_kv_blocks = 0;
   double elapsed_s = 0;        // engine construction to the last step
@@ -25,8 +27,14 @@ struct RunStats {
   std::vector<double> e2e_s;   // per finished request: arrival to finish
 
   // cached_tokens / prompt_tokens: the share of prompt tokens the prefix cache served.
+  // Adds `other`'s counts (not elapsed_s, not the distributions): the totals of data-parallel
+  // engines. Peak and cache blocks add up too, each engine having its own cache.
+  void add_counts(const RunStats& other);
   double prefix_cache_hit_rate() const { return prompt_tokens ? double(cached_tokens) / prompt_tokens : 0.0; }
-  // Several lines for stderr: requests, tokens, elapsed, tok/s, hit rate, TTFT/TPOT p50.
+  // Sequences per model step (decodes and prefill chunks alike).
+  double mean_batch_size() const { return steps ? double(scheduled_seqs) / steps : 0.0; }
+  // Several lines for stderr: requests, steps and mean batch, preemptions and recomputed tokens,
+  // tokens, tok/s, hit rate, TTFT/TPOT p50.
   std::string summary() const;
   nlohmann::json to_json() const;
 };

@@ -4,7 +4,6 @@
 // across cache layouts, chunking and preemption.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -29,24 +28,6 @@ const ModelWeights& tiny_weights() {
   return weights;
 }
 
-ModelWeights copy_weights(const ModelWeights& w) {
-  const auto copy = [](const HostTensor& t) {
-    if (t.empty()) return HostTensor();
-    HostTensor c(t.dtype(), t.shape());
-    std::memcpy(c.data(), t.data(), t.nbytes());
-    return c;
-  };
-  ModelWeights c;
-  c.embed = copy(w.embed);
-  c.final_norm = copy(w.final_norm);
-  c.lm_head = copy(w.lm_head);
-  for (const LayerWeights& l : w.layers) {
-    c.layers.push_back({copy(l.input_norm), copy(l.qkv), copy(l.qkv_bias), copy(l.q_norm), copy(l.k_norm),
-                        copy(l.o_proj), copy(l.post_norm), copy(l.gate_up), copy(l.down)});
-  }
-  return c;
-}
-
 struct Setup {
   int block_size = 16;
   int num_kv_blocks = 512;
@@ -54,6 +35,7 @@ struct Setup {
   bool chunked_prefill = true;
   int max_num_batched_tokens = 512;
   int max_num_seqs = 32;
+  Admission admission = Admission::kPlanned;
 };
 
 struct RunResult {
@@ -70,6 +52,7 @@ RunResult run(const Setup& s, const std::vector<EngineRequest>& requests) {
   config.chunked_prefill = s.chunked_prefill;
   config.max_num_batched_tokens = s.max_num_batched_tokens;
   config.max_num_seqs = s.max_num_seqs;
+  config.admission = s.admission;
   config.max_model_len = 1024;
   config.eos_token_ids = tiny_config().eos_token_ids;
   Engine engine(config, runner, nullptr);
@@ -133,9 +116,14 @@ TEST_CASE("greedy output on the CPU runner does not depend on caching, chunking,
   SUBCASE("block size 1") {
     CHECK(run({.block_size = 1, .num_kv_blocks = 8192}, requests).tokens == base.tokens);
   }
-  SUBCASE("a tiny KV cache forces preemption") {
-    const RunResult r = run({.num_kv_blocks = 40}, requests);
+  SUBCASE("a tiny KV cache forces preemption under greedy admission") {
+    const RunResult r = run({.num_kv_blocks = 40, .admission = Admission::kGreedy}, requests);
     CHECK(r.preemptions > 0);
+    CHECK(r.tokens == base.tokens);
+  }
+  SUBCASE("the same tiny KV cache under planned admission: no preemption, the same tokens") {
+    const RunResult r = run({.num_kv_blocks = 40}, requests);
+    CHECK(r.preemptions == 0);
     CHECK(r.tokens == base.tokens);
   }
 }

@@ -25,6 +25,7 @@ struct Variant {
   bool prefix_caching = true;
   bool chunked_prefill = true;
   int max_num_batched_tokens = 512;
+  Admission admission = Admission::kPlanned;
 };
 
 std::vector<EngineRequest> workload(const ModelConfig& c) {
@@ -54,6 +55,7 @@ std::map<std::string, std::vector<int32_t>> run_engine(const ModelConfig& c, con
   ec.prefix_caching = v.prefix_caching;
   ec.chunked_prefill = v.chunked_prefill;
   ec.max_num_batched_tokens = v.max_num_batched_tokens;
+  ec.admission = v.admission;
   ec.max_num_seqs = 8;
   ec.max_model_len = 256;
   ec.eos_token_ids = c.eos_token_ids;
@@ -100,9 +102,14 @@ TEST_CASE("cpu_runner + engine: greedy tokens equal a from-scratch reference und
   CHECK(run_engine(c, {.max_num_batched_tokens = 24}, nullptr) == expected);
   CHECK(run_engine(c, {.block_size = 256, .num_kv_blocks = 8}, nullptr) == expected);
   CHECK(run_engine(c, {.block_size = 1, .num_kv_blocks = 1024}, nullptr) == expected);
+  // A cache too small for all six at their ends: greedy admission preempts and recomputes,
+  // planned admission waits instead; the tokens are the reference's either way.
   int64_t preemptions = 0;
-  CHECK(run_engine(c, {.block_size = 4, .num_kv_blocks = 40, .max_num_batched_tokens = 64}, &preemptions) == expected);
+  CHECK(run_engine(c, {.block_size = 4, .num_kv_blocks = 40, .max_num_batched_tokens = 64,
+                       .admission = Admission::kGreedy}, &preemptions) == expected);
   CHECK(preemptions > 0);
+  CHECK(run_engine(c, {.block_size = 4, .num_kv_blocks = 40, .max_num_batched_tokens = 64}, &preemptions) == expected);
+  CHECK(preemptions == 0);
 }
 
 TEST_CASE("cpu_runner + engine: seeded sampling gives the same tokens alone and in a batch of 32") {

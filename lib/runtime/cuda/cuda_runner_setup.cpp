@@ -7,6 +7,7 @@
 #include "kernels/cuda_check.h"
 #include "runtime/cuda/cuda_runner_impl.h"
 #include "runtime/cuda/kv_sizing.h"
+#include "runtime/cuda/tp_comm.h"
 
 namespace nvllm::cuda_detail {
 
@@ -27,14 +28,17 @@ void CudaRunner::size_kv_cache() {
     sp.top_k = 50;
     sp.top_p = 0.9f;
     StepOutput out;
-    execute(warmup_batch(opt_, seq_cap_, c.vocab_size, sp), out);
+    execute(warmup_batch(opt_, seq_cap_, model_.vocab(), sp), out);
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   scratch.reset();
 
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  kv.num_blocks = kv_blocks_to_allocate(opt_, layout, free_bytes, total_bytes);
+  kv.num_blocks = kv_blocks_that_fit(opt_, layout, free_bytes, total_bytes);
+  // Every rank follows the same block tables: each gets the count all of them have room for.
+  if (model_.tensor_parallel()) kv.num_blocks = model_.tp_comm()->min_over_ranks(kv.num_blocks, stream_.get());
+  check_kv_blocks(opt_, layout, kv.num_blocks, free_bytes, total_bytes);
   const size_t bytes = static_cast<size_t>(layout.bytes_per_block()) * kv.num_blocks;
   kv.storage = DeviceBuffer(bytes);
   // Zeroed so that padded decode rows, which read block 0, never meet NaN bit patterns.

@@ -2,8 +2,11 @@
 // the same batches (prefill, chunked prefill mixed with decodes, decode steps that replay CUDA
 // graphs), logits of every sampled row within bf16 tolerance, greedy tokens equal wherever the
 // reference's top two logits are not near a tie, and graphs on vs off giving the same tokens.
-// With an FP8 KV cache on both runners (the same scales), the same comparisons.
+// With an FP8 KV cache on both runners (the same scales), the same comparisons; and the same
+// for tensor parallelism over 2 (and 4) GPUs where the machine has them.
 #include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
@@ -151,7 +154,8 @@ std::unique_ptr<CpuRunner> unquantised_cpu(const ModelConfig& c, uint32_t seed, 
 }
 
 RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool mixed, double* worst_rel,
-                   int* checked_tokens, int gemv_max_batch = 1, const KvScales* fp8 = nullptr) {
+                   int* checked_tokens, int gemv_max_batch = -1, const KvScales* fp8 = nullptr,
+                   int tensor_parallel = 1) {
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
@@ -166,7 +170,8 @@ RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool
   opt.max_model_len = blocks_per_seq * block_size;
   opt.num_kv_blocks = 3 * blocks_per_seq;
   opt.enforce_eager = enforce_eager;
-  opt.gemv_max_batch = gemv_max_batch;
+  if (gemv_max_batch >= 0) opt.gemv_max_batch = gemv_max_batch;  // else the default
+  opt.tensor_parallel_size = tensor_parallel;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
   CHECK(gpu->num_kv_blocks() == 3 * blocks_per_seq);
 
@@ -316,7 +321,7 @@ struct OneSequence {
 // greedy token against the CPU runner.
 RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool fused, int decodes,
                      const std::vector<int32_t>* forced, double* worst_rel, int* checked_tokens,
-                     const KvScales* fp8 = nullptr) {
+                     const KvScales* fp8 = nullptr, int tensor_parallel = 1) {
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
@@ -327,6 +332,7 @@ RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bo
   opt.enforce_eager = enforce_eager;
   opt.tuning.fused_decode = fused;
   if (fp8 != nullptr) opt.fp8_kv = *fp8;
+  opt.tensor_parallel_size = tensor_parallel;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
 
   OneSequence seq(c, seed + 7);
@@ -477,16 +483,15 @@ TEST_CASE("gpu.cuda_runner matches the CPU runner, graphs on and off") {
   }
 }
 
-TEST_CASE("gpu.cuda_runner with the small-batch gemv on every decode step matches the CPU runner") {
-  // The default sends only 1-row projections to gemv; 8 routes this test's 3-4 row decodes
-  // (eager and padded graph) through it too.
+TEST_CASE("gpu.cuda_runner with cuBLASLt on every projection matches the CPU runner") {
+  // The default sends every projection of at most 16 rows (this test's decodes and short prompt
+  // chunks) to gemv; 0 routes them all through cuBLASLt, the path of larger batches.
   for (bool eager : {false, true}) {
     double rel = 0;
     int checked = 0;
-    run_both(gpu_tiny_config(Arch::kQwen3), 42, eager, true, &rel, &checked, 8);
+    run_both(gpu_tiny_config(Arch::kQwen3), 42, eager, true, &rel, &checked, 0);
     const std::string mode = eager ? "eager" : "graphs";
-    MESSAGE("gemv decode, ", mode, ": worst logits relative error ", rel, "; tokens checked ",
-            checked);
+    MESSAGE("cuBLASLt projections, ", mode, ": worst logits relative error ", rel, "; tokens checked ", checked);
     CHECK(checked >= 6);
   }
 }
@@ -579,6 +584,105 @@ TEST_CASE("gpu.cuda_runner sizes the KV cache from free memory") {
   opt.gpu_memory_utilization = 0.05;  // a few GiB on a data-centre GPU
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
   CHECK(gpu->num_kv_blocks() >= 2048 / 16);
+}
+
+namespace {
+
+int gpu_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// The largest relative logits error between two runs' sampled rows, step by step.
+double worst_between(const RunResult& a, const RunResult& b) {
+  double worst = 0;
+  REQUIRE(a.logits.size() == b.logits.size());
+  for (size_t step = 0; step < a.logits.size(); ++step) {
+    REQUIRE(a.logits[step].size() == b.logits[step].size());
+    worst = std::max(worst, rel_error(a.logits[step].data(), b.logits[step].data(),
+                                      static_cast<int>(b.logits[step].size())));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("gpu.tp_runner 2 and 4 ranks match the CPU runner and one GPU, graphs on and off") {
+  // gpu_tiny_config: 4 heads, 2 KV heads (2 ranks: one KV head each; 4 ranks: each KV head on
+  // two), vocabulary 509 (slices of 254 and 255: the padded all-gather). A KV head count of 1
+  // replicates it on both of 2 ranks. Prefill, chunked prefill, mixed and decode steps, mixed
+  // sampling (argmax, logprobs, a seeded top-p draw); the rows go through the all-reduces.
+  const int gpus = gpu_count();
+  if (gpus < 2) {
+    MESSAGE("skipped: tensor parallelism needs 2 GPUs, this machine has ", gpus);
+    return;
+  }
+  for (int tp : {2, 4}) {
+    if (tp > gpus) continue;
+    for (Arch arch : {Arch::kQwen3, Arch::kLlama, Arch::kQwen2}) {
+      for (int kv_heads : {2, 1}) {
+        if (arch != Arch::kQwen3 && kv_heads == 1) continue;
+        ModelConfig c = gpu_tiny_config(arch);
+        c.num_kv_heads = kv_heads;
+        const std::string what = str_cat(tp, " ranks, ", arch == Arch::kQwen3 ? "qwen3" : arch == Arch::kLlama ? "llama" : "qwen2",
+                                         ", ", kv_heads, " KV heads");
+        INFO(what);
+        double rel_one = 0, rel_graph = 0, rel_eager = 0;
+        int checked_one = 0, checked_graph = 0, checked_eager = 0;
+        const RunResult one = run_both(c, 42, false, true, &rel_one, &checked_one);
+        const RunResult graph = run_both(c, 42, false, true, &rel_graph, &checked_graph, 1, nullptr, tp);
+        const RunResult eager = run_both(c, 42, true, true, &rel_eager, &checked_eager, 1, nullptr, tp);
+        const double vs_one = worst_between(graph, one);
+        MESSAGE(what, ": worst logits relative error vs the CPU ", rel_graph, " (graphs), ", rel_eager,
+                " (eager), one GPU ", rel_one, "; vs one GPU ", vs_one, "; tokens checked ", checked_graph);
+        CHECK(checked_graph >= 6);
+        CHECK(graph.tokens == eager.tokens);
+        CHECK(worst_between(graph, eager) < 1e-3);
+        CHECK(vs_one < 2e-2);  // partial sums rounded to bf16 before the all-reduce: a little more rounding
+      }
+    }
+  }
+}
+
+TEST_CASE("gpu.tp_runner batch-1 decode on 2 ranks: the separate kernels, matching the CPU runner") {
+  // The fused batch-1 path keeps whole layers on one GPU: under tensor parallelism the ranks run
+  // the separate kernels (with the gemv at one row) even when fused decode is asked for.
+  if (gpu_count() < 2) {
+    MESSAGE("skipped: tensor parallelism needs 2 GPUs");
+    return;
+  }
+  ModelConfig c = gpu_tiny_config(Arch::kQwen3);
+  c.hidden_size = 256;
+  c.intermediate_size = 384;
+  c.head_dim = 128;
+  c.num_heads = 8;
+  for (bool eager : {false, true}) {
+    double rel = 0;
+    int checked = 0;
+    const RunResult tp = run_single(c, 11, eager, true, 60, nullptr, &rel, &checked, nullptr, 2);
+    std::vector<int32_t> fed;
+    for (const auto& t : tp.tokens) fed.push_back(t[0]);
+    double rel_one = 0;
+    int checked_one = 0;
+    const RunResult one = run_single(c, 11, eager, false, 60, &fed, &rel_one, &checked_one);
+    MESSAGE(std::string(eager ? "eager" : "graphs"), ": worst logits relative error vs the CPU ", rel, " (2 ranks), ", rel_one,
+            " (one GPU); between them ", worst_between(tp, one), "; tokens checked ", checked);
+    CHECK(checked >= 30);
+    CHECK(worst_between(tp, one) < 2e-2);
+  }
+}
+
+TEST_CASE("gpu.tp_runner refuses a model that does not divide among the ranks, naming the flag") {
+  const ModelConfig c = gpu_tiny_config(Arch::kQwen3);  // 4 heads
+  ModelWeights wf = test::random_weights(c, 3), wb;
+  split_weights(wf, wb);
+  CudaRunnerOptions opt;
+  opt.max_num_seqs = 4;
+  opt.max_num_batched_tokens = 64;
+  opt.max_model_len = 256;
+  opt.tensor_parallel_size = 3;  // checked before any GPU or NCCL is touched
+  CHECK_THROWS_WITH_AS(make_cuda_runner(c, wb, opt), doctest::Contains("--tensor-parallel-size 3: num_attention_heads 4"),
+                       Error);
 }
 
 }  // namespace nvllm

@@ -14,6 +14,12 @@ namespace nvllm::cuda_detail {
 
 void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   if (!tuning.fused_decode) return;
+  if (model.tensor_parallel()) {  // its kernels hold whole layers; a rank holds a share
+    if (model.tp_rank() == 0)
+      log_info("batch-1 decode runs as separate kernels: the fused path does not apply under tensor parallelism "
+               "(an all-reduce follows o_proj and down)");
+    return;
+  }
   const ModelConfig& c = model.config();
   plan_ = kernels::fused_decode_plan({c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim,
                                      model.block_size(), model.kv().dtype});
