@@ -6,10 +6,16 @@
 // split, each CTA leaves an unnormalised partial (max, sum, acc) in the workspace and a reduce
 // pass combines the splits.
 //
-// Bytes: sum over sequences of context_len * num_kv_heads * head_dim * 2 (K) * 2 (V), plus
-// the small partials; FLOPs: 4 * num_heads * head_dim per context token, so this is
-// bandwidth-bound (about 1 FLOP per byte).
+// Bytes: sum over sequences of context_len * num_kv_heads * head_dim * 2 (K and V) * the
+// element size (2 for bf16, 1 for FP8 codes), plus the small partials; FLOPs: 4 * num_heads *
+// head_dim per context token, so this is bandwidth-bound (1 to 4 FLOPs per byte).
+//
+// One kernel template for both cache types: a lane's 16-byte load is 8 bf16 values or 16 FP8
+// codes, converted to fp32 in registers. An FP8 cache's scales are folded in, k_scale into the
+// query (scores are q . code * k_scale) and v_scale into the output (sum p code * v_scale): the
+// inner loop sees codes only.
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
@@ -35,8 +41,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 struct DecodeParams {
   const bf16* q;
   int q_stride;
-  const bf16* k_cache;
-  const bf16* v_cache;
+  const void* k_cache;  // bf16 or fp8_e4m3, the kernel's T
+  const void* v_cache;
+  const float* k_scale;  // [num_kv_heads], FP8 only
+  const float* v_scale;
   const int32_t* context_lens;
   const int32_t* block_tables;
   int max_blocks_per_seq;
@@ -61,12 +69,27 @@ __host__ __device__ inline int partition_for(int ctx) {
 }
 __host__ __device__ inline int splits_for(int ctx) { return ctx > 0 ? ceil_div(ctx, partition_for(ctx)) : 1; }
 
-// D: head dim; kHeads: q heads served per CTA (a divisor of the group size).
-// Thread layout: kLanes = D / 8 consecutive lanes hold one token's row, 8 values each (one
+// 16 bytes of a cache row as fp32: 8 bf16 values or 16 FP8 codes.
+template <typename T>
+struct RowPiece {
+  static constexpr int kValues = 16 / sizeof(T);
+  static __device__ __forceinline__ void to_float(const uint4& raw, float (&f)[kValues]) {
+    if constexpr (std::is_same_v<T, fp8_e4m3>)
+      e4m3x16_to_float(raw, f);
+    else
+      to_float8(reinterpret_cast<const Bf16x8&>(raw), f);
+  }
+};
+
+// T: the cache element (bf16 or fp8_e4m3); D: head dim; kHeads: q heads served per CTA (a
+// divisor of the group size).
+// Thread layout: kLanes = D / kVec consecutive lanes hold one token's row, kVec values each (one
 // 16-byte load); the CTA's kGroups such groups walk the split's tokens with stride kGroups.
-template <int D, int kHeads>
+template <typename T, int D, int kHeads>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams p) {
-  constexpr int kLanes = D / 8;
+  constexpr bool kFp8 = std::is_same_v<T, fp8_e4m3>;
+  constexpr int kVec = RowPiece<T>::kValues;
+  constexpr int kLanes = D / kVec;
   constexpr int kGroups = kThreads / kLanes;
   __shared__ float sm_acc[kGroups][kHeads][D];
   __shared__ float sm_m[kGroups][kHeads];
@@ -84,47 +107,54 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   const int end = min(ctx, start + partition);
 
   const int g = threadIdx.x / kLanes, sub = threadIdx.x % kLanes;
-  float qf[kHeads][8];
+  // FP8: scores are q . code * k_scale, so the query takes the head's k_scale.
+  float q_scale = p.scale_log2;
+  if constexpr (kFp8) q_scale *= p.k_scale[kvh];
+  float qf[kHeads][kVec];
 #pragma unroll
   for (int h = 0; h < kHeads; ++h) {
-    to_float8(load8(p.q + size_t(s) * p.q_stride + (head0 + h) * D + sub * 8), qf[h]);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) qf[h][i] *= p.scale_log2;
+    for (int j = 0; j < kVec / 8; ++j)
+      to_float8(load8(p.q + size_t(s) * p.q_stride + (head0 + h) * D + sub * kVec + j * 8), qf[h] + j * 8);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) qf[h][i] *= q_scale;
   }
-  float m[kHeads], l[kHeads], acc[kHeads][8];
+  float m[kHeads], l[kHeads], acc[kHeads][kVec];
   softmax_start(m, l, acc);
 
   const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
   const int block_mask = (1 << p.block_shift) - 1;
-  const size_t row_stride = size_t(p.num_kv_heads) * D;  // between consecutive cache slots
-  const size_t head_off = size_t(kvh) * D + sub * 8;
+  const size_t row_stride = size_t(p.num_kv_heads) * D;  // elements between consecutive cache slots
+  const size_t head_off = size_t(kvh) * D + sub * kVec;
+  const T* k_cache = static_cast<const T*>(p.k_cache);
+  const T* v_cache = static_cast<const T*>(p.v_cache);
 
   // The trip count is the same for every thread (the shuffles below need whole warps);
   // tokens past the end are masked.
   for (int t0 = start + g; t0 - g < end; t0 += kGroups * kUnroll) {
-    Bf16x8 kv[kUnroll], vv[kUnroll];
+    uint4 kv[kUnroll], vv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // issue every load before the first use
       const int t = t0 + u * kGroups;
       if (t < end) {
         const size_t slot = size_t(table[t >> p.block_shift]) << p.block_shift | (t & block_mask);
-        kv[u] = load8(p.k_cache + slot * row_stride + head_off);
-        vv[u] = load8(p.v_cache + slot * row_stride + head_off);
+        kv[u] = *reinterpret_cast<const uint4*>(k_cache + slot * row_stride + head_off);
+        vv[u] = *reinterpret_cast<const uint4*>(v_cache + slot * row_stride + head_off);
       } else {
-        kv[u] = Bf16x8{};
-        vv[u] = Bf16x8{};
+        kv[u] = make_uint4(0, 0, 0, 0);
+        vv[u] = make_uint4(0, 0, 0, 0);
       }
     }
     float sc[kUnroll][kHeads];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      float kf[8];
-      to_float8(kv[u], kf);
+      float kf[kVec];
+      RowPiece<T>::to_float(kv[u], kf);
 #pragma unroll
       for (int h = 0; h < kHeads; ++h) {
         float d = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) d = fmaf(qf[h][i], kf[i], d);
+        for (int i = 0; i < kVec; ++i) d = fmaf(qf[h][i], kf[i], d);
         sc[u][h] = warp_sum<kLanes>(d);  // every lane of the group gets the score
         if (t0 + u * kGroups >= end) sc[u][h] = -INFINITY;
       }
@@ -134,8 +164,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (t0 + u * kGroups >= end) continue;
-      float vf[8];
-      to_float8(vv[u], vf);
+      float vf[kVec];
+      RowPiece<T>::to_float(vv[u], vf);
       softmax_add(m, l, acc, sc[u], vf);
     }
   }
@@ -144,19 +174,24 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
 #pragma unroll
   for (int h = 0; h < kHeads; ++h) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sm_acc[g][h][sub * 8 + i] = acc[h][i];
+    for (int i = 0; i < kVec; ++i) sm_acc[g][h][sub * kVec + i] = acc[h][i];
     if (sub == 0) {
       sm_m[g][h] = m[h];
       sm_l[g][h] = l[h];
     }
   }
   __syncthreads();
+  // FP8: the output is sum p code * v_scale / sum p (the reduce of the splits is linear in it).
+  float out_scale = 1.f;
+  if constexpr (kFp8) out_scale = p.v_scale[kvh];
   for (int o = threadIdx.x; o < kHeads * D; o += kThreads) {
     const int h = o / D, d = o % D;
     const SoftmaxPart r = merge_softmax(  // a group that saw no token has max -inf
         kGroups, [&](int j) { return sm_m[j][h]; }, [&](int j) { return sm_l[j][h]; },
         [&](int j) { return sm_acc[j][h][d]; });
-    const float mx = r.m, sum = r.l, a = r.acc;
+    const float mx = r.m, sum = r.l;
+    float a = r.acc;
+    if constexpr (kFp8) a *= out_scale;
     const int head = head0 + h;
     if (used == 1) {
       p.out[size_t(s) * p.num_heads * D + head * D + d] = __float2bfloat16(sum > 0.f ? a / sum : 0.f);
@@ -205,11 +240,11 @@ int max_splits(int max_context_len) {
   return std::clamp(ceil_div(std::max(max_context_len, 1), kMinPartition), 1, kMaxSplits);
 }
 
-template <int D, int kHeads>
+template <typename T, int D, int kHeads>
 void launch(const DecodeParams& p, int blocks_x, int num_seqs, cudaStream_t stream) {
   // Launched normally, not with PDL: griddepcontrol in this kernel cost 4% of nano-vLLM
   // throughput on the H100 (16,950 vs 17,630 tok/s, same machine), even with PDL off.
-  attention_decode_kernel<D, kHeads><<<dim3(blocks_x, num_seqs, p.num_splits), kThreads, 0, stream>>>(p);
+  attention_decode_kernel<T, D, kHeads><<<dim3(blocks_x, num_seqs, p.num_splits), kThreads, 0, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
   if (p.num_splits > 1) {
     attention_decode_reduce_kernel<<<dim3(p.num_heads, num_seqs), D, 0, stream>>>(p, D);
@@ -217,13 +252,22 @@ void launch(const DecodeParams& p, int blocks_x, int num_seqs, cudaStream_t stre
   }
 }
 
-template <int D>
+template <typename T, int D>
 void launch_heads(const DecodeParams& p, int heads_per_cta, int blocks_x, int num_seqs, cudaStream_t stream) {
   switch (heads_per_cta) {
-    case 4: return launch<D, 4>(p, blocks_x, num_seqs, stream);
-    case 2: return launch<D, 2>(p, blocks_x, num_seqs, stream);
-    default: return launch<D, 1>(p, blocks_x, num_seqs, stream);
+    case 4: return launch<T, D, 4>(p, blocks_x, num_seqs, stream);
+    case 2: return launch<T, D, 2>(p, blocks_x, num_seqs, stream);
+    default: return launch<T, D, 1>(p, blocks_x, num_seqs, stream);
   }
+}
+
+template <typename T>
+void launch_dims(const DecodeParams& p, int head_dim, int heads_per_cta, int blocks_x, int num_seqs,
+                 cudaStream_t stream) {
+  if (head_dim == 128)
+    launch_heads<T, 128>(p, heads_per_cta, blocks_x, num_seqs, stream);
+  else
+    launch_heads<T, 64>(p, heads_per_cta, blocks_x, num_seqs, stream);
 }
 
 }  // namespace
@@ -232,10 +276,9 @@ size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int hea
   return partial_bytes_per_split(max_num_seqs, num_heads, head_dim) * max_splits(max_context_len);
 }
 
-void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
-                      const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads, int head_dim,
-                      int block_size, float scale, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream) {
+void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
+                      int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream) {
   if (batch.num_seqs <= 0) return;
   NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_decode: head_dim ", head_dim,
               " is not supported (64 or 128)");
@@ -261,8 +304,10 @@ void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf
   DecodeParams p;
   p.q = q;
   p.q_stride = q_stride;
-  p.k_cache = k_cache;
-  p.v_cache = v_cache;
+  p.k_cache = cache.k;
+  p.v_cache = cache.v;
+  p.k_scale = cache.k_scale;
+  p.v_scale = cache.v_scale;
   p.context_lens = batch.context_lens;
   p.block_tables = batch.block_tables;
   p.max_blocks_per_seq = batch.max_blocks_per_seq;
@@ -274,10 +319,12 @@ void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf
   p.block_shift = __builtin_ctz(unsigned(block_size));
   p.scale_log2 = scale * kLog2e;
   p.num_splits = splits;
-  if (head_dim == 128)
-    launch_heads<128>(p, heads_per_cta, blocks_x, batch.num_seqs, stream);
-  else
-    launch_heads<64>(p, heads_per_cta, blocks_x, batch.num_seqs, stream);
+  if (cache.dtype == KvDtype::kFp8E4M3) {
+    NVLLM_CHECK(cache.k_scale != nullptr && cache.v_scale != nullptr, "attention_decode: an FP8 cache needs scales");
+    launch_dims<fp8_e4m3>(p, head_dim, heads_per_cta, blocks_x, batch.num_seqs, stream);
+  } else {
+    launch_dims<bf16>(p, head_dim, heads_per_cta, blocks_x, batch.num_seqs, stream);
+  }
 }
 
 }  // namespace nvllm::kernels

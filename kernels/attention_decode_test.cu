@@ -1,6 +1,7 @@
 // attention_decode against the CPU reference, across head dims, group sizes, block sizes and
-// context lengths that take one split or many; plus a timing case (skipped unless asked for
-// with --no-skip) at the issue's shape, batch 256 x context 1024.
+// context lengths that take one split or many, over bf16 and FP8 caches (the FP8 reference runs on
+// the values the codes stand for, code * scale); plus timing cases (skipped unless asked for with
+// --no-skip) at the issue's shape, batch 256 x context 1024, for each cache type.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,8 +17,18 @@
 namespace nvllm::kernels::test {
 namespace {
 
+// Per-head scales of an FP8 test cache (values in [-1, 1]): codes that reach past 448 and
+// saturate (1/600), that use the whole range (1/448, 1/100), that sit near 1 (1) and that are
+// mostly subnormal (40: E4M3's step there is 2^-9).
+std::vector<float> test_scales(int heads, int offset) {
+  const float pick[] = {1.f / 448, 1.f, 1.f / 100, 40.f, 1.f / 600};
+  std::vector<float> s(heads);
+  for (int h = 0; h < heads; ++h) s[h] = pick[(h + offset) % 5];
+  return s;
+}
+
 void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std::vector<int> ctx,
-              uint32_t seed, bool small_workspace = false) {
+              uint32_t seed, bool small_workspace = false, bool fp8 = false) {
   std::mt19937 rng(seed);
   const int num_seqs = int(ctx.size());
   const int q_stride = (num_heads + 2 * num_kv_heads) * head_dim;  // q inside a fused qkv row
@@ -26,9 +37,13 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
   std::vector<int> qs(num_seqs + 1);
   std::iota(qs.begin(), qs.end(), 0);
   const float scale = 1.f / std::sqrt(float(head_dim));
-  auto ref = attention_ref(q, q_stride, c, qs, ctx, num_heads, scale);
+  const Fp8Cache c8 = make_fp8(fp8 ? c : PagedCache{num_kv_heads, head_dim, block_size, 1, 0, {}, {}, {}},
+                               test_scales(num_kv_heads, 0), test_scales(num_kv_heads, 2));
+  auto ref = fp8 ? attention_ref(q, q_stride, c8.values, qs, ctx, num_heads, scale)
+                 : attention_ref(q, q_stride, c, qs, ctx, num_heads, scale);
 
   DeviceBuffer<bf16> d_q(q), d_k(c.k), d_v(c.v), d_out(ref.size());
+  const KvCache cache = fp8 ? c8.view() : KvCache{d_k.get(), d_v.get()};
   DeviceBuffer<int32_t> d_qs(std::vector<int32_t>(qs.begin(), qs.end()));
   DeviceBuffer<int32_t> d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
   const int max_ctx = *std::max_element(ctx.begin(), ctx.end());
@@ -38,17 +53,28 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
   AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, max_ctx};
   if (small_workspace && max_ctx > 128) {
     // A context longer than one split needs the workspace: a clear error, not a guess.
-    CHECK_THROWS_AS(attention_decode(d_q.get(), q_stride, d_k.get(), d_v.get(), batch, d_out.get(), num_heads,
-                                     num_kv_heads, head_dim, block_size, scale, ws.get(), ws_bytes, nullptr),
+    CHECK_THROWS_AS(attention_decode(d_q.get(), q_stride, cache, batch, d_out.get(), num_heads, num_kv_heads,
+                                     head_dim, block_size, scale, ws.get(), ws_bytes, nullptr),
                     nvllm::Error);
     return;
   }
   d_out.poison();
-  attention_decode(d_q.get(), q_stride, d_k.get(), d_v.get(), batch, d_out.get(), num_heads, num_kv_heads,
-                   head_dim, block_size, scale, ws.get(), ws_bytes, nullptr);
+  attention_decode(d_q.get(), q_stride, cache, batch, d_out.get(), num_heads, num_kv_heads, head_dim, block_size,
+                   scale, ws.get(), ws_bytes, nullptr);
   const double err = rel_error(d_out.download(), ref);
-  INFO("heads=", num_heads, "/", num_kv_heads, " d=", head_dim, " bs=", block_size, " rel_error=", err);
+  INFO((fp8 ? "fp8" : "bf16"), " heads=", num_heads, "/", num_kv_heads, " d=", head_dim, " bs=", block_size,
+       " rel_error=", err);
   CHECK(err < kBf16Tolerance);
+  if (fp8) {
+    // The codes matter: the same kernel on the bf16 values the codes were made from is further
+    // from this reference than the tolerance (E4M3 keeps 3 mantissa bits).
+    d_out.poison();
+    attention_decode(d_q.get(), q_stride, KvCache{d_k.get(), d_v.get()}, batch, d_out.get(), num_heads,
+                     num_kv_heads, head_dim, block_size, scale, ws.get(), ws_bytes, nullptr);
+    const double unquantised = rel_error(d_out.download(), ref);
+    INFO("bf16 cache against the FP8 reference: rel_error=", unquantised);
+    CHECK(unquantised > 2 * kBf16Tolerance);
+  }
 }
 
 }  // namespace
@@ -68,9 +94,34 @@ TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
   run_case(16, 8, 128, 16, many, 8);
 }
 
+TEST_CASE("gpu.kernels.attention_decode over an FP8 cache matches the CPU reference on its codes") {
+  run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 11, false, true);  // Qwen3-0.6B, splits
+  run_case(32, 8, 64, 1, {5, 64, 700}, 12, false, true);                       // group 4, block size 1
+  run_case(64, 8, 128, 256, {257, 1, 3000}, 13, false, true);                  // group 8: two chunks of 4
+  run_case(8, 8, 64, 32, {33, 100}, 14, false, true);                          // group 1
+  run_case(12, 2, 128, 64, {200, 4100}, 15, false, true);                      // group 6
+  run_case(16, 8, 128, 16, {1, 100, 128}, 16, true, true);                     // one split each, no workspace
+  std::vector<int> many(300);
+  std::mt19937 rng(17);
+  for (auto& len : many) len = 1 + int(rng() % 600);
+  run_case(16, 8, 128, 16, many, 18, false, true);
+}
+
+TEST_CASE("gpu.kernels.attention_decode refuses an FP8 cache without scales") {
+  DeviceBuffer<bf16> q(size_t(16) * 128), out(size_t(16) * 128);
+  DeviceBuffer<uint8_t> k(size_t(16) * 8 * 128), v(size_t(16) * 8 * 128);
+  DeviceBuffer<int32_t> qs(std::vector<int32_t>{0, 1}), ctx(std::vector<int32_t>{1}), bt(std::vector<int32_t>{0});
+  AttentionBatch batch{qs.get(), ctx.get(), bt.get(), 1, 1, 1, 1};
+  CHECK_THROWS_WITH_AS(attention_decode(q.get(), 16 * 128, KvCache{k.get(), v.get(), KvDtype::kFp8E4M3}, batch,
+                                        out.get(), 16, 8, 128, 16, 0.088f, nullptr, 0, nullptr),
+                       doctest::Contains("scales"), nvllm::Error);
+}
+
 // A sequence's output must not depend on what it is decoded with: alone (its own length as
 // the bound) and in a batch whose bound is a CUDA graph's (8192), bit for bit.
 TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
+  for (bool fp8 : {false, true}) {
+  INFO((fp8 ? "fp8" : "bf16"));
   const int heads = 16, kv_heads = 8, d = 128, bs = 16;
   const std::vector<int> ctx = {300, 1000, 5000, 1};
   std::mt19937 rng(11);
@@ -80,14 +131,16 @@ TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
   std::vector<int> qs(num_seqs + 1);
   std::iota(qs.begin(), qs.end(), 0);
   DeviceBuffer<bf16> d_q(q), d_k(c.k), d_v(c.v), d_out(q.size());
+  const Fp8Cache c8 = make_fp8(c, test_scales(kv_heads, 0), test_scales(kv_heads, 1));
+  const KvCache cache = fp8 ? c8.view() : KvCache{d_k.get(), d_v.get()};
   DeviceBuffer<int32_t> d_qs(std::vector<int32_t>(qs.begin(), qs.end()));
   DeviceBuffer<int32_t> d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
   const int bound = 8192;
   const size_t ws_bytes = attention_decode_workspace_bytes(num_seqs, heads, d, bound);
   DeviceBuffer<char> ws(ws_bytes);
   AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, bound};
-  attention_decode(d_q.get(), heads * d, d_k.get(), d_v.get(), batch, d_out.get(), heads, kv_heads, d, bs,
-                   0.088f, ws.get(), ws_bytes, nullptr);
+  attention_decode(d_q.get(), heads * d, cache, batch, d_out.get(), heads, kv_heads, d, bs, 0.088f, ws.get(),
+                   ws_bytes, nullptr);
   const std::vector<bf16> together = d_out.download();
   for (int s = 0; s < num_seqs; ++s) {
     // Sequence s alone: its query row, its block-table row, its own length as the bound.
@@ -97,36 +150,39 @@ TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
     DeviceBuffer<bf16> d_q1(q1), d_out1(q1.size());
     DeviceBuffer<int32_t> d_qs1(std::vector<int32_t>{0, 1}), d_ctx1(std::vector<int32_t>{ctx[s]}), d_bt1(bt1);
     AttentionBatch alone{d_qs1.get(), d_ctx1.get(), d_bt1.get(), c.max_blocks_per_seq, 1, 1, ctx[s]};
-    attention_decode(d_q1.get(), heads * d, d_k.get(), d_v.get(), alone, d_out1.get(), heads, kv_heads, d, bs,
-                     0.088f, ws.get(), ws_bytes, nullptr);
+    attention_decode(d_q1.get(), heads * d, cache, alone, d_out1.get(), heads, kv_heads, d, bs, 0.088f, ws.get(),
+                     ws_bytes, nullptr);
     const std::vector<bf16> one = d_out1.download();
     INFO("sequence ", s, " of context ", ctx[s]);
     CHECK(std::memcmp(one.data(), together.data() + size_t(s) * heads * d, one.size() * sizeof(bf16)) == 0);
   }
+  }
 }
 
 namespace {
-__global__ void fill_random(bf16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t x = uint32_t(i) * 2654435761u ^ seed;
-    x ^= x >> 15, x *= 2246822519u, x ^= x >> 13;
-    p[i] = __float2bfloat16(float(x & 0xFFFF) / 32768.f - 1.f);
-  }
-}
-}  // namespace
 
-// Timing at the issue's shape (batch 256 x context 1024, Qwen3-0.6B heads, block size 16), and
-// the same number of cached tokens as fewer, longer sequences (where the split-K matters).
-TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) {
+// The cache's element size (2: bf16, 1: FP8) sets the bytes; the tokens are the same.
+void bench_decode(bool fp8) {
   const int heads = 16, kv_heads = 8, d = 128, bs = 16, total_tokens = 256 * 1024;
-  const size_t cache_elems = size_t(total_tokens) * kv_heads * d;
-  DeviceBuffer<bf16> k(cache_elems), v(cache_elems), q(size_t(256) * heads * d), out(size_t(256) * heads * d);
-  fill_random<<<1024, 256>>>(k.get(), cache_elems, 1);
-  fill_random<<<1024, 256>>>(v.get(), cache_elems, 2);
+  const size_t cache_elems = size_t(total_tokens) * kv_heads * d, elem = fp8 ? 1 : 2;
+  DeviceBuffer<char> k(cache_elems * elem), v(cache_elems * elem);
+  DeviceBuffer<bf16> q(size_t(256) * heads * d), out(size_t(256) * heads * d);
+  DeviceBuffer<float> scales(std::vector<float>(kv_heads, 0.01f));
+  if (fp8) {
+    fill_random_codes<<<1024, 256>>>(reinterpret_cast<uint8_t*>(k.get()), cache_elems, 1);
+    fill_random_codes<<<1024, 256>>>(reinterpret_cast<uint8_t*>(v.get()), cache_elems, 2);
+  } else {
+    fill_random<<<1024, 256>>>(reinterpret_cast<bf16*>(k.get()), cache_elems, 1);
+    fill_random<<<1024, 256>>>(reinterpret_cast<bf16*>(v.get()), cache_elems, 2);
+  }
   fill_random<<<1024, 256>>>(q.get(), q.size(), 3);
+  const KvCache cache = fp8 ? KvCache{k.get(), v.get(), KvDtype::kFp8E4M3, scales.get(), scales.get()}
+                            : KvCache{k.get(), v.get()};
+  const char* name = fp8 ? "attention_decode fp8" : "attention_decode bf16";
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> rates;  // bytes per second of each shape
   for (auto [num_seqs, ctx] : {std::pair{256, 1024}, std::pair{64, 4096}, std::pair{8, 32768}}) {
     const int blocks_per_seq = ctx / bs, num_blocks = num_seqs * blocks_per_seq;
     std::mt19937 rng(1);
@@ -139,8 +195,8 @@ TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) {
     DeviceBuffer<char> ws(ws_bytes);
     AttentionBatch batch{d_qs.get(), d_lens.get(), d_table.get(), blocks_per_seq, num_seqs, 1, ctx};
     auto launch = [&] {
-      attention_decode(q.get(), heads * d, k.get(), v.get(), batch, out.get(), heads, kv_heads, d, bs, 0.088f,
-                       ws.get(), ws_bytes, nullptr);
+      attention_decode(q.get(), heads * d, cache, batch, out.get(), heads, kv_heads, d, bs, 0.088f, ws.get(),
+                       ws_bytes, nullptr);
     };
     for (int i = 0; i < 5; ++i) launch();
     std::vector<float> ms;
@@ -154,23 +210,39 @@ TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) {
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    const double bytes = 2.0 * size_t(num_blocks) * bs * kv_heads * d * sizeof(bf16), med = ms[ms.size() / 2];
-    std::printf("attention_decode S=%d ctx=%d H=%d KVH=%d D=%d bs=%d: KV bytes %.3f GB, floor at 3.03 TB/s "
+    const double bytes = 2.0 * size_t(num_blocks) * bs * kv_heads * d * elem, med = ms[ms.size() / 2];
+    rates.push_back(bytes / (med * 1e-3));
+    std::printf("%s S=%d ctx=%d H=%d KVH=%d D=%d bs=%d: KV bytes %.3f GB, floor at 3.03 TB/s "
                 "%.1f us, median %.1f us (min %.1f), %.0f GB/s = %.1f%% of 3.03 TB/s\n",
-                num_seqs, ctx, heads, kv_heads, d, bs, bytes / 1e9, bytes / 3.03e12 * 1e6, med * 1e3, ms[0] * 1e3,
-                bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 3.03e12);
+                name, num_seqs, ctx, heads, kv_heads, d, bs, bytes / 1e9, bytes / 3.03e12 * 1e6, med * 1e3,
+                ms[0] * 1e3, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 3.03e12);
   }
-  // The copy ceiling on this card: a device-to-device copy of the K cache (read + write).
-  CUDA_CHECK(cudaEventRecord(e0));
-  for (int i = 0; i < 10; ++i)
-    CUDA_CHECK(cudaMemcpyAsync(v.get(), k.get(), cache_elems * sizeof(bf16), cudaMemcpyDeviceToDevice));
-  CUDA_CHECK(cudaEventRecord(e1));
-  CUDA_CHECK(cudaEventSynchronize(e1));
-  float copy_ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&copy_ms, e0, e1));
-  std::printf("device copy: %.0f GB/s (read + write)\n", 10 * 2.0 * cache_elems * sizeof(bf16) / (copy_ms * 1e-3) / 1e9);
+  // The copy ceiling on this card: a device-to-device copy of the K cache (read + write), the
+  // median of 10.
+  std::vector<float> copy_ms;
+  for (int i = 0; i < 11; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0));
+    CUDA_CHECK(cudaMemcpyAsync(v.get(), k.get(), cache_elems * elem, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i > 0) copy_ms.push_back(t);  // the first warms up
+  }
+  std::sort(copy_ms.begin(), copy_ms.end());
+  const double copy_rate = 2.0 * cache_elems * elem / (copy_ms[copy_ms.size() / 2] * 1e-3);
+  std::printf("device copy: %.0f GB/s (read + write); %s at 256 x 1024 reads its bytes at %.1f%% of it\n",
+              copy_rate / 1e9, name, 100.0 * rates[0] / copy_rate);
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
 }
+}  // namespace
+
+// Timing at the issue's shape (batch 256 x context 1024, Qwen3-0.6B heads, block size 16), and
+// the same number of cached tokens as fewer, longer sequences (where the split-K matters).
+TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) { bench_decode(false); }
+
+// The same over an FP8 cache: half the bytes; the rate is counted in FP8 bytes.
+TEST_CASE("bench.attention_decode_fp8 batch 256 x 1024" * doctest::skip()) { bench_decode(true); }
 
 }  // namespace nvllm::kernels::test

@@ -7,8 +7,16 @@
 // FLOPs: 4 * D * num_heads * sum over query rows of the keys it sees (~ q_len * ctx / 2 per
 // sequence for a fresh prompt). Bytes: q and out once, K/V once per 16-row query tile.
 // Two versions: the tensor-core kernel (mma.sync m16n8k16, bf16 in, fp32 accumulate) that
-// attention_prefill uses, and a plain CUDA-core kernel (attention_prefill_simt) kept as a
-// second implementation to test against.
+// attention_prefill uses, and a plain CUDA-core kernel (attention_prefill_simt, bf16 caches) kept
+// as a second implementation to test against.
+//
+// An FP8 cache (the tensor-core kernel's T = fp8_e4m3): each thread loads its 16-byte pieces of
+// the next K (V) tile of codes into registers where the bf16 kernel issues its cp.async, and,
+// once this tile's products are issued, converts them to bf16 (exact: E4M3 values are bf16
+// values) and stores them into the other shared buffer. The k_scale goes into the score scale,
+// the v_scale into the output's normalisation.
+#include <type_traits>
+
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
@@ -24,8 +32,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 struct PrefillParams {
   const bf16* q;
   int q_stride;
-  const bf16* k_cache;
-  const bf16* v_cache;
+  const void* k_cache;  // bf16, or fp8_e4m3 codes (the tensor-core kernel's T)
+  const void* v_cache;
+  const float* k_scale;  // [num_kv_heads], FP8 only
+  const float* v_scale;
   const int32_t* query_start;
   const int32_t* context_lens;
   const int32_t* block_tables;
@@ -78,8 +88,8 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillPara
       if (key < kv_end) {
         const size_t slot = size_t(table[key >> p.block_shift]) << p.block_shift | (key & block_mask);
         const size_t at = slot * row_stride + size_t(kvh) * D + c;
-        to_float8(load8(p.k_cache + at), kf);
-        to_float8(load8(p.v_cache + at), vf);
+        to_float8(load8(static_cast<const bf16*>(p.k_cache) + at), kf);
+        to_float8(load8(static_cast<const bf16*>(p.v_cache) + at), vf);
       }
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -143,11 +153,16 @@ constexpr size_t tc_smem_bytes(int head_dim, int heads_per_cta) {
   return size_t(4 + heads_per_cta) * kTcTileK * (head_dim + 8) * sizeof(bf16);
 }
 
+// A thread's 16-byte pieces of one FP8 K or V tile (kTcTileK x D codes) at most, over 128 threads.
 template <int D>
+constexpr int kFp8Pieces = kTcTileK * D / 16 / kThreads;
+
+template <typename T, int D>
 // Two CTAs of 8 warps per SM (the register cap this implies is why Q is re-read from shared
 // memory each tile instead of living in registers): 16 warps keep the tensor pipe busier than
 // 8 did (ncu: latency-bound at 8 warps, 2 per scheduler).
 __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(PrefillParams p) {
+  constexpr bool kFp8 = std::is_same_v<T, fp8_e4m3>;
   constexpr int kStride = D + 8;  // 16-byte pad per row: ldmatrix rows land in distinct banks
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
   constexpr int kKSteps = D / 16, kNTiles = kTcTileK / 8, kOTiles = D / 8;
@@ -176,14 +191,48 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
   const int block_mask = (1 << p.block_shift) - 1;
   const size_t row_stride = size_t(p.num_kv_heads) * D;
   // Issues the copies of keys kt..kt+63 of `cache` into `dst` (keys past kv_end zero-filled).
-  auto load_tile = [&](bf16* dst, const bf16* cache, int kt) {
+  auto load_tile = [&](bf16* dst, const void* cache, int kt) {
     for (int i = threadIdx.x; i < kTcTileK * kChunks; i += blockDim.x) {
       const int t = i / kChunks, c = (i % kChunks) * 8, key = kt + t;
       const bool valid = key < kv_end;
       const size_t slot = valid ? (size_t(table[key >> p.block_shift]) << p.block_shift | (key & block_mask)) : 0;
-      cp_async16(&dst[t * kStride + c], cache + slot * row_stride + size_t(kvh) * D + c, valid);
+      cp_async16(&dst[t * kStride + c], static_cast<const bf16*>(cache) + slot * row_stride + size_t(kvh) * D + c,
+                 valid);
     }
   };
+  // FP8: this thread's 16-code pieces of keys kt..kt+63 into registers (zeros past kv_end) ...
+  constexpr int kCodeChunks = D / 16;  // 16-code pieces per row
+  uint4 codes[kFp8Pieces<D>];
+  auto fetch_codes = [&](const void* cache, int kt) {
+#pragma unroll
+    for (int j = 0; j < kFp8Pieces<D>; ++j) {
+      const int i = threadIdx.x + j * blockDim.x, t = i / kCodeChunks, c = (i % kCodeChunks) * 16, key = kt + t;
+      codes[j] = make_uint4(0, 0, 0, 0);
+      if (i < kTcTileK * kCodeChunks && key < kv_end) {
+        const size_t slot = size_t(table[key >> p.block_shift]) << p.block_shift | (key & block_mask);
+        codes[j] = *reinterpret_cast<const uint4*>(static_cast<const fp8_e4m3*>(cache) + slot * row_stride +
+                                                    size_t(kvh) * D + c);
+      }
+    }
+  };
+  // ... and, converted to bf16, into the tile `dst`.
+  auto store_codes = [&](bf16* dst) {
+#pragma unroll
+    for (int j = 0; j < kFp8Pieces<D>; ++j) {
+      const int i = threadIdx.x + j * blockDim.x, t = i / kCodeChunks, c = (i % kCodeChunks) * 16;
+      if (i >= kTcTileK * kCodeChunks) continue;
+      float f[16];
+      e4m3x16_to_float(codes[j], f);
+      store8(&dst[t * kStride + c], from_float8(f));
+      store8(&dst[t * kStride + c + 8], from_float8(f + 8));
+    }
+  };
+  // FP8: scores are q . code * k_scale, the output sum p code * v_scale / sum p.
+  float score_scale = p.scale_log2, out_scale = 1.f;
+  if constexpr (kFp8) {
+    score_scale *= p.k_scale[kvh];
+    out_scale = p.v_scale[kvh];
+  }
 
   // Q tiles (rows past the end zero-filled), while tile 0 starts loading.
   for (int i = threadIdx.x; i < heads_per_cta * kTcTileQ * kChunks; i += blockDim.x) {
@@ -192,10 +241,17 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
                p.q + size_t(q0 + r0 + min(r, rows - 1)) * p.q_stride + (head0 + h) * D + c, r < rows);
   }
   cp_async_commit();
-  load_tile(k_buf(0), p.k_cache, 0);
-  cp_async_commit();
-  load_tile(v_buf(0), p.v_cache, 0);
-  cp_async_commit();
+  if constexpr (kFp8) {  // tile 0 staged before the loop; its first barrier publishes it
+    fetch_codes(p.k_cache, 0);
+    store_codes(k_buf(0));
+    fetch_codes(p.v_cache, 0);
+    store_codes(v_buf(0));
+  } else {
+    load_tile(k_buf(0), p.k_cache, 0);
+    cp_async_commit();
+    load_tile(v_buf(0), p.v_cache, 0);
+    cp_async_commit();
+  }
   // This warp's 16 rows of Q, as ldmatrix addresses A fragments from.
   const bf16* q_frag = smem + (4 + head - head0) * kTile + (warp * 16 + (lane & 15)) * kStride + (lane >> 4) * 8;
 
@@ -209,11 +265,19 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
   for (int it = 0; it < num_tiles; ++it) {
     const int kt = it * kTcTileK, buf = it & 1;
     // Commit order is Q, K0, V0, then K(i+1), V(i+1) per iteration: waiting until one group
-    // is pending leaves exactly the newest in flight.
-    cp_async_wait<1>();  // K(it) has landed
+    // is pending leaves exactly the newest in flight. (FP8: Q is the only group; K(it) was
+    // stored by every thread before this barrier.)
+    if constexpr (kFp8)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<1>();  // K(it) has landed
     __syncthreads();     // ... for every thread; and everyone is done reading K buffer buf ^ 1
-    if (it + 1 < num_tiles) load_tile(k_buf(buf ^ 1), p.k_cache, kt + kTcTileK);
-    cp_async_commit();
+    if constexpr (kFp8) {
+      if (it + 1 < num_tiles) fetch_codes(p.k_cache, kt + kTcTileK);
+    } else {
+      if (it + 1 < num_tiles) load_tile(k_buf(buf ^ 1), p.k_cache, kt + kTcTileK);
+      cp_async_commit();
+    }
     const bf16* skb = k_buf(buf);
     const bf16* svb = v_buf(buf);
 
@@ -232,6 +296,9 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
         mma_bf16_16816(sc[2 * nn + 1], qa, b[2], b[3]);
       }
     }
+    if constexpr (kFp8) {
+      if (it + 1 < num_tiles) store_codes(k_buf(buf ^ 1));  // K(it+1), read after the next barrier
+    }
 
     // Causal mask (only tiles that reach past the tile's first row need it) and online
     // softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3).
@@ -242,7 +309,7 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = kt + n * 8 + 2 * t4 + (e & 1);
-        float v = sc[n][e] * p.scale_log2;
+        float v = sc[n][e] * score_scale;
         if (needs_mask && (key > pos[e >> 1] || key >= kv_end)) v = -INFINITY;
         sc[n][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -270,10 +337,14 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
       o[n][2] *= alpha[1], o[n][3] *= alpha[1];
     }
 
-    cp_async_wait<1>();  // V(it) has landed
+    if constexpr (!kFp8) cp_async_wait<1>();  // V(it) has landed
     __syncthreads();     // ... for every thread; and everyone is done reading V buffer buf ^ 1
-    if (it + 1 < num_tiles) load_tile(v_buf(buf ^ 1), p.v_cache, kt + kTcTileK);
-    cp_async_commit();
+    if constexpr (kFp8) {
+      if (it + 1 < num_tiles) fetch_codes(p.v_cache, kt + kTcTileK);
+    } else {
+      if (it + 1 < num_tiles) load_tile(v_buf(buf ^ 1), p.v_cache, kt + kTcTileK);
+      cp_async_commit();
+    }
 #pragma unroll
     for (int kk = 0; kk < kTcTileK / 16; ++kk) {
       const uint32_t a[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
@@ -287,6 +358,9 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
         mma_bf16_16816(o[2 * nd + 1], a, b[2], b[3]);
       }
     }
+    if constexpr (kFp8) {
+      if (it + 1 < num_tiles) store_codes(v_buf(buf ^ 1));  // V(it+1)
+    }
   }
 
 #pragma unroll
@@ -298,7 +372,7 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
   for (int r = 0; r < 2; ++r) {
     const int row = row_a + 8 * r;
     if (row >= q_len) continue;
-    const float inv = 1.f / l[r];
+    const float inv = out_scale / l[r];
     bf16* out = p.out + size_t(q0 + row) * p.num_heads * D + head * D + 2 * t4;
 #pragma unroll
     for (int n = 0; n < kOTiles; ++n)
@@ -306,9 +380,8 @@ __global__ void __launch_bounds__(2 * kThreads, 2) attention_prefill_tc_kernel(P
   }
 }
 
-PrefillParams make_params(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
-                          const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
-                          int head_dim, int block_size, float scale) {
+PrefillParams make_params(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
+                          int num_heads, int num_kv_heads, int head_dim, int block_size, float scale) {
   NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_prefill: head_dim ", head_dim,
               " is not supported (64 or 128)");
   NVLLM_CHECK(block_size >= 1 && block_size <= 256 && (block_size & (block_size - 1)) == 0,
@@ -317,24 +390,28 @@ PrefillParams make_params(const bf16* q, int q_stride, const bf16* k_cache, cons
               num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
   NVLLM_CHECK(batch.num_seqs <= 65535 && num_heads <= 65535, "attention_prefill: ", batch.num_seqs,
               " sequences x ", num_heads, " heads exceed the grid");
-  return PrefillParams{q, q_stride, k_cache, v_cache, batch.query_start, batch.context_lens, batch.block_tables,
-                       batch.max_blocks_per_seq, out, num_heads, num_kv_heads,
-                       __builtin_ctz(unsigned(block_size)), scale * kLog2e};
+  NVLLM_CHECK(cache.dtype == KvDtype::kBf16 || (cache.k_scale != nullptr && cache.v_scale != nullptr),
+              "attention_prefill: an FP8 cache needs scales");
+  return PrefillParams{q, q_stride, cache.k, cache.v, cache.k_scale, cache.v_scale, batch.query_start,
+                       batch.context_lens, batch.block_tables, batch.max_blocks_per_seq, out, num_heads,
+                       num_kv_heads, __builtin_ctz(unsigned(block_size)), scale * kLog2e};
 }
 
 }  // namespace
 
-void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
-                       const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
-                       int head_dim, int block_size, float scale, cudaStream_t stream) {
+void attention_prefill(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch,
+                       bf16* out, int num_heads, int num_kv_heads, int head_dim, int block_size, float scale,
+                       cudaStream_t stream) {
   if (batch.num_seqs <= 0 || batch.max_query_len <= 0) return;
-  const PrefillParams p = make_params(q, q_stride, k_cache, v_cache, batch, out, num_heads, num_kv_heads,
-                                      head_dim, block_size, scale);
+  const PrefillParams p =
+      make_params(q, q_stride, cache, batch, out, num_heads, num_kv_heads, head_dim, block_size, scale);
   const int heads_per_cta = (num_heads / num_kv_heads) % 2 == 0 ? 2 : 1;
   const dim3 grid(ceil_div(batch.max_query_len, kTcTileQ), num_heads / heads_per_cta, batch.num_seqs);
   const int threads = kThreads * heads_per_cta;
   const size_t smem = tc_smem_bytes(head_dim, heads_per_cta);
-  auto kernel = head_dim == 128 ? attention_prefill_tc_kernel<128> : attention_prefill_tc_kernel<64>;
+  const bool fp8 = cache.dtype == KvDtype::kFp8E4M3;
+  auto kernel = head_dim == 128 ? (fp8 ? attention_prefill_tc_kernel<fp8_e4m3, 128> : attention_prefill_tc_kernel<bf16, 128>)
+                                : (fp8 ? attention_prefill_tc_kernel<fp8_e4m3, 64> : attention_prefill_tc_kernel<bf16, 64>);
   // Over the 48 KB default the dynamic limit must be raised, and the carveout set so that two
   // CTAs fit per SM (cheap host-side calls).
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -348,8 +425,8 @@ void attention_prefill_simt(const bf16* q, int q_stride, const bf16* k_cache, co
                             const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
                             int head_dim, int block_size, float scale, cudaStream_t stream) {
   if (batch.num_seqs <= 0 || batch.max_query_len <= 0) return;
-  const PrefillParams p = make_params(q, q_stride, k_cache, v_cache, batch, out, num_heads, num_kv_heads,
-                                      head_dim, block_size, scale);
+  const PrefillParams p = make_params(q, q_stride, KvCache{const_cast<bf16*>(k_cache), const_cast<bf16*>(v_cache)},
+                                      batch, out, num_heads, num_kv_heads, head_dim, block_size, scale);
   const dim3 grid(ceil_div(batch.max_query_len, kTileQ), num_heads, batch.num_seqs);
   if (head_dim == 128)
     attention_prefill_kernel<128><<<grid, kThreads, 0, stream>>>(p);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -38,6 +40,41 @@ __device__ __forceinline__ Bf16x8 from_float8(const float f[8]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
   return v;
+}
+
+// --- FP8 (E4M3) KV-cache codes (kernels.h, KvCache) ---
+
+// One E4M3 "fn" code (finite: +-448 at most). Built from a float it rounds to nearest even and
+// saturates at +-448, as the CPU runner's f32_to_f8e4m3 (core/dtype.h) does.
+using fp8_e4m3 = __nv_fp8_e4m3;
+
+// The code of x / scale, the value an FP8 cache stores for x (the CPU runner divides too).
+__device__ __forceinline__ fp8_e4m3 e4m3_of(float x, float scale) { return fp8_e4m3(x / scale); }
+
+// Four codes packed in a 32-bit word (byte 0 first) as floats, exactly: two f16x2 conversions
+// (one instruction each on sm_89+), then f16 -> f32.
+__device__ __forceinline__ void e4m3x4_to_float(uint32_t w, float f[4]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * i)), __NV_E4M3);
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+// Sixteen codes (one 16-byte load) as floats.
+__device__ __forceinline__ void e4m3x16_to_float(const uint4& v, float f[16]) {
+  e4m3x4_to_float(v.x, f);
+  e4m3x4_to_float(v.y, f + 4);
+  e4m3x4_to_float(v.z, f + 8);
+  e4m3x4_to_float(v.w, f + 12);
+}
+
+// Eight codes (an 8-byte load) as floats.
+__device__ __forceinline__ void e4m3x8_to_float(const uint2& v, float f[8]) {
+  e4m3x4_to_float(v.x, f);
+  e4m3x4_to_float(v.y, f + 4);
 }
 
 // Rounds through bf16 and back: where Hugging Face keeps an intermediate in bf16, we do too.

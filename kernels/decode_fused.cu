@@ -26,9 +26,15 @@
 //
 // Activations written by an earlier kernel of the chain are read with ld.global.cg (L2, not the
 // SM's L1): with PDL a CTA can be resident before its producer finishes.
+//
+// An FP8 KV cache (attention_kernel's T = fp8_e4m3): a lane reads its 8 dims of a cached token as
+// 8 codes (8 bytes) and converts them in registers; the new token's k and v are quantised (the
+// codes go to the cache) and the attention uses the same codes for it, as for every other token;
+// k_scale goes into the query, v_scale into the output.
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
@@ -327,19 +333,6 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
 
 // --- the kernels ---
 
-// Cluster barrier halves (sm_90): arrive (release: this CTA's shared-memory writes, remote ones
-// included, become visible to the others) and wait (acquire).
-[[maybe_unused]] __device__ __forceinline__ void cluster_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-[[maybe_unused]] __device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-
 // One cluster per kv head g; CTA `rank` of C owns rows [rank * rows, (rank + 1) * rows) of the
 // group's q heads, k and v (G + 2 heads of 128 rows), the rank-th of C context splits, and the
 // outputs [rank * outs, (rank + 1) * outs) of the group. Both exchanges are pushes into the
@@ -347,10 +340,16 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
 // waits for exactly the data it needs, and the cluster meets in a barrier only once, at the start
 // (every CTA running, its mbarriers initialised, before the first push). Nothing is read from
 // another CTA's shared memory, and a CTA leaves only after all pushes to it have landed.
-template <int G>  // q heads per kv head: 1, 2 or 4 (a template so that only one group's code is fetched)
+// G: q heads per kv head, 1, 2 or 4 (a template so that only one group's code is fetched); T: the
+// cache element, bf16 or fp8_e4m3.
+template <int G, typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
                                                              FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kFp8 = std::is_same_v<T, fp8_e4m3>;
+  using Raw = std::conditional_t<kFp8, uint2, Bf16x8>;  // a lane's 8 dims of a cached token
+  T* const k_cache = static_cast<T*>(w.kv.k);
+  T* const v_cache = static_cast<T*>(w.kv.v);
   extern __shared__ __align__(128) char smem[];
   cg::cluster_group cluster = cg::this_cluster();
   const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
@@ -410,14 +409,19 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   };
   const int grp = tid >> 4, sub = tid & 15;
   constexpr int kU = 3;  // tokens per group and iteration: 48 per CTA
-  Bf16x8 kv[kU], vv[kU];
+  Raw kv[kU], vv[kU];
   auto load_tokens = [&](int t0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int t = t0 + u * kTokenGroups;
       if (t < end && t != ctx - 1) {
-        kv[u] = load8_cg(w.k_cache + cache_row(t) + sub * 8);
-        vv[u] = load8_cg(w.v_cache + cache_row(t) + sub * 8);
+        if constexpr (kFp8) {
+          kv[u] = __ldcg(reinterpret_cast<const uint2*>(k_cache + cache_row(t) + sub * 8));
+          vv[u] = __ldcg(reinterpret_cast<const uint2*>(v_cache + cache_row(t) + sub * 8));
+        } else {
+          kv[u] = load8_cg(k_cache + cache_row(t) + sub * 8);
+          vv[u] = load8_cg(v_cache + cache_row(t) + sub * 8);
+        }
       }
     }
   };
@@ -425,7 +429,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   const int ahead = start + kTokenGroups * kU;  // tokens the first loads do not cover
   for (int j = tid; j < 2 * min(end - ahead, kPrefetchTokens); j += kThreads) {
     const int t = ahead + j / 2;
-    if (t != ctx - 1) prefetch_l2_bytes(((j & 1) ? w.v_cache : w.k_cache) + cache_row(t), kD * 2);
+    if (t != ctx - 1) prefetch_l2_bytes(((j & 1) ? v_cache : k_cache) + cache_row(t), kD * sizeof(T));
+  }
+  // FP8: this kv head's scales (constants, read before the wait).
+  float k_scale = 1.f, v_scale = 1.f;
+  if constexpr (kFp8) {
+    k_scale = w.kv.k_scale[g];
+    v_scale = w.kv.v_scale[g];
   }
   wait_inputs(flags);
   trace.mark(kTraceWaited);
@@ -462,16 +472,25 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     const float pos = float(position);
     const float2 r0 = norm_rope_pair(a0, b0, rstd, norm_w, lane, kD / 2, pos, freq_s[lane]);
     const float2 r1 = norm_rope_pair(a1, b1, rstd, norm_w, lane + 32, kD / 2, pos, freq_s[lane + 32]);
-    const float m = warp < G ? st.scale * kLog2e : 1.f;
+    const float m = warp < G ? st.scale * kLog2e * k_scale : 1.f;  // FP8: scores are q . code * k_scale
     head[lane] = r0.x * m;
     head[lane + 64] = r0.y * m;
     head[lane + 32] = r1.x * m;
     head[lane + 96] = r1.y * m;
   }
   __syncthreads();
-  if (rank == 0 && slot >= 0) {  // the new token's k and v into the cache
+  if constexpr (kFp8) {
+    // The new token's k and v as codes: into the cache, and in place of the values for the
+    // attention below (every CTA quantises the same values the same way).
     const bool is_k = tid < kD;
-    (is_k ? w.k_cache : w.v_cache)[size_t(slot) * row_stride + size_t(g) * kD + tid % kD] =
+    float* value = is_k ? k_new + tid : v_new + tid - kD;
+    const fp8_e4m3 code = e4m3_of(*value, is_k ? k_scale : v_scale);
+    if (rank == 0 && slot >= 0) (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * kD + tid % kD] = code;
+    *value = float(code);
+    __syncthreads();
+  } else if (rank == 0 && slot >= 0) {  // the new token's k and v into the cache
+    const bool is_k = tid < kD;
+    (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * kD + tid % kD] =
         __float2bfloat16(is_k ? k_new[tid] : v_new[tid - kD]);
   }
   trace.mark(kTracePhase2);
@@ -485,12 +504,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   softmax_start(m, l, o);
   // Token t's k or v dims of this lane: the new token's from shared memory, a cached one from
   // the registers loaded for slot u, zeros past the split.
-  auto token_dims = [&](int t, const float* fresh, const Bf16x8& cached, float f[8]) {
+  auto token_dims = [&](int t, const float* fresh, const Raw& cached, float f[8]) {
     if (t == ctx - 1) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) f[i] = fresh[sub * 8 + i];
     } else if (t < end) {
-      to_float8(cached, f);
+      if constexpr (kFp8)
+        e4m3x8_to_float(cached, f);
+      else
+        to_float8(cached, f);
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) f[i] = 0.f;
@@ -573,7 +595,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     const float l = inbox_ml[2 * j + 1] * wj, a = inbox[j * L.outs + o] * wj;
     const float sl = C == 16 ? warp_sum<16>(l) : warp_sum<8>(l), sa = C == 16 ? warp_sum<16>(a) : warp_sum<8>(a);
     const int oi = rank * L.outs + o, h = oi / kD, d = oi % kD;
-    if (j == 0) st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(sl > 0.f ? sa / sl : 0.f);
+    if (j == 0) st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(sl > 0.f ? sa / sl * v_scale : 0.f);
   }
   trace.end();
 #endif
@@ -674,8 +696,12 @@ size_t attention_smem(const FusedDecodeShape& s, int cluster) {
 }
 
 using AttentionKernel = void (*)(FusedDecodeShape, FusedDecodeStep, FusedDecodeLayer, int, int);
+template <typename T>
 AttentionKernel attention_for(int group) {
-  return group == 1 ? attention_kernel<1> : group == 2 ? attention_kernel<2> : attention_kernel<4>;
+  return group == 1 ? attention_kernel<1, T> : group == 2 ? attention_kernel<2, T> : attention_kernel<4, T>;
+}
+AttentionKernel attention_for(int group, KvDtype kv) {
+  return kv == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3>(group) : attention_for<bf16>(group);
 }
 
 cudaLaunchAttribute cluster_attr(int cluster) {
@@ -700,7 +726,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
   if (s.head_dim != kD) return no("head_dim is not 128");
   const int group = s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0 ? s.num_heads / s.num_kv_heads : 0;
   if (group != 1 && group != 2 && group != 4) return no("q heads per kv head not 1, 2 or 4");
-  const AttentionKernel attention = attention_for(group);
+  const AttentionKernel attention = attention_for(group, s.kv_dtype);
   if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0) return no("hidden or intermediate size not a multiple of 32");
   if (s.block_size < 1) return no("block size below 1");
   int device = 0, major = 0, max_smem = 0, sm_smem = 0, reserved = 0, sms = 0;
@@ -780,7 +806,9 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), {}};
   attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s.num_heads / s.num_kv_heads), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
+  NVLLM_CHECK(w.kv.dtype == s.kv_dtype && (s.kv_dtype == KvDtype::kBf16 || (w.kv.k_scale && w.kv.v_scale)),
+              "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
+  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s.num_heads / s.num_kv_heads, s.kv_dtype), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
               p.smem[0], stream, s, sta, w, flags, grid_h);
   launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), p.smem[1], stream,
              static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, st.trace, 1);

@@ -14,6 +14,7 @@ namespace nvllm::kernels {
 
 struct FusedDecodeShape {
   int hidden, intermediate, num_heads, num_kv_heads, head_dim, block_size;
+  KvDtype kv_dtype = KvDtype::kBf16;  // the attention kernel reads (and writes) this cache type
 };
 
 // How the fused path runs on this device; cluster == 0 when it does not apply (`why` says why).
@@ -27,10 +28,10 @@ struct FusedDecodePlan {
   const char* why = nullptr;
 };
 
-// One layer's weights and caches.
+// One layer's weights and caches (of the plan's kv_dtype).
 struct FusedDecodeLayer {
   const bf16 *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o_proj, *post_norm, *gate_up, *down;
-  bf16 *k_cache, *v_cache;
+  KvCache kv;
 };
 
 // The step's one sequence (device pointers): its position, cache slot (< 0: not written),

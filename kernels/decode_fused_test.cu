@@ -3,11 +3,16 @@
 // 8): the new k and v in the cache, the attention output, the MLP activation and the updated
 // residual stream. The reference is the CPU runner's layer (lib/runtime/cpu_runner.cpp) in
 // double, with bf16 rounding where the kernels store bf16; the check is the bf16 tolerance.
+// Over an FP8 cache too: the new k and v must be written as their E4M3 codes (as the CPU runner
+// makes them from the same values), and the attention must read every token, the new one
+// included, as code * scale.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/attention_test_util.h"
 #include "kernels/decode_fused.h"
 #include "kernels/kernel_test_util.h"
@@ -75,23 +80,29 @@ struct Expected {
   std::vector<float> k, v, attn, act, h;
 };
 
-// The layer for one token at position kContext - 1 whose earlier context is in `cache`.
-Expected reference(const Layer& w, int num_heads, const std::vector<float>& h_in, PagedCache cache,
-                   const std::vector<float>& inv_freq, int slot) {
+// The new token of the layer at position kContext - 1: its q (normed, roped, bf16), k and v;
+// `e` gets its k and v.
+std::vector<bf16> new_token(const Layer& w, int num_heads, const std::vector<float>& h_in,
+                            const std::vector<float>& inv_freq, Expected& e) {
   const int q_size = num_heads * kD, kv_size = kKvHeads * kD;
   std::vector<float> qkv = matvec(norm(h_in, w.input_norm.data(), kHidden), w.qkv, q_size + 2 * kv_size);
   for (float& v : qkv) v = round_bf(v);
   norm_rope(qkv.data(), num_heads, w.q_norm, inv_freq, kContext - 1);
   norm_rope(qkv.data() + q_size, kKvHeads, w.k_norm, inv_freq, kContext - 1);
-  Expected e;
   for (int i = 0; i < kv_size; ++i) {
     e.k.push_back(round_bf(qkv[q_size + i]));
     e.v.push_back(qkv[q_size + kv_size + i]);
-    cache.k[size_t(slot) * kv_size + i] = to_bf(e.k.back());
-    cache.v[size_t(slot) * kv_size + i] = to_bf(e.v.back());
   }
   std::vector<bf16> q(q_size);
   for (int i = 0; i < q_size; ++i) q[i] = to_bf(qkv[i]);
+  return q;
+}
+
+// The rest of the layer for that token, whose k and v are in `cache` with the earlier context.
+template <typename E>
+void finish_layer(const Layer& w, int num_heads, const std::vector<float>& h_in, const std::vector<bf16>& q,
+                  const PagedCacheOf<E>& cache, Expected& e) {
+  const int q_size = num_heads * kD;
   e.attn = attention_ref(q, q_size, cache, {0, 1}, {kContext}, num_heads, 1.f / std::sqrt(float(kD)));
   std::vector<float> attn_b(e.attn.size());
   for (size_t i = 0; i < attn_b.size(); ++i) attn_b[i] = round_bf(e.attn[i]);
@@ -105,13 +116,12 @@ Expected reference(const Layer& w, int num_heads, const std::vector<float>& h_in
   }
   const std::vector<float> d = matvec(e.act, w.down, kHidden);
   for (int i = 0; i < kHidden; ++i) e.h.push_back(round_bf(h1[i] + round_bf(d[i])));
-  return e;
 }
 
-void check_layer(int group, int max_cluster) {
+void check_layer(int group, int max_cluster, bool fp8 = false) {
   const int num_heads = group * kKvHeads, q_size = num_heads * kD, kv_size = kKvHeads * kD;
-  const FusedDecodePlan plan =
-      fused_decode_plan({kHidden, kInter, num_heads, kKvHeads, kD, kBlock}, max_cluster);
+  const FusedDecodePlan plan = fused_decode_plan(
+      {kHidden, kInter, num_heads, kKvHeads, kD, kBlock, fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16}, max_cluster);
   if (plan.cluster == 0) {
     MESSAGE("fused decode does not apply here (", plan.why, "): group ", group, " cluster <= ", max_cluster);
     return;
@@ -136,17 +146,62 @@ void check_layer(int group, int max_cluster) {
   FusedDecodeStep st{d_step.get(), d_step.get() + 1, d_step.get() + 2, d_table.get(), d_freq.get(), kEps,
                      1.f / std::sqrt(float(kD)), d_h.get(), d_attn.get(), d_act.get()};
   st.ss = d_ss.get();
-  const FusedDecodeLayer layer{d_in_norm.get(), d_qkv.get(), nullptr,   d_qn.get(), d_kn.get(), d_o.get(),
-                               d_post.get(),    d_gu.get(),  d_down.get(), d_k.get(), d_v.get()};
+  // FP8: the cache's codes at these scales (new k and v of this layer are O(1): the range's middle).
+  const std::vector<float> k_scale = {1.f / 64, 1.f / 100}, v_scale = {1.f / 150, 1.f / 32};
+  const Fp8Cache c8 = make_fp8(cache, k_scale, v_scale);
+  const KvCache kv = fp8 ? c8.view() : KvCache{d_k.get(), d_v.get()};  // (nvcc 13's cicc crashes on this inline)
+  const FusedDecodeLayer layer{d_in_norm.get(), d_qkv.get(), nullptr,      d_qn.get(), d_kn.get(), d_o.get(),
+                               d_post.get(),    d_gu.get(),  d_down.get(), kv};
   fused_decode_layer(plan, st, layer, nullptr);
 
   std::vector<float> h_f(kHidden);
   for (int i = 0; i < kHidden; ++i) h_f[i] = to_f(h_in[i]);
-  const Expected e = reference(w, num_heads, h_f, cache, inv_freq, slot);
+  INFO("group ", group, ", cluster ", plan.cluster, fp8 ? ", fp8" : ", bf16");
+  if (fp8) {
+    const std::vector<uint8_t> k_out = c8.d_k.download(), v_out = c8.d_v.download();
+    Expected e;
+    const std::vector<bf16> q = new_token(w, num_heads, h_f, inv_freq, e);
+    // The reference reads the new token as the codes the kernel wrote, each at most one code
+    // step from the CPU runner's code of the reference's value (the kernel quantises its bf16
+    // value, the reference a float; they can fall either side of a rounding edge).
+    PagedCacheOf<float> values = c8.values;
+    int differ = 0, off_by_more = 0;
+    for (int i = 0; i < kv_size; ++i) {
+      const size_t at = size_t(slot) * kv_size + i;
+      const int h = i / kD;
+      const uint8_t want_k = f32_to_f8e4m3(e.k[i] / k_scale[h]), want_v = f32_to_f8e4m3(e.v[i] / v_scale[h]);
+      for (int j = 0; j < 2; ++j) {
+        const int got = j == 0 ? k_out[at] : v_out[at], want = j == 0 ? want_k : want_v;
+        differ += got != want;
+        off_by_more += got != want && (((got ^ want) & 0x80) != 0 || std::abs(got - want) > 1);
+      }
+      values.k[at] = f8e4m3_to_f32(k_out[at]) * k_scale[h];
+      values.v[at] = f8e4m3_to_f32(v_out[at]) * v_scale[h];
+    }
+    finish_layer(w, num_heads, h_f, q, values, e);
+    MESSAGE("fp8 group ", group, ": ", differ, " of ", 2 * kv_size, " new codes one step from the reference's");
+    CHECK(differ <= 2 * kv_size / 20);
+    CHECK(off_by_more == 0);
+    CHECK(rel_error(d_attn.download(), e.attn) < kBf16Tolerance);
+    CHECK(rel_error(d_act.download(), e.act) < kBf16Tolerance);
+    CHECK(rel_error(d_h.download(), e.h) < kBf16Tolerance);
+    size_t changed = 0;
+    for (size_t i = 0; i < k_out.size(); ++i)
+      if (i / kv_size != size_t(slot)) changed += k_out[i] != c8.k[i] || v_out[i] != c8.v[i];
+    CHECK(changed == 0);
+    return;
+  }
+  Expected e;
+  const std::vector<bf16> q = new_token(w, num_heads, h_f, inv_freq, e);
+  PagedCache with_new = cache;
+  for (int i = 0; i < kv_size; ++i) {
+    with_new.k[size_t(slot) * kv_size + i] = to_bf(e.k[i]);
+    with_new.v[size_t(slot) * kv_size + i] = to_bf(e.v[i]);
+  }
+  finish_layer(w, num_heads, h_f, q, with_new, e);
   const std::vector<bf16> k_out = d_k.download(), v_out = d_v.download();
   const std::vector<bf16> k_new(k_out.begin() + size_t(slot) * kv_size, k_out.begin() + size_t(slot + 1) * kv_size);
   const std::vector<bf16> v_new(v_out.begin() + size_t(slot) * kv_size, v_out.begin() + size_t(slot + 1) * kv_size);
-  INFO("group ", group, ", cluster ", plan.cluster);
   CHECK(rel_error(k_new, e.k) < kBf16Tolerance);
   CHECK(rel_error(v_new, e.v) < kBf16Tolerance);
   CHECK(rel_error(d_attn.download(), e.attn) < kBf16Tolerance);
@@ -165,6 +220,11 @@ void check_layer(int group, int max_cluster) {
 TEST_CASE("gpu.kernels.decode_fused one layer matches the CPU reference at each group and cluster size") {
   for (int group : {1, 2, 4})
     for (int cluster : {16, 8}) check_layer(group, cluster);
+}
+
+TEST_CASE("gpu.kernels.decode_fused one layer over an FP8 cache matches the CPU reference on its codes") {
+  for (int group : {1, 2, 4})
+    for (int cluster : {16, 8}) check_layer(group, cluster, true);
 }
 
 }  // namespace nvllm::kernels::test

@@ -22,7 +22,26 @@ __global__ void embedding_kernel(const int32_t* __restrict__ ids, const bf16* __
   }
 }
 
+// The same over the rows [first, first + rows) of the vocabulary; zeros for ids outside them.
+__global__ void embedding_slice_kernel(const int32_t* __restrict__ ids, const bf16* __restrict__ embed,
+                                       bf16* __restrict__ out, int hidden, int first, int rows) {
+  pdl_enter();
+  const int t = blockIdx.x;
+  const int row = ids[t] - first;
+  const bool mine = row >= 0 && row < rows;
+  const bf16* src = embed + size_t(mine ? row : 0) * hidden;
+  bf16* dst = out + size_t(t) * hidden;
+  const bf16 zero = __float2bfloat16(0.0f);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = mine ? src[i] : zero;
+}
+
 }  // namespace
+
+void embedding_slice(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden, int first,
+                     int rows, cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  launch_pdl(embedding_slice_kernel, dim3(num_tokens), dim3(128), 0, stream, ids, embed, out, hidden, first, rows);
+}
 
 void embedding(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden,
                cudaStream_t stream) {

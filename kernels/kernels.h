@@ -6,7 +6,7 @@
 //
 // KV cache layout (lib/core/kv_layout.h), per layer: k_cache and v_cache are each
 // [num_blocks, block_size, num_kv_heads, head_dim]; token slot s lives in block s / block_size at
-// offset s % block_size.
+// offset s % block_size. Its elements are bf16, or E4M3 codes with scales (KvCache).
 #pragma once
 
 #include <cstddef>
@@ -23,9 +23,30 @@ using bf16 = __nv_bfloat16;
 // CUDA runner sets it from CudaTuning::pdl (A/B timing), default on.
 void set_pdl(bool on);
 
+// The element type of a KV cache: bf16 values, or FP8 E4M3 codes (one byte) with one scale per
+// KV head for K and one for V: x is stored as e4m3(x / scale) (round to nearest even, saturating
+// at +-448) and read as code * scale, as the CPU runner's FP8 cache (lib/runtime/cpu_ops.h).
+// The kernels fold the scales into the attention's score scale (K) and output (V), and read the
+// codes in registers; the CUDA runner's --kv-cache-dtype fp8.
+enum class KvDtype : uint8_t { kBf16, kFp8E4M3 };
+
+// One layer's paged K and V caches as the kernels take them (device pointers).
+struct KvCache {
+  void* k = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] of bf16 or E4M3 codes
+  void* v = nullptr;
+  KvDtype dtype = KvDtype::kBf16;
+  const float* k_scale = nullptr;  // [num_kv_heads], FP8 only
+  const float* v_scale = nullptr;
+};
+
 // out[t, :] = embed[ids[t], :]. ids must be < vocab (checked by the caller).
 void embedding(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden,
                cudaStream_t stream);
+// A tensor-parallel rank's share of the embedding: out[t, :] = embed[ids[t] - first, :] for the
+// ids in [first, first + rows) (the rows `embed` holds), zeros for the others, so that the ranks'
+// outputs summed (all-reduced) are the whole lookup.
+void embedding_slice(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden, int first,
+                     int rows, cudaStream_t stream);
 
 // out = rmsnorm(x) * weight, per row of `hidden` (fp32 statistics).
 void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int num_tokens, int hidden, float eps,
@@ -41,26 +62,42 @@ void add_rmsnorm(bf16* x, bf16* residual, const bf16* weight, int num_tokens, in
 // k_norm are non-null (Qwen3), then rotary embedding of q and k (neox style: the two halves of
 // each head rotate as pairs (i, i + head_dim/2)) with angle position * inv_freq[i] (inv_freq has
 // head_dim/2 entries; llama3 scaling is folded into it by the caller). Then writes k and v of
-// token t into the caches at slot_mapping[t] (skipped when < 0).
+// token t into the caches at slot_mapping[t] (skipped when < 0), quantised there for an FP8
+// cache (qkv keeps the bf16 values).
 void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const bf16* q_norm, const bf16* k_norm, float eps, const float* inv_freq,
-                        bf16* k_cache, bf16* v_cache, int num_tokens, int num_heads, int num_kv_heads,
+                        const KvCache& cache, int num_tokens, int num_heads, int num_kv_heads,
                         int head_dim, int block_size, cudaStream_t stream);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i].
 void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, cudaStream_t stream);
 
-// Small-batch linear layer: y[b, n] = sum_k x[b, k] * w[n, k] for b < batch, 1 <= batch <= 8
-// (decode steps of few sequences, where cuBLAS streams weights at ~half the copy rate).
+// Small-batch linear layer: y[b, n] = sum_k x[b, k] * w[n, k] for b < batch, 1 <= batch <= 16
+// (decode steps of few sequences, bound by the weight stream; gemv.cu explains the design).
 // w [N, K] row-major (a Hugging Face Linear weight as stored), x [batch, K], y [batch, N];
-// K % 8 == 0 and 16-byte aligned rows. fp32 accumulation.
-constexpr int kGemvMaxBatch = 8;
-void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
+// K % 8 == 0 and 16-byte aligned rows. fp32 accumulation (tensor cores). A row's result does
+// not depend on the batch size: the same bits at batch 1 and 16.
+constexpr int kGemvMaxBatch = 16;
+// How gemv divides an N x K matrix among warps: rows per warp (16 or 32), pieces of K per row
+// (a power of two up to 32: 4 warps of a CTA x a cluster of up to 8 CTAs on sm_90, else up to
+// 4) and loop steps a warp asks into L2 before its PDL wait. gemv_plan is the rule every call
+// gets unless it passes its own (the timing case compares plans); it depends on N, K and the
+// device only, never on the batch.
+struct GemvPlan {
+  int warp_rows = 32;
+  int split = 1;
+  int prefetch = 0;
+};
+GemvPlan gemv_plan(int n, int k);
+void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream,
+          const GemvPlan* plan = nullptr);
 // The same with x = silu_mul(gate_up) computed on load (gate_up [batch, 2k]; bitwise what
 // silu_mul then gemv would give): the down projection without a separate activation kernel.
-void gemv_silu(const bf16* gate_up, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
+void gemv_silu(const bf16* gate_up, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream,
+               const GemvPlan* plan = nullptr);
 // The same with fp32 output: the LM head's logits.
-void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream);
+void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream,
+              const GemvPlan* plan = nullptr);
 
 // Where attention finds its sequences: S sequences, the queries of sequence s are rows
 // query_start[s] .. query_start[s+1] of q and sit at the last positions of its context
@@ -79,23 +116,25 @@ struct AttentionBatch {
 
 // Causal grouped-query attention for prefill chunks. q rows have stride q_stride elements
 // (the fused qkv buffer can be passed directly); out is [num_tokens, num_heads * head_dim].
-void attention_prefill(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
-                       const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
-                       int head_dim, int block_size, float scale, cudaStream_t stream);
+// An FP8 cache's codes are converted to bf16 (exact) as its tiles are staged.
+void attention_prefill(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch,
+                       bf16* out, int num_heads, int num_kv_heads, int head_dim, int block_size, float scale,
+                       cudaStream_t stream);
 
-// The same on the CUDA cores (no tensor cores): slower, kept as a second implementation that
-// the tests compare with and a fallback for GPUs without bf16 mma.
+// The same on the CUDA cores (no tensor cores), bf16 caches only: slower, kept as a second
+// implementation that the tests compare with.
 void attention_prefill_simt(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
                             const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads,
                             int head_dim, int block_size, float scale, cudaStream_t stream);
 
 // Attention of one query per sequence (query_start[s] = s) over its paged context, split along
 // the context for long sequences (flash-decoding); `workspace` holds the partial results.
+// Either cache type: each lane reads 16 bytes of a token's row at a time (8 bf16 values or 16
+// FP8 codes) and converts them in registers.
 size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_context_len);
-void attention_decode(const bf16* q, int q_stride, const bf16* k_cache, const bf16* v_cache,
-                      const AttentionBatch& batch, bf16* out, int num_heads, int num_kv_heads, int head_dim,
-                      int block_size, float scale, void* workspace, size_t workspace_bytes,
-                      cudaStream_t stream);
+void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
+                      int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, void* workspace,
+                      size_t workspace_bytes, cudaStream_t stream);
 
 // --- Rows (rows.cu) ---
 

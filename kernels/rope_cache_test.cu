@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/dtype.h"
 #include "kernels/kernel_test_util.h"
 #include "kernels/kernels.h"
 
@@ -73,7 +74,7 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, boo
   d_k.poison();
   d_v.poison();
   qk_norm_rope_cache(d_qkv.get(), d_pos.get(), d_slots.get(), qk_norm ? d_qn.get() : nullptr,
-                     qk_norm ? d_kn.get() : nullptr, eps, d_freq.get(), d_k.get(), d_v.get(), num_tokens,
+                     qk_norm ? d_kn.get() : nullptr, eps, d_freq.get(), KvCache{d_k.get(), d_v.get()}, num_tokens,
                      num_heads, num_kv_heads, head_dim, block_size, nullptr);
   const double err = rel_error(d_qkv.download(), ref);
   // Compare the written cache slots; every other slot must still hold the poison.
@@ -100,7 +101,80 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, boo
   CHECK(untouched_written == 0);
 }
 
+// The same writes into an FP8 cache: q, k in qkv as with a bf16 cache (the bf16 values), and in
+// the cache each written element's code as the CPU runner makes it, e4m3(value / scale) of the
+// value the kernel left in qkv: bit-exact, at per-head scales that saturate (1/600 of values up
+// to ~3 reaches past 448), use the range, and land in the subnormals (40).
+void run_fp8_case(int num_heads, int num_kv_heads, int head_dim, bool qk_norm, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int num_tokens = 45, block_size = 16, width = (num_heads + 2 * num_kv_heads) * head_dim;
+  const int num_blocks = (num_tokens + block_size - 1) / block_size + 2;
+  auto qkv = random_bf16(rng, size_t(num_tokens) * width, -3.f, 3.f);
+  auto qn = random_bf16(rng, head_dim, 0.5f, 1.5f), kn = random_bf16(rng, head_dim, 0.5f, 1.5f);
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = float(std::pow(1e6, -2.0 * i / head_dim));
+  std::vector<int32_t> positions(num_tokens), slots(num_tokens), perm(num_blocks * block_size);
+  for (auto& p : positions) p = int32_t(rng() % 40000);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int t = 0; t < num_tokens; ++t) slots[t] = t % 5 == 4 ? -1 : perm[t];
+  const float pick[] = {1.f / 600, 0.01f, 1.f, 40.f};
+  std::vector<float> k_scale(num_kv_heads), v_scale(num_kv_heads);
+  for (int h = 0; h < num_kv_heads; ++h) k_scale[h] = pick[h % 4], v_scale[h] = pick[(h + 3) % 4];
+
+  const size_t cache_elems = size_t(num_blocks) * block_size * num_kv_heads * head_dim;
+  DeviceBuffer<bf16> d_qkv(qkv), d_qkv_bf16(qkv), d_qn(qn), d_kn(kn), d_k16(cache_elems), d_v16(cache_elems);
+  DeviceBuffer<uint8_t> d_k(cache_elems), d_v(cache_elems);
+  DeviceBuffer<int32_t> d_pos(positions), d_slots(slots);
+  DeviceBuffer<float> d_freq(inv_freq), d_ks(k_scale), d_vs(v_scale);
+  d_k.poison();
+  d_v.poison();
+  const bf16* qn_p = qk_norm ? d_qn.get() : nullptr;
+  const bf16* kn_p = qk_norm ? d_kn.get() : nullptr;
+  qk_norm_rope_cache(d_qkv.get(), d_pos.get(), d_slots.get(), qn_p, kn_p, 1e-6f, d_freq.get(),
+                     KvCache{d_k.get(), d_v.get(), KvDtype::kFp8E4M3, d_ks.get(), d_vs.get()}, num_tokens, num_heads,
+                     num_kv_heads, head_dim, block_size, nullptr);
+  qk_norm_rope_cache(d_qkv_bf16.get(), d_pos.get(), d_slots.get(), qn_p, kn_p, 1e-6f, d_freq.get(),
+                     KvCache{d_k16.get(), d_v16.get()}, num_tokens, num_heads, num_kv_heads, head_dim, block_size,
+                     nullptr);
+  const std::vector<bf16> out = d_qkv.download(), out_bf16 = d_qkv_bf16.download();
+  CHECK(std::memcmp(out.data(), out_bf16.data(), out.size() * sizeof(bf16)) == 0);  // qkv as with bf16
+  const std::vector<uint8_t> k = d_k.download(), v = d_v.download();
+  int mismatched = 0, written = 0, untouched_written = 0, saturated = 0, subnormal = 0;
+  std::vector<bool> is_written(cache_elems, false);
+  for (int t = 0; t < num_tokens; ++t) {
+    if (slots[t] < 0) continue;
+    for (int h = 0; h < num_kv_heads; ++h)
+      for (int i = 0; i < head_dim; ++i) {
+        const size_t at = (size_t(slots[t]) * num_kv_heads + h) * head_dim + i;
+        const size_t src = size_t(t) * width + (num_heads + h) * head_dim + i;
+        const uint8_t want_k = f32_to_f8e4m3(to_f(out[src]) / k_scale[h]);
+        const uint8_t want_v = f32_to_f8e4m3(to_f(out[src + size_t(num_kv_heads) * head_dim]) / v_scale[h]);
+        mismatched += (k[at] != want_k) + (v[at] != want_v);
+        saturated += ((want_k & 0x7f) == 0x7e) + ((want_v & 0x7f) == 0x7e);
+        auto is_subnormal = [](uint8_t c) { return (c & 0x78) == 0 && (c & 7) != 0; };
+        subnormal += is_subnormal(want_k) + is_subnormal(want_v);
+        written += 2;
+        is_written[at] = true;
+      }
+  }
+  for (size_t i = 0; i < cache_elems; ++i)
+    if (!is_written[i]) untouched_written += (k[i] != 0xFF) + (v[i] != 0xFF);
+  INFO("heads=", num_heads, "/", num_kv_heads, " d=", head_dim, " norm=", qk_norm, ": ", written,
+       " codes written, ", saturated, " saturated, ", subnormal, " subnormal");
+  CHECK(mismatched == 0);
+  CHECK(untouched_written == 0);
+  CHECK(saturated > 0);   // the cases reach the edges of the format
+  CHECK(subnormal > 0);
+}
+
 }  // namespace
+
+TEST_CASE("gpu.kernels.qk_norm_rope_cache writes an FP8 cache with the CPU runner's codes") {
+  run_fp8_case(16, 8, 128, true, 11);  // Qwen3-0.6B
+  run_fp8_case(32, 8, 64, false, 12);
+  run_fp8_case(12, 2, 128, false, 13);
+}
 
 TEST_CASE("gpu.kernels.qk_norm_rope_cache matches the CPU reference") {
   run_case(16, 8, 128, 16, true, 1);   // Qwen3-0.6B

@@ -1,7 +1,9 @@
 // Hopper (sm_90) bulk asynchronous copies: the TMA engine moves a contiguous run of global
 // memory into shared memory and counts the bytes on an mbarrier, so one thread starts a copy of
-// a whole weight slice and the block waits for it later; and bulk L2 prefetches. Every function
-// compiles to nothing before sm_90 (the kernels that use them are only launched on sm_90+).
+// a whole weight slice and the block waits for it later; bulk L2 prefetches; and the pieces of
+// thread-block clusters (barriers, addresses and pushes into another CTA's shared memory). Every
+// function compiles to nothing before sm_90 (the kernels that use them are only launched on
+// sm_90+; prefetch_l2_bytes falls back to per-line prefetches).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -82,6 +84,19 @@ __device__ __forceinline__ void prefetch_l2_bytes(const void* p, unsigned bytes)
 }
 
 // --- Pushes into another CTA's shared memory within a cluster, counted on its mbarrier ---
+
+// Cluster barrier halves (sm_90): arrive (release: this CTA's shared-memory writes, remote ones
+// included, become visible to the others) and wait (acquire).
+[[maybe_unused]] __device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+[[maybe_unused]] __device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
 
 // The address of `p` (this CTA's shared memory) in CTA `rank` of the cluster.
 __device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {

@@ -43,10 +43,7 @@ smoke_runs() {
 run_one() {
   local t=$1 bin="$build_dir/bin/$1"
   local limits=(-max_total_time="$seconds")
-  # The smoke run leaves leak detection to the sanitizer test run: libFuzzer's per-input leak
-  # check is not repeatable (the same seed flagged a namespace() reference cycle once in three runs).
-  [[ ${SMOKE:-0} == 1 ]] &&
-    limits=(-seed=1 -runs="$(smoke_runs "$t")" -max_total_time="$((seconds * 2))" -detect_leaks=0)
+  [[ ${SMOKE:-0} == 1 ]] && limits=(-seed=1 -runs="$(smoke_runs "$t")" -max_total_time="$((seconds * 2))")
   [[ -x $bin ]] || { echo "fuzz: $bin not built (cmake -DNVLLM_FUZZ=ON, build target nvllm_fuzz)" >&2; return 1; }
   local corpus=${CORPUS_DIR:-$scratch}/$t
   mkdir -p "$corpus"

@@ -18,6 +18,7 @@
 #include "cmd/nvllm/model_setup.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/data_parallel.h"
 #include "io/progress.h"
 #include "io/request.h"
 
@@ -49,11 +50,17 @@ struct BenchFlags {
   bool quiet = false;
 };
 
-// The roofline's ceilings for this device, or {0, 0} when there are none (the CPU without flags).
+// The roofline's ceilings for this run, or {0, 0} when there are none (the CPU without flags):
+// one GPU's (the flags', else the H100's) times the GPUs it uses (data x tensor parallel), whose
+// bandwidths and FLOP/s add up.
 std::pair<double, double> peaks(const BenchFlags& f, const LoadedModel& m) {
-  if (f.peak_bandwidth > 0 && f.peak_flops > 0) return {f.peak_bandwidth, f.peak_flops};
+  if (f.peak_bandwidth > 0 && f.peak_flops > 0) {
+    const double gpus = std::max(1, m.num_gpus());
+    return {f.peak_bandwidth * gpus, f.peak_flops * gpus};
+  }
   if (m.device == "cuda") {
-    return {f.peak_bandwidth > 0 ? f.peak_bandwidth : kH100Bandwidth, f.peak_flops > 0 ? f.peak_flops : kH100Flops};
+    return {m.num_gpus() * (f.peak_bandwidth > 0 ? f.peak_bandwidth : kH100Bandwidth),
+            m.num_gpus() * (f.peak_flops > 0 ? f.peak_flops : kH100Flops)};
   }
   return {0, 0};
 }
@@ -121,14 +128,15 @@ struct RunResult {
   RunStats stats;
   double seconds = 0;
   std::vector<double> step_s;
-  std::vector<double> step_device_s;  // the runner's device time of each step (0: not measured)
+  std::vector<double> step_device_s;  // one engine: the runner's device time of each step (0: not measured)
   std::vector<int64_t> step_outputs;  // output tokens sampled so far, after each step
   std::vector<FinishedRequest> finished;
+  std::vector<EngineLoad> engines;    // what each data-parallel engine did
 };
 
 // `show_progress`: a bar on a terminal, a line every 30 s in a log (none with -q).
 RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& requests, bool show_progress = false) {
-  Engine engine(m.engine, *m.runner, nullptr);
+  DataParallelEngine engine(m.engine, m.runner_ptrs(), nullptr);
   int64_t token_total = 0;
   for (const EngineRequest& r : requests) {
     engine.add_request(r);
@@ -144,13 +152,14 @@ RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& request
     const auto t = Clock::now();
     for (FinishedRequest& done : engine.step()) result.finished.push_back(std::move(done));
     result.step_s.push_back(seconds_since(t));
-    result.step_device_s.push_back(m.runner->last_step_device_seconds());
+    result.step_device_s.push_back(engine.size() == 1 ? m.runner().last_step_device_seconds() : 0.0);
     result.step_outputs.push_back(engine.stats().output_tokens);
     bar.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
     log.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
   }
   result.seconds = seconds_since(start);
   result.stats = engine.stats();
+  result.engines = engine.loads();
   bar.finish();
   log.finish(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
   return result;
@@ -173,12 +182,23 @@ void emit(const BenchFlags& f, const nlohmann::json& report) {
   out << report.dump(2) << "\n";
 }
 
+// Tokens the KV cache holds: twice as many in FP8 as in bf16 for the same memory.
+int64_t kv_cache_tokens(const LoadedModel& m) { return int64_t{m.runner().num_kv_blocks()} * m.engine.block_size; }
+
+// "(KV cache fp8_e4m3, 123456 tokens)": the device line of both reports.
+void print_device(const BenchFlags& f, const LoadedModel& m) {
+  std::printf("device            %s (KV cache %s, %lld tokens)\n", m.device_name.c_str(),
+              kv_cache_dtype_name(f.model, m.device).c_str(), static_cast<long long>(kv_cache_tokens(m)));
+}
+
 nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mode) {
   return {{"mode", mode},         {"command", command_line()}, {"device", m.device_name},
           {"git_revision", NVLLM_GIT_REV}, {"model", f.model.model},   {"load_format", f.model.load_format},
           {"block_size", m.engine.block_size}, {"max_num_seqs", m.engine.max_num_seqs},
-          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner->num_kv_blocks()},
-          {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)}, {"admission", f.model.admission}};
+          {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner().num_kv_blocks()},
+          {"kv_cache_tokens", kv_cache_tokens(m)}, {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)},
+          {"admission", f.model.admission}, {"data_parallel_size", m.runners.size()},
+          {"tensor_parallel_size", m.tensor_parallel_size}};
 }
 
 // The requests of a throughput run: --input's, or random ones from the length flags; in
@@ -231,10 +251,11 @@ constexpr const char* kCeilingCause =
 const std::string kTimingCause =
     std::string("a step may have been timed before its GPU work finished, or ") + kCeilingCause;
 
+// Summed over the engines (each its own GPUs); 0 where the runner does not measure it (CPU).
 double device_seconds(const RunResult& run) {
   double device_s = 0;
-  for (double d : run.step_device_s) device_s += d;
-  return device_s;  // 0 where the runner does not measure it (CPU)
+  for (const EngineLoad& e : run.engines) device_s += e.device_s;
+  return device_s;
 }
 
 nlohmann::json throughput_report(const BenchFlags& f, const LoadedModel& m, const RunResult& run,
@@ -261,6 +282,17 @@ nlohmann::json throughput_report(const BenchFlags& f, const LoadedModel& m, cons
   report["schedule"] = f.schedule;
   report["steps"] = s.steps;
   report["device_busy_s"] = device_seconds(run);
+  nlohmann::json engines = nlohmann::json::array();
+  for (const EngineLoad& e : run.engines) {
+    engines.push_back({{"requests", e.counts.requests},
+                       {"output_tokens", e.counts.output_tokens},
+                       {"output_tokens_per_s", e.counts.output_tokens / run.seconds},
+                       {"total_tokens_per_s", (e.counts.prompt_tokens + e.counts.output_tokens) / run.seconds},
+                       {"steps", e.counts.steps},
+                       {"device_busy_s", e.device_s},
+                       {"last_step_s", e.last_step_s}});
+  }
+  report["engines"] = std::move(engines);
   if (bound_s > 0) {
     report["roofline"] = {{"bytes", roof.bytes},
                           {"flops", roof.flops},
@@ -281,8 +313,7 @@ void print_throughput(const BenchFlags& f, const LoadedModel& m, const RunResult
   const double bound_s = peak_bandwidth > 0 ? roof.min_time_s(peak_bandwidth, peak_flops) : 0.0;
   const double device_s = device_seconds(run);
   const RunStats& s = run.stats;
-  std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
-              kv_cache_dtype_name(f.model, m.device).c_str());
+  print_device(f, m);
   std::printf("requests          %lld in %.2f s: %.2f req/s\n", static_cast<long long>(s.requests), run.seconds,
               s.requests / run.seconds);
   std::printf("output tokens     %lld: %.1f tok/s   (total %.1f tok/s with %lld prompt tokens)\n",
@@ -292,9 +323,22 @@ void print_throughput(const BenchFlags& f, const LoadedModel& m, const RunResult
               1e3 * percentile(s.ttft_s, 90), 1e3 * percentile(s.ttft_s, 99));
   std::printf("TPOT ms           p50 %.2f  p90 %.2f  p99 %.2f\n", 1e3 * percentile(s.tpot_s, 50),
               1e3 * percentile(s.tpot_s, 90), 1e3 * percentile(s.tpot_s, 99));
-  if (device_s > 0)
+  if (run.engines.size() > 1) {
+    for (size_t e = 0; e < run.engines.size(); ++e) {
+      const EngineLoad& l = run.engines[e];
+      std::printf("engine %-2zu         %lld requests, %lld output tokens: %.1f tok/s (total %.1f tok/s); last step at "
+                  "%.2f s\n",
+                  e, static_cast<long long>(l.counts.requests), static_cast<long long>(l.counts.output_tokens),
+                  l.counts.output_tokens / run.seconds, (l.counts.prompt_tokens + l.counts.output_tokens) / run.seconds,
+                  l.last_step_s);
+    }
+  }
+  if (device_s > 0 && run.engines.size() == 1)
     std::printf("GPU busy          %.2f s of %.2f s (%.0f%%); the rest is host work between steps\n", device_s,
                 run.seconds, 100 * device_s / run.seconds);
+  else if (device_s > 0)
+    std::printf("GPU busy          %.2f s of %zu engines x %.2f s (%.0f%%); the rest is host work between steps\n",
+                device_s, run.engines.size(), run.seconds, 100 * device_s / (run.seconds * run.engines.size()));
   std::printf("KV cache          peak %d of %d blocks; prefix-cache hit rate %.1f%%\n", s.peak_blocks_in_use,
               s.num_kv_blocks, 100 * s.prefix_cache_hit_rate());
   std::printf("scheduling        %lld steps, mean batch %.1f (--admission %s); %lld preemptions, %lld tokens "
@@ -340,8 +384,8 @@ void check_latency_fits(const BenchFlags& f, const LoadedModel& m, int input_len
               " = ", len, " tokens exceeds the context of ", m.engine.max_model_len,
               " tokens (--max-model-len or the model's limit); shorten them or raise --max-model-len");
   const int64_t blocks = int64_t{f.batch_size} * blocks_for(static_cast<int>(len), m.engine.block_size);
-  NVLLM_CHECK(blocks <= m.runner->num_kv_blocks(), "bench latency: --batch-size ", f.batch_size, " sequences of ",
-              len, " tokens need ", blocks, " KV blocks but the cache has ", m.runner->num_kv_blocks(),
+  NVLLM_CHECK(blocks <= m.runner().num_kv_blocks(), "bench latency: --batch-size ", f.batch_size, " sequences of ",
+              len, " tokens need ", blocks, " KV blocks but the cache has ", m.runner().num_kv_blocks(),
               " (they would be preempted and timed twice); lower --batch-size or the lengths, or raise the cache");
 }
 
@@ -372,6 +416,9 @@ void add_latency_run(LatencyTimes& t, RunResult run, int batch_size) {
 
 int run_latency(const BenchFlags& f) {
   check_output_path(f.output_json, "--output-json");
+  NVLLM_CHECK(f.model.data_parallel_size == 1, "bench latency --data-parallel-size ", f.model.data_parallel_size,
+              ": latency times the steps of one engine; data-parallel engines each take their own requests, so "
+              "measure them with bench throughput");
   LoadedModel m = load_model(f.model);
   WorkloadSpec spec;
   spec.num_prompts = f.batch_size;
@@ -427,8 +474,7 @@ int run_latency(const BenchFlags& f) {
   report["decode_step_bound_s"] = bound_json(step_bound_s);
   report["decode_step_weights_bound_s"] = bound_json(bounded ? step_roof.weight_bytes / peak_bandwidth : 0.0);
 
-  std::printf("device            %s (KV cache %s)\n", m.device_name.c_str(),
-              kv_cache_dtype_name(f.model, m.device).c_str());
+  print_device(f, m);
   std::printf("batch %d, input %d, output %d, %d iterations\n", f.batch_size, input_len, output_len, f.iterations);
   std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f", 1e3 * prefill_p50, 1e3 * percentile(t.prefill_s, 90),
               1e3 * percentile(t.prefill_s, 99));

@@ -11,7 +11,8 @@ namespace {
 bool fp8_kv(const ModelFlags& f) { return f.kv_cache_dtype == "fp8" || f.kv_cache_dtype == "fp8_e4m3"; }
 
 constexpr const char* kNoGpuFp8 =
-    "FP8 on the GPU runner is not implemented yet; run with --device cpu, or use a bf16 checkpoint";
+    "FP8 weights on the GPU runner are not implemented yet (an FP8 KV cache is: --kv-cache-dtype fp8); run with "
+    "--device cpu, or use a bf16 checkpoint";
 
 }  // namespace
 
@@ -27,7 +28,6 @@ void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string
     return;
   }
   NVLLM_CHECK(f.quantization.empty(), "--quantization ", f.quantization, ": ", kNoGpuFp8);
-  NVLLM_CHECK(!fp8_kv(f), "--kv-cache-dtype ", f.kv_cache_dtype, ": ", kNoGpuFp8);
   NVLLM_CHECK(!config.quant.quantized(), f.model, "/config.json: an FP8 checkpoint (quantization_config ",
               config.quant.method, "): ", kNoGpuFp8);
 }
@@ -38,7 +38,7 @@ void apply_quantization(const ModelFlags& f, const ModelConfig& config, ModelWei
   log_info("--quantization fp8: linear weights quantised to E4M3 with one scale per output channel");
 }
 
-std::optional<KvScales> cpu_fp8_kv_scales(const ModelFlags& f, const ModelConfig& config) {
+std::optional<KvScales> fp8_kv_scales(const ModelFlags& f, const ModelConfig& config) {
   if (!fp8_kv(f)) return std::nullopt;
   const LoadFormat format = f.load_format == "dummy" ? LoadFormat::kDummy : LoadFormat::kAuto;
   KvScales s = load_kv_scales(f.model, config, format);

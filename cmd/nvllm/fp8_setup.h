@@ -1,5 +1,6 @@
 // FP8 in model setup: --quantization fp8 and --kv-cache-dtype (vLLM's names), FP8 checkpoints
-// detected from config.json, and the refusal on the CUDA runner, which has no FP8 path yet.
+// detected from config.json, and the refusal of FP8 weights on the CUDA runner, which has an FP8
+// KV cache but no FP8 weight path yet.
 #pragma once
 
 #include <optional>
@@ -11,22 +12,22 @@
 
 namespace nvllm {
 
-// Throws nvllm::Error for FP8 where it is not implemented (the CUDA runner: FP8 weights,
-// checkpoints or KV cache) and for --quantization fp8 over a checkpoint quantised otherwise.
+// Throws nvllm::Error for FP8 where it is not implemented (the CUDA runner: FP8 weights or
+// checkpoints) and for --quantization fp8 over a checkpoint quantised otherwise.
 void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string& device);
 
 // --quantization fp8 on the CPU runner's float32 weights (a no-op for a checkpoint already FP8).
 void apply_quantization(const ModelFlags& f, const ModelConfig& config, ModelWeights& weights);
 
-// The CPU runner's FP8 KV scales for --kv-cache-dtype fp8 / fp8_e4m3; nullopt otherwise.
-std::optional<KvScales> cpu_fp8_kv_scales(const ModelFlags& f, const ModelConfig& config);
+// The FP8 KV scales for --kv-cache-dtype fp8 / fp8_e4m3 (either runner); nullopt otherwise.
+std::optional<KvScales> fp8_kv_scales(const ModelFlags& f, const ModelConfig& config);
 
 // The KV cache's element type as bench and logs report it: "float32" (CPU), "bfloat16" (CUDA)
 // or "fp8_e4m3".
 std::string kv_cache_dtype_name(const ModelFlags& f, const std::string& device);
 
-// Bytes per cached K or V element on `device`: 1 for fp8 (E4M3 codes, CPU and the future GPU
-// path alike), else 2 (bfloat16, CUDA) or 4 (float32, CPU).
+// Bytes per cached K or V element on `device`: 1 for fp8 (E4M3 codes, CPU and CUDA alike), else
+// 2 (bfloat16, CUDA) or 4 (float32, CPU).
 int kv_element_bytes(const ModelFlags& f, const std::string& device);
 
 }  // namespace nvllm

@@ -146,6 +146,7 @@ a, f = (json.load(open(f"{sys.argv[1]}/blocks-{t}.json")) for t in ("auto", "fp8
 assert a["num_kv_blocks"] == (1 << 30) // (2 * 2 * 128 * 4 * 16), a["num_kv_blocks"]  # 1 GiB / float32 block bytes
 assert f["num_kv_blocks"] == 4 * a["num_kv_blocks"], (f["num_kv_blocks"], a["num_kv_blocks"])
 assert a["kv_cache_dtype"] == "float32" and f["kv_cache_dtype"] == "fp8_e4m3"
+assert f["kv_cache_tokens"] == 16 * f["num_kv_blocks"], f  # tokens held: blocks x --block-size
 PY
 
 # inspect-cache: an FP8 cache holds twice the tokens of a bf16 one.

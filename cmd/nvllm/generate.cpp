@@ -116,13 +116,13 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   cmd->add_option("--schedule", f.schedule,
                   "Admission order: fcfs (input order) or prefix-aware (requests sharing the longest prompt prefix "
                   "together, for more prefix-cache hits; output still keyed by id). The input is read a window of "
-                  "requests at a time (1024, or 2 x --max-num-seqs if more), so prefix-aware groups requests within "
+                  "requests at a time (1024, or 2 x --max-num-seqs x --data-parallel-size if more), so prefix-aware groups requests within "
                   "a window, not across the whole file")
       ->check(CLI::IsMember({"fcfs", "prefix-aware"}))
       ->capture_default_str();
   cmd->add_option("--cache-trace", f.cache_trace,
                   "Write one JSON line per engine step (KV blocks used, hits, evictions, preemptions, queues); "
-                  "summarise it with nvllm inspect-cache --trace");
+                  "summarise it with nvllm inspect-cache --trace (one engine: not with --data-parallel-size > 1)");
   return cmd;
 }
 
@@ -254,7 +254,7 @@ EngineRequest engine_request(const Request& request, const LoadedModel& model, c
 // them (a line that cannot run becomes its error record right away); the engine is stepped
 // until every request is out or a signal arrives, each finished request written as it comes.
 // Returns the number of requests written.
-int64_t run_loop(const GenerateFlags& f, Engine& engine, RequestFeeder& feeder, const Job& job, JsonlWriter& writer,
+int64_t run_loop(const GenerateFlags& f, DataParallelEngine& engine, RequestFeeder& feeder, const Job& job, JsonlWriter& writer,
                  const std::function<OrderedJson(const Request&, const FinishedRequest&)>& record) {
   std::unique_ptr<std::ofstream> trace;
   if (!f.cache_trace.empty()) {
@@ -276,7 +276,7 @@ int64_t run_loop(const GenerateFlags& f, Engine& engine, RequestFeeder& feeder, 
       ++finished;
     }
     feeder.top_up();
-    if (trace) *trace << to_json(trace_row(engine, engine.stats().steps)).dump() << '\n';
+    if (trace) *trace << to_json(trace_row(*engine.single(), engine.stats().steps)).dump() << '\n';
     // Records written, error records included, so that the count ends at the total.
     bar.update(finished + feeder.errors(), engine.stats().output_tokens);
     log.update(finished + feeder.errors(), engine.stats().output_tokens);
@@ -290,7 +290,7 @@ int64_t run_loop(const GenerateFlags& f, Engine& engine, RequestFeeder& feeder, 
 }
 
 // Step 4, report: the summary, --stats-json, and the exit status.
-int report(const GenerateFlags& f, const LoadedModel& model, const Engine& engine, const Job& job, int64_t errors,
+int report(const GenerateFlags& f, const LoadedModel& model, const DataParallelEngine& engine, const Job& job, int64_t errors,
            int64_t finished) {
   const RunStats& stats = engine.stats();
   if (!f.quiet) std::fprintf(stderr, "%s\n", stats.summary().c_str());
@@ -348,6 +348,8 @@ int run_generate(const GenerateFlags& flags) {
   options.allow_unknown_fields = f.allow_unknown_fields;
   options.defaults = request_defaults(f, f.model.model);
   const ChatSetup chat(f.chat, f.model.model);
+  NVLLM_CHECK(f.cache_trace.empty() || f.model.data_parallel_size == 1, "--cache-trace: traces one engine's KV "
+              "cache; not with --data-parallel-size ", f.model.data_parallel_size);
   Job job = read_job(f, shard, options);
   if (job.to_run == 0) {  // an allowed empty input, or a resume with nothing left
     { JsonlWriter writer(f.output, {.append = f.resume}); }
@@ -356,7 +358,7 @@ int run_generate(const GenerateFlags& flags) {
   }
 
   LoadedModel model = load_model(f.model);
-  Engine engine(model.engine, *model.runner, model.tokenizer.get());
+  DataParallelEngine engine(model.engine, model.runner_ptrs(), model.tokenizer.get());
   const std::string model_name = !f.model.served_model_name.empty()
                                      ? f.model.served_model_name
                                      : std::filesystem::path(flags.model.model).filename().string();
@@ -365,7 +367,7 @@ int run_generate(const GenerateFlags& flags) {
     JsonlWriter writer(f.output, {.append = f.resume, .ordered = f.ordered});
     RequestReader reader(*job.input.stream, options);
     RequestFeeder feeder(reader, engine, writer,
-                         {.window = std::max(1024, 2 * model.engine.max_num_seqs),
+                         {.window = std::max(1024, 2 * engine.size() * model.engine.max_num_seqs),
                           .prefix_aware = f.schedule == "prefix-aware",
                           .keep = [&](const ParsedLine& l) {
                             return runs(shard, job.done, id_to_string(l.id), l.line, l.duplicate_of);

@@ -18,6 +18,7 @@
 #include "model/weights.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/device.h"
+#include "runtime/tp_split.h"
 #ifdef NVLLM_HAVE_CUDA
 #include "runtime/cuda/cuda_runner.h"
 #endif
@@ -120,12 +121,14 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(integer_in(0, kMaxThreads))
       ->capture_default_str();
   app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
-                 "Tensor-parallel ranks (vLLM's -tp). --device cpu runs N simulated ranks, each with its slice of "
-                 "the weights (a check of the sharded math, not a speed-up); CUDA: 1 for now")
+                 "Tensor-parallel ranks (vLLM's -tp): one GPU each, over NCCL, in one process. --device cpu runs N "
+                 "simulated ranks, each with its slice of the weights (a check of the sharded math, not a speed-up)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--data-parallel-size", f.data_parallel_size,
-                 "Engines on separate GPUs (vLLM's -dp); 1 for now: spread requests with --shard instead")
+                 "Engines in one process (vLLM's -dp), each on its own GPU (its own --tensor-parallel-size GPUs), "
+                 "requests balanced by predicted tokens (prompt + max_tokens); --device cpu: the threads are split "
+                 "among them")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--quantization", f.quantization,
@@ -134,7 +137,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(CLI::IsMember({"fp8"}));
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
                  "KV-cache dtype: auto (the compute dtype), bfloat16, or fp8 / fp8_e4m3 (E4M3 with the checkpoint's "
-                 "k_scale/v_scale, else 1.0; CPU runner)")
+                 "k_scale/v_scale, else 1.0: one byte an element, twice the tokens of bf16)")
       ->transform([](std::string d) { return d == "bf16" ? std::string("bfloat16") : d; }, "", "dtype alias")
       ->check(CLI::IsMember({"auto", "bfloat16", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
@@ -197,22 +200,32 @@ void check_model_flags(const ModelFlags& f) {
 
 namespace {
 
-// Several GPUs per process (NCCL) is not built yet: say so, with the GPU count, rather than
-// silently using one.
+// Each data-parallel engine takes its own GPUs, one per tensor-parallel rank: more than are
+// visible is refused with the count, rather than sharing a GPU. (The CPU runner simulates its
+// ranks, and its engines share the cores.)
 void check_parallel(const ModelFlags& f, const std::string& device, const GpuInfo& gpu) {
-  NVLLM_CHECK(f.data_parallel_size == 1, "--data-parallel-size ", f.data_parallel_size,
-              ": not yet supported (one engine per process; ", gpu.device_count, " GPUs visible); run one "
-              "process per GPU with --shard K/N and CUDA_VISIBLE_DEVICES, then nvllm merge");
-  NVLLM_CHECK(device == "cpu" || f.tensor_parallel_size == 1, "--tensor-parallel-size ", f.tensor_parallel_size,
-              ": the CUDA runner uses one GPU for now (", gpu.device_count, " visible); multi-GPU tensor "
-              "parallelism over NCCL is not yet implemented. Use --tensor-parallel-size 1, or --device cpu "
-              "to check the sharded math");
+  if (device != "cuda") return;
+  const int dp = f.data_parallel_size, tp = f.tensor_parallel_size;
+  const int64_t need = int64_t{dp} * tp;
+  if (need <= gpu.device_count) return;
+  const std::string visible = str_cat(gpu.device_count, " visible; CUDA_VISIBLE_DEVICES applies");
+  if (tp == 1) {
+    fail("--data-parallel-size ", dp, ": needs ", need, " GPUs (one per engine) but ", visible,
+         "; lower it, or run one process per machine with --shard K/N");
+  }
+  if (dp == 1) {
+    fail("--tensor-parallel-size ", tp, ": needs ", need, " GPUs (one per rank) but ", visible,
+         "; lower it, or use --device cpu to check the sharded math");
+  }
+  fail("--data-parallel-size ", dp, " x --tensor-parallel-size ", tp, ": needs ", need,
+       " GPUs (one per rank of each engine) but ", visible, "; lower them");
 }
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The CPU runner's cache: what max_num_seqs sequences of max_model_len tokens need, within
 // --cpu-kv-cache-space; said in one line, with what it means for the run.
+// With data parallelism each engine has its own cache of that size, within 1/N of the space.
 int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) {
   // Simulated tensor-parallel ranks hold a KV head each when there are fewer KV heads than ranks.
   KvLayout layout = c.kv_layout(f.block_size, kv_element_bytes(f, "cpu"));
@@ -224,26 +237,29 @@ int cpu_kv_blocks(const ModelFlags& f, const ModelConfig& c, int max_model_len) 
     return f.num_kv_blocks;
   }
   const int64_t wanted = int64_t{f.max_num_seqs} * ((max_model_len + f.block_size - 1) / f.block_size);
-  const int64_t budget = static_cast<int64_t>(f.cpu_kv_cache_gib * kGiB) / bytes_per_block;
+  const int64_t budget = static_cast<int64_t>(f.cpu_kv_cache_gib * kGiB / f.data_parallel_size) / bytes_per_block;
   NVLLM_CHECK(budget >= 1, "--cpu-kv-cache-space ", f.cpu_kv_cache_gib, " GiB holds no KV block of ",
               bytes_per_block, " bytes; raise it");
   const int64_t blocks = std::min({wanted, budget, int64_t{std::numeric_limits<int32_t>::max()}});
   const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  NVLLM_CHECK(physical <= 0 || blocks * bytes_per_block < physical, "the CPU KV cache would take ",
-              blocks * bytes_per_block / kGiB, " GiB, more than this machine's ", physical / kGiB,
+  const double all_engines = static_cast<double>(blocks * bytes_per_block) * f.data_parallel_size;
+  NVLLM_CHECK(physical <= 0 || all_engines < physical, "the CPU KV cache would take ", all_engines / kGiB,
+              " GiB, more than this machine's ", physical / kGiB,
               " GiB of memory; lower --cpu-kv-cache-space (or --max-num-seqs, --max-model-len)");
   log_info("KV cache on the CPU: ", blocks, " blocks of ", f.block_size, " tokens (", blocks * bytes_per_block / kGiB,
-           " GiB); ", blocks < wanted ? "limited by" : "within", " --cpu-kv-cache-space ", f.cpu_kv_cache_gib,
+           " GiB", f.data_parallel_size > 1 ? str_cat(" per engine, ", f.data_parallel_size, " engines") : "", "); ",
+           blocks < wanted ? "limited by" : "within", " --cpu-kv-cache-space ", f.cpu_kv_cache_gib,
            " GiB; --max-num-seqs ", f.max_num_seqs, " x --max-model-len ", max_model_len, " would take ", wanted,
            " blocks");
   return static_cast<int>(blocks);
 }
 
+// Threads of each CPU runner: --threads (or every core) split among the data-parallel engines.
 int cpu_threads(const ModelFlags& f) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (f.threads == 0) return cores;
+  int threads = f.threads == 0 ? cores : f.threads;
   if (f.threads > cores) log_warn("--threads ", f.threads, " is more than this machine's ", cores, " cores");
-  return f.threads;
+  return std::max(1, threads / f.data_parallel_size);
 }
 
 }  // namespace
@@ -257,6 +273,16 @@ int fit_max_model_len(int max_model_len, int num_blocks, int block_size) {
   return static_cast<int>(capacity);
 }
 
+std::vector<Runner*> LoadedModel::runner_ptrs() const {
+  std::vector<Runner*> out;
+  for (const auto& r : runners) out.push_back(r.get());
+  return out;
+}
+
+int LoadedModel::num_gpus() const {
+  return device == "cuda" ? static_cast<int>(runners.size()) * tensor_parallel_size : 0;
+}
+
 LoadedModel load_model(const ModelFlags& flags) {
   check_model_flags(flags);
   const ModelFlags f = resolve_model_paths(flags);
@@ -266,6 +292,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   m.device = resolve_device(f, &gpu);
   m.device_name = m.device == "cuda" ? gpu.name : "CPU";
   check_parallel(f, m.device, gpu);
+  if (f.tensor_parallel_size > 1) (void)tp_rank(m.config, f.tensor_parallel_size, 0);  // divides? before loading
   check_fp8(f, m.config, m.device);
 
   int max_model_len = m.config.max_position_embeddings;
@@ -280,21 +307,26 @@ LoadedModel load_model(const ModelFlags& flags) {
 
   const auto start = std::chrono::steady_clock::now();
   const LoadFormat format = f.load_format == "dummy" ? LoadFormat::kDummy : LoadFormat::kAuto;
+  const int engines = f.data_parallel_size;
+  m.tensor_parallel_size = f.tensor_parallel_size;
   if (m.device == "cpu") {
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "float32",
                 "--dtype ", f.dtype, ": the CPU runner computes in float32; use --dtype auto or float32");
     ModelWeights weights = load_weights(f.model, m.config, DType::kF32, format, f.seed);
     apply_quantization(f, m.config, weights);
-    const std::optional<KvScales> kv_scales = cpu_fp8_kv_scales(f, m.config);
+    const std::optional<KvScales> kv_scales = fp8_kv_scales(f, m.config);
     const int blocks = cpu_kv_blocks(f, m.config, max_model_len);
-    m.runner = std::make_unique<CpuRunner>(m.config, std::move(weights), f.block_size, blocks, cpu_threads(f),
-                                           f.tensor_parallel_size, kv_scales ? &*kv_scales : nullptr);
+    for (int e = 0; e < engines; ++e) {
+      m.runners.push_back(std::make_unique<CpuRunner>(m.config, e + 1 < engines ? copy_weights(weights) : std::move(weights),
+                                                      f.block_size, blocks, cpu_threads(f), f.tensor_parallel_size,
+                                                      kv_scales ? &*kv_scales : nullptr));
+    }
   } else {
 #ifdef NVLLM_HAVE_CUDA
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "bfloat16",
                 "--dtype ", f.dtype, ": the CUDA runner computes in bfloat16 (float16 checkpoints are "
                 "converted on load); use --dtype auto or bfloat16");
-    ModelWeights weights = load_weights(f.model, m.config, DType::kBF16, format, f.seed);
+    const ModelWeights weights = load_weights(f.model, m.config, DType::kBF16, format, f.seed);
     CudaRunnerOptions options;
     options.block_size = f.block_size;
     options.max_num_seqs = f.max_num_seqs;
@@ -305,13 +337,25 @@ LoadedModel load_model(const ModelFlags& flags) {
     options.gpu_memory_utilization = f.gpu_memory_utilization;
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;
-    m.runner = make_cuda_runner(m.config, weights, options);
+    options.fp8_kv = fp8_kv_scales(f, m.config);
+    options.tensor_parallel_size = f.tensor_parallel_size;
+    for (int e = 0; e < engines; ++e) {  // engine e on GPUs e * tp ..
+      options.device = e * f.tensor_parallel_size;
+      m.runners.push_back(make_cuda_runner(m.config, weights, options));
+    }
 #endif
   }
+  int blocks = m.runner().num_kv_blocks();
+  for (const auto& r : m.runners) blocks = std::min(blocks, r->num_kv_blocks());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string layout =
+      engines == 1 && f.tensor_parallel_size == 1 ? ""
+      : str_cat(" x ", engines, engines == 1 ? " engine" : " engines",
+                f.tensor_parallel_size > 1 ? str_cat(" of ", f.tensor_parallel_size, " tensor-parallel ranks") : "");
   log_info("loaded ", m.config.architecture_name, " (", m.config.num_layers, " layers, hidden ",
-           m.config.hidden_size, ") on ", m.device_name, " in ", seconds, " s; KV cache ",
-           m.runner->num_kv_blocks(), " blocks of ", f.block_size, " tokens (", kv_cache_dtype_name(f, m.device), ")");
+           m.config.hidden_size, ") on ", m.device_name, layout, " in ", seconds, " s; KV cache ", blocks,
+           " blocks of ", f.block_size, " tokens", engines > 1 ? " per engine" : "", " (",
+           kv_cache_dtype_name(f, m.device), ")");
 
   m.engine.block_size = f.block_size;
   m.engine.prefix_caching = f.prefix_caching == "on";
@@ -320,7 +364,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   m.engine.max_num_batched_tokens = f.max_num_batched_tokens;
   m.engine.priority_scheduling = f.scheduling_policy == "priority";
   m.engine.admission = parse_admission(f.admission);
-  m.engine.max_model_len = fit_max_model_len(max_model_len, m.runner->num_kv_blocks(), f.block_size);
+  m.engine.max_model_len = fit_max_model_len(max_model_len, blocks, f.block_size);
   m.engine.eos_token_ids.assign(m.config.eos_token_ids.begin(), m.config.eos_token_ids.end());
   return m;
 }

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/runner.h"
@@ -39,8 +40,8 @@ struct ModelFlags {
   bool enforce_eager = false;
   bool trust_remote_code = false;  // accepted, no effect
   int threads = 0;  // CPU runner threads; 0: all cores
-  int tensor_parallel_size = 1;  // CPU: simulated ranks; CUDA: one GPU only for now
-  int data_parallel_size = 1;    // 1 only for now
+  int tensor_parallel_size = 1;  // CPU: simulated ranks; CUDA: one GPU per rank (NCCL)
+  int data_parallel_size = 1;    // engines: one GPU (or tensor-parallel group) each; CPU: threads split
   uint64_t seed = 0;
   std::string quantization;            // "" or fp8 (vLLM's --quantization)
   std::string kv_cache_dtype = "auto";  // auto | bfloat16 | fp8 | fp8_e4m3
@@ -67,10 +68,15 @@ int fit_max_model_len(int max_model_len, int num_blocks, int block_size);
 struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Runner> runner;
+  std::vector<std::unique_ptr<Runner>> runners;  // one per data-parallel engine
   EngineConfig engine;
   std::string device;  // "cpu" or "cuda", resolved
   std::string device_name;
+  int tensor_parallel_size = 1;
+
+  Runner& runner() const { return *runners.at(0); }
+  std::vector<Runner*> runner_ptrs() const;
+  int num_gpus() const;  // GPUs the run uses (data x tensor parallel); 0 on the CPU
 };
 
 // Validates the flags, loads config, tokenizer and weights, and builds the runner. Logs what it

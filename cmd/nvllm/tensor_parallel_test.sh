@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # --device cpu --tensor-parallel-size N end to end: 2 and 4 simulated ranks (KV heads split,
 # then replicated: the model has 2) generate the same greedy tokens as 1, and vLLM's -tp works;
-# sizes the model cannot be split by, and --data-parallel-size > 1, fail with one message
-# naming the flag. (The logits themselves are compared in lib/runtime/cpu_tp_test.cpp.)
+# sizes the model cannot be split by fail with one message naming the flag. (The logits themselves are compared in lib/runtime/cpu_tp_test.cpp.)
 # Usage: tensor_parallel_test.sh NVLLM TESTDATA
 set -euo pipefail
 nvllm=$1
@@ -54,6 +53,4 @@ expect_fatal() {
 }
 expect_fatal "3 ranks for 4 heads" "--tensor-parallel-size 3: num_attention_heads 4" --tensor-parallel-size 3
 expect_fatal "8 ranks for 4 heads" "--tensor-parallel-size 8" -tp 8
-expect_fatal "data parallel" "--data-parallel-size 2: not yet supported" --data-parallel-size 2
-expect_fatal "data parallel, vLLM's -dp" "--data-parallel-size 2" -dp 2
 echo "tensor_parallel_test: ok"

@@ -25,6 +25,10 @@ void Interpreter::set_global(std::string name, Value v) {
 }
 
 std::string Interpreter::render(const Template& tmpl) {
+  struct Release {  // on every way out, exceptions included
+    Interpreter& in;
+    ~Release() { in.release_mutables(); }
+  } release{*this};
   std::string out;
   out.reserve(4096);
   out_ = &out;
@@ -40,6 +44,24 @@ std::string Interpreter::render(const Template& tmpl) {
     throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": out of memory");
   }
   return out;
+}
+
+Value Interpreter::make_namespace(DictItems items) {
+  mutables_.push_back(Value::namespace_(std::move(items)));
+  return mutables_.back();
+}
+
+void Interpreter::release_mutables() {
+  for (const Value& v : mutables_) {
+    if (v.kind() == Kind::kNamespace) {
+      v.namespace_items().clear();
+    } else {
+      LoopState& s = v.loop_state();
+      s.items.clear();
+      s.last_changed.clear();
+    }
+  }
+  mutables_.clear();
 }
 
 int Interpreter::push_frame(int parent) {
@@ -176,6 +198,7 @@ Interpreter::Flow Interpreter::exec_for(const Node& n) {
   auto state = std::make_shared<LoopState>();
   state->items = std::move(items);
   Value loop = Value::loop(state);
+  mutables_.push_back(loop);
   for (size_t i = 0; i < state->items.size(); ++i) {
     state->index0 = i;
     push_frame();

@@ -30,6 +30,8 @@ class Interpreter {
   // Renders `body` into a string (macro bodies, caller(), block set).
   std::string capture(const Body& body);
   const std::string& template_name() const { return name_; }
+  // A new namespace, emptied when the render ends (see mutables_).
+  Value make_namespace(DictItems items);
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -65,6 +67,8 @@ class Interpreter {
   Frame& top() { return frames_[depth_ - 1]; }
   void set_var(std::string_view name, Value v);
   bool lookup(std::string_view name, Value* out) const;
+  // Empties every namespace and loop of mutables_ and forgets them.
+  void release_mutables();
 
   std::string name_;
   std::deque<std::string> owned_names_;
@@ -74,6 +78,12 @@ class Interpreter {
   std::string* out_ = nullptr;
   Value filter_input_;  // the body text a {% filter %} block applies its chain to
   int line_ = 0;        // the line of the node being evaluated, for error messages
+  // Every namespace and loop this render made. They are the only values that change after they
+  // are made (lists and dicts are immutable in the sandbox; a callable's captures are fixed), so
+  // any other value refers only to values older than itself, and every reference cycle
+  // (`{% set ns.me = ns %}`, `ns.l = [ns]`, `loop.changed(loop)`) passes through one of them.
+  // Emptying them all when the render ends breaks every cycle, so the shared_ptrs free it all.
+  std::vector<Value> mutables_;
 };
 
 }  // namespace nvllm::jinja

@@ -233,13 +233,13 @@ void install_globals(Interpreter& in) {
     size_t n = std::strftime(buf, sizeof buf, to_str(a.get(0, "format")).c_str(), &tm);
     return Value(std::string(buf, n));
   }));
-  in.set_global("namespace", Value::callable("namespace", [](Interpreter&, Args& a) {
+  in.set_global("namespace", Value::callable("namespace", [](Interpreter& self, Args& a) {
     DictItems items;
     for (const auto& p : a.pos) {
       if (p.is_dict()) p.dict_for_each([&](std::string_view k, const Value& v) { items.emplace_back(std::string(k), v); });
     }
     for (auto& [k, v] : a.kw) items.emplace_back(k, v);
-    return Value::namespace_(std::move(items));
+    return self.make_namespace(std::move(items));
   }));
   in.set_global("dict", Value::callable("dict", [](Interpreter&, Args& a) {
     DictItems items;

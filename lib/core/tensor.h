@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
@@ -17,6 +18,14 @@ class HostTensor {
   HostTensor(DType dtype, std::vector<int64_t> shape)
       : dtype_(dtype), shape_(std::move(shape)), bytes_(product(shape_) * dtype_size(dtype_)),
         data_(std::make_unique_for_overwrite<std::byte[]>(bytes_)) {}
+
+  // A deep copy (the class itself only moves, so that no large copy happens by accident).
+  HostTensor clone() const {
+    if (empty()) return {};
+    HostTensor out(dtype_, shape_);
+    std::memcpy(out.data(), data(), bytes_);
+    return out;
+  }
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }

@@ -40,6 +40,7 @@ struct Engine::Impl {
   }
 
   double now_s() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  void check_request(EngineRequest& request) const;
   void add_request(EngineRequest request);
   std::vector<FinishedRequest> step();
   void build_batch(const SchedulerOutput& so);
@@ -63,7 +64,7 @@ struct Engine::Impl {
   StepOutput out;
 };
 
-void Engine::Impl::add_request(EngineRequest request) {
+void Engine::Impl::check_request(EngineRequest& request) const {
   const int prompt_len = static_cast<int>(request.prompt_ids.size());
   const std::string who = "request " + request.id;
   SamplingParams& p = request.params;
@@ -82,6 +83,11 @@ void Engine::Impl::add_request(EngineRequest request) {
   NVLLM_CHECK(p.max_tokens >= 1, who, ": max_tokens = ", p.max_tokens, "; must be at least 1");
   // What the context leaves: the request then finishes with "length" at max_model_len.
   p.max_tokens = std::min(p.max_tokens, config.max_model_len - prompt_len);
+}
+
+void Engine::Impl::add_request(EngineRequest request) {
+  check_request(request);
+  const int prompt_len = static_cast<int>(request.prompt_ids.size());
 
   auto state = std::make_unique<RequestState>();
   state->id = std::move(request.id);
@@ -301,6 +307,7 @@ Engine::Engine(const EngineConfig& config, Runner& runner, const Tokenizer* toke
 }
 Engine::~Engine() = default;
 
+void Engine::check_request(EngineRequest& request) const { impl_->check_request(request); }
 void Engine::add_request(EngineRequest request) { impl_->add_request(std::move(request)); }
 std::vector<FinishedRequest> Engine::step() { return impl_->step(); }
 bool Engine::has_unfinished() const { return !impl_->scheduler.empty(); }

@@ -72,6 +72,10 @@ class Engine {
   // prompt longer than max_num_batched_tokens with chunked prefill off, n or max_tokens < 1.
   // max_tokens is capped to max_model_len - prompt (the request then ends with "length").
   void add_request(EngineRequest request);
+  // add_request's checks alone, and its cap of max_tokens to what the context leaves (applied to
+  // `request`). Reads only what is fixed at construction (the config, the cache size), so another
+  // thread may call it while this engine steps (DataParallelEngine does).
+  void check_request(EngineRequest& request) const;
   // Schedules, runs the model once, and returns the requests that finished in this step.
   // Stop checks after each sampled token, in this order: eos (unless ignore_eos) and
   // stop_token_ids once min_tokens are out -> "stop"; a stop string in the detokenized text

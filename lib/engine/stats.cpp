@@ -32,6 +32,18 @@ nlohmann::json distribution(const std::vector<double>& v) {
 
 }  // namespace
 
+void RunStats::add_counts(const RunStats& o) {
+  requests += o.requests;
+  prompt_tokens += o.prompt_tokens;
+  cached_tokens += o.cached_tokens;
+  output_tokens += o.output_tokens;
+  steps += o.steps;
+  computed_tokens += o.computed_tokens;
+  preemptions += o.preemptions;
+  peak_blocks_in_use += o.peak_blocks_in_use;
+  num_kv_blocks += o.num_kv_blocks;
+}
+
 std::string RunStats::summary() const {
   const double secs = elapsed_s > 0 ? elapsed_s : 0.0;
   const auto rate = [&](double n) { return secs > 0 ? n / secs : 0.0; };

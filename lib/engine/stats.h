@@ -27,6 +27,9 @@ struct RunStats {
   std::vector<double> e2e_s;   // per finished request: arrival to finish
 
   // cached_tokens / prompt_tokens: the share of prompt tokens the prefix cache served.
+  // Adds `other`'s counts (not elapsed_s, not the distributions): the totals of data-parallel
+  // engines. Peak and cache blocks add up too, each engine having its own cache.
+  void add_counts(const RunStats& other);
   double prefix_cache_hit_rate() const { return prompt_tokens ? double(cached_tokens) / prompt_tokens : 0.0; }
   // Sequences per model step (decodes and prefill chunks alike).
   double mean_batch_size() const { return steps ? double(scheduled_seqs) / steps : 0.0; }

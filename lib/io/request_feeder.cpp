@@ -8,7 +8,7 @@
 
 namespace nvllm {
 
-RequestFeeder::RequestFeeder(RequestReader& reader, Engine& engine, JsonlWriter& writer, RequestFeederOptions options)
+RequestFeeder::RequestFeeder(RequestReader& reader, DataParallelEngine& engine, JsonlWriter& writer, RequestFeederOptions options)
     : reader_(reader), engine_(engine), writer_(writer), options_(std::move(options)) {
   NVLLM_CHECK(options_.window >= 1, "RequestFeeder: window must be at least 1, got ", options_.window);
   NVLLM_CHECK(options_.prepare != nullptr, "RequestFeeder: options.prepare is required");
@@ -17,8 +17,8 @@ RequestFeeder::RequestFeeder(RequestReader& reader, Engine& engine, JsonlWriter&
 void RequestFeeder::top_up() {
   // Again while the refill left the queue short (requests the engine rejected), so that an
   // empty engine always means the input is exhausted.
-  for (int waiting = engine_.scheduler().num_waiting(); !exhausted_ && waiting <= options_.window / 2;
-       waiting = engine_.scheduler().num_waiting()) {
+  for (int waiting = engine_.num_waiting(); !exhausted_ && waiting <= options_.window / 2;
+       waiting = engine_.num_waiting()) {
     refill(static_cast<size_t>(options_.window - waiting));
   }
 }

@@ -16,14 +16,14 @@
 #include <string>
 #include <unordered_map>
 
-#include "engine/engine.h"
+#include "engine/data_parallel.h"
 #include "io/jsonl_writer.h"
 #include "io/request.h"
 
 namespace nvllm {
 
 struct RequestFeederOptions {
-  // Requests kept waiting in the engine ahead of what it runs. When fewer than half are left,
+  // Requests kept waiting in the engines ahead of what they run. When fewer than half are left,
   // the queue is refilled to `window`, so each refill is a batch of at least window / 2.
   int window = 1024;
   // --schedule prefix-aware: each refill is ordered by shared prompt prefix. The grouping sees
@@ -47,7 +47,7 @@ class RequestFeeder {
 
   // All references must outlive the feeder. Error records go to `writer` at their index; a
   // repeated id's record carries "duplicate_of" (its first line).
-  RequestFeeder(RequestReader& reader, Engine& engine, JsonlWriter& writer, RequestFeederOptions options);
+  RequestFeeder(RequestReader& reader, DataParallelEngine& engine, JsonlWriter& writer, RequestFeederOptions options);
 
   // Refills the engine's waiting queue (see RequestFeederOptions::window); returns at once while
   // more than half the window is still waiting, or when the input is exhausted.
@@ -73,7 +73,7 @@ class RequestFeeder {
   void write_error(int64_t index, const ParsedLine& line, const std::string& message);
 
   RequestReader& reader_;
-  Engine& engine_;
+  DataParallelEngine& engine_;
   JsonlWriter& writer_;
   RequestFeederOptions options_;
   std::unordered_map<std::string, InFlight> in_flight_;

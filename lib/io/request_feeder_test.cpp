@@ -82,7 +82,7 @@ struct Harness {
   std::istringstream in;
   RequestReader reader;
   FakeRunner runner;
-  Engine engine;
+  DataParallelEngine engine;
   JsonlWriter writer;
   RequestFeeder feeder;
 };
@@ -121,19 +121,19 @@ TEST_CASE("feeder: refills exactly when half the window is left waiting") {
   Harness h(lines(20), /*max_num_seqs=*/2, /*window=*/4);
   h.feeder.top_up();
   CHECK(h.reader.lines_read() == 4);
-  CHECK(h.engine.scheduler().num_waiting() == 4);
+  CHECK(h.engine.num_waiting() == 4);
   h.feeder.top_up();  // nothing to do: the window is full
   CHECK(h.reader.lines_read() == 4);
   (void)h.engine.step();
-  CHECK(h.engine.scheduler().num_waiting() == 2);
+  CHECK(h.engine.num_waiting() == 2);
   h.feeder.top_up();
   CHECK(h.reader.lines_read() == 6);
-  CHECK(h.engine.scheduler().num_waiting() == 4);
+  CHECK(h.engine.num_waiting() == 4);
 
   Harness h3(lines(20), /*max_num_seqs=*/2, /*window=*/5);  // 3 waiting > 5 / 2: no refill
   h3.feeder.top_up();
   (void)h3.engine.step();
-  CHECK(h3.engine.scheduler().num_waiting() == 3);
+  CHECK(h3.engine.num_waiting() == 3);
   h3.feeder.top_up();
   CHECK(h3.reader.lines_read() == 5);
 }

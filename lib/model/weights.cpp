@@ -201,4 +201,16 @@ ModelWeights load_weights(const std::filesystem::path& dir, const ModelConfig& c
   return w;
 }
 
+ModelWeights copy_weights(const ModelWeights& w) {
+  ModelWeights out;
+  out.embed = w.embed.clone();
+  for (const LayerWeights& l : w.layers) {
+    out.layers.push_back({l.input_norm.clone(), l.qkv.clone(), l.qkv_bias.clone(), l.q_norm.clone(), l.k_norm.clone(),
+                          l.o_proj.clone(), l.post_norm.clone(), l.gate_up.clone(), l.down.clone()});
+  }
+  out.final_norm = w.final_norm.clone();
+  out.lm_head = w.lm_head.clone();
+  return out;
+}
+
 }  // namespace nvllm

@@ -34,6 +34,9 @@ struct ModelWeights {
   const HostTensor& lm_head_or_embed() const { return lm_head.empty() ? embed : lm_head; }
 };
 
+// A deep copy of every tensor (data-parallel CPU runners each own theirs).
+ModelWeights copy_weights(const ModelWeights& weights);
+
 // Loads the checkpoint in `dir` into `dtype` (F32 for the CPU runner, BF16 or F16 for the
 // GPU), converting element types as needed. kDummy draws every tensor from a fixed seed for
 // the shapes in `config` and reads no weight file. Throws nvllm::Error naming the file and

@@ -4,7 +4,6 @@
 // across cache layouts, chunking and preemption.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -27,24 +26,6 @@ const ModelWeights& tiny_weights() {
   static const ModelWeights weights =
       load_weights(NVLLM_TESTDATA "/tiny-qwen3", tiny_config(), DType::kF32, LoadFormat::kDummy, 7);
   return weights;
-}
-
-ModelWeights copy_weights(const ModelWeights& w) {
-  const auto copy = [](const HostTensor& t) {
-    if (t.empty()) return HostTensor();
-    HostTensor c(t.dtype(), t.shape());
-    std::memcpy(c.data(), t.data(), t.nbytes());
-    return c;
-  };
-  ModelWeights c;
-  c.embed = copy(w.embed);
-  c.final_norm = copy(w.final_norm);
-  c.lm_head = copy(w.lm_head);
-  for (const LayerWeights& l : w.layers) {
-    c.layers.push_back({copy(l.input_norm), copy(l.qkv), copy(l.qkv_bias), copy(l.q_norm), copy(l.k_norm),
-                        copy(l.o_proj), copy(l.post_norm), copy(l.gate_up), copy(l.down)});
-  }
-  return c;
 }
 
 struct Setup {

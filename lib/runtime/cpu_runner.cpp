@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/cpu_sampler.h"
-#include "runtime/cpu_tp.h"
+#include "runtime/tp_split.h"
 #include "runtime/cpu_thread_pool.h"
 
 namespace nvllm {
@@ -86,7 +86,7 @@ void validate(const ModelConfig& cfg, const ModelWeights& w, int block_size, int
   }
 }
 
-// One tensor-parallel rank: its slice of the model (cpu_tp.h), its KV cache of its KV heads,
+// One tensor-parallel rank: its slice of the model (tp_split.h), its KV cache of its KV heads,
 // and its activations. `part` is what it contributes to an all-reduce: its partial o_proj or
 // down_proj output [tokens, hidden], or its columns of the logits [rows, vocab slice].
 struct Rank {

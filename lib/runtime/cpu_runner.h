@@ -15,7 +15,7 @@ namespace nvllm {
 class CpuRunner : public Runner {
  public:
   // `weights` in F32. The cache holds `num_kv_blocks` blocks of `block_size` tokens per layer.
-  // `tensor_parallel_size` > 1 runs the tensor-parallel split of cpu_tp.h with that many
+  // `tensor_parallel_size` > 1 runs the tensor-parallel split of tp_split.h with that many
   // simulated ranks, one after another, an all-reduce being a sum in rank order: the same
   // logits within float32 rounding (proof of the sharding, not a speed-up).
   // `fp8_kv` non-null: an FP8 (E4M3) KV cache with these scales (cpu_kv_fp8.h).

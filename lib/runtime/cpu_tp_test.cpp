@@ -3,7 +3,7 @@
 // rounding, for Qwen3 (q/k norms, tied head), Qwen2 (qkv bias) and Llama (own head, llama3
 // RoPE) shapes, with KV heads split (2 ranks, 2 KV heads) and replicated (4 ranks, 2 KV heads;
 // 2 ranks, 1 KV head).
-#include "runtime/cpu_tp.h"
+#include "runtime/tp_split.h"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// CudaRunner: weights on the device once, a paged bf16 KV cache sized from free memory, sampling
+// CudaRunner: weights on the device once, a paged bf16 or FP8 KV cache sized from free memory, sampling
 // on the GPU, CUDA graphs for decode steps. Per step: one H2D copy of the packed inputs (a
 // second only for penalties / min_tokens), the forward (replayed from a graph when it is a
 // captured decode size), the sampler, one D2H copy of the results and a wait for it. A greedy
@@ -15,6 +15,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "runtime/cuda/cuda_runner_impl.h"
+#include "runtime/cuda/tp_runner.h"
 
 namespace nvllm {
 namespace cuda_detail {
@@ -35,22 +36,25 @@ const ModelConfig& checked(const ModelConfig& c, const ModelWeights& w, const Cu
 
 }  // namespace
 
-CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const CudaRunnerOptions& options)
+CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const CudaRunnerOptions& options, TpShard tp)
     : opt_(options),
       select_device_(options.device),
       stream_(),
-      model_(checked(config, w, options), w, options.block_size, options.gemv_max_batch),
+      model_(checked(config, w, options), w, options.block_size, options.gemv_max_batch,
+             options.fp8_kv ? &*options.fp8_kv : nullptr, std::move(tp)),
       chain_(options.block_size, options.max_model_len) {
   seq_cap_ = opt_.max_num_seqs;
   token_cap_ = std::max(opt_.max_num_batched_tokens, seq_cap_);
   width_cap_ = blocks_for(opt_.max_model_len, opt_.block_size);
   model_.allocate_activations(token_cap_, seq_cap_, opt_.max_model_len);
-  sampler_.allocate(seq_cap_, model_.config().vocab_size);
+  sampler_.allocate(seq_cap_, model_.vocab());
   io_.allocate(make_step_layout(token_cap_, seq_cap_, width_cap_, seq_cap_).bytes, sampler_.out().bytes());
   size_kv_cache();
   fused_.setup(model_, opt_.tuning);
   if (!opt_.enforce_eager) capture_graphs();
 }
+
+CudaRunner::~CudaRunner() { cudaSetDevice(opt_.device); }
 
 void CudaRunner::execute(const Batch& b, StepOutput& out) {
   CUDA_CHECK(cudaSetDevice(opt_.device));  // the engine may call from another thread than the constructor
@@ -72,7 +76,7 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
 }
 
 void CudaRunner::check_batch(const Batch& b) const {
-  const int S = b.num_seqs(), T = b.num_tokens(), vocab = model_.config().vocab_size;
+  const int S = b.num_seqs(), T = b.num_tokens(), vocab = model_.vocab();
   NVLLM_CHECK(S > 0 && T > 0, "internal: empty batch");
   NVLLM_CHECK(S <= seq_cap_ && T <= token_cap_, "internal: batch of ", S, " sequences / ", T,
               " tokens exceeds --max-num-seqs ", seq_cap_, " / --max-num-batched-tokens ", token_cap_);
@@ -144,7 +148,7 @@ void CudaRunner::read_back(const Batch& b, const PackedStep& packed, bool use_gr
 
 std::vector<float> CudaRunner::last_logits() {
   NVLLM_CHECK(!opt_.tuning.chain_decode, "internal: last_logits needs tuning.chain_decode off");
-  const size_t V = model_.config().vocab_size;
+  const size_t V = model_.vocab();
   const float* logits = model_.act().logits.as<float>();
   std::vector<float> out(last_logits_rows_.size() * V);
   for (size_t r = 0; r < last_logits_rows_.size(); ++r) {
@@ -158,6 +162,7 @@ std::vector<float> CudaRunner::last_logits() {
 
 namespace {
 cuda_detail::CudaRunner& as_cuda(Runner& runner, const char* what) {
+  if (auto* tp = dynamic_cast<cuda_detail::TpRunner*>(&runner)) return tp->rank0();
   auto* cuda = dynamic_cast<cuda_detail::CudaRunner*>(&runner);
   NVLLM_CHECK(cuda, what, ": runner '", runner.name(), "' is not the CUDA runner");
   return *cuda;
@@ -172,6 +177,7 @@ int cuda_runner_chained_steps(Runner& runner) { return as_cuda(runner, "cuda_run
 
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
                                          const CudaRunnerOptions& options) {
+  if (options.tensor_parallel_size > 1) return std::make_unique<cuda_detail::TpRunner>(config, weights, options);
   return std::make_unique<cuda_detail::CudaRunner>(config, weights, options);
 }
 

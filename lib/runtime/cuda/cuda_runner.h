@@ -1,12 +1,15 @@
-// CudaRunner: bf16 forward on one GPU (kernels/ + cuBLASLt, CUDA graphs for decode).
+// CudaRunner: bf16 forward on one GPU (kernels/ + cuBLASLt, CUDA graphs for decode), with a bf16
+// or FP8 (E4M3) KV cache, or on tensor_parallel_size GPUs, one rank each, over NCCL (tp_runner.h).
 // Only this header is seen by code built without nvcc; the implementation stays behind it.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/runner.h"
 #include "model/config.h"
+#include "model/kv_scales.h"
 #include "model/weights.h"
 #include "runtime/cuda/cuda_tuning.h"
 
@@ -21,21 +24,28 @@ struct CudaRunnerOptions {
   int num_kv_blocks = 0;  // 0: sized from free memory after weights and a warm-up pass
   bool enforce_eager = false;
   // Projections of at most this many rows use the small-batch gemv kernel instead of cuBLASLt;
-  // 0 turns it off; capped at kernels::kGemvMaxBatch. Measured on the H100 (Qwen3-0.6B shape,
-  // decode step from a graph, gemv vs cuBLASLt): batch 1 1.27 vs 1.36 ms, batch 2 1.39 vs 1.39,
-  // batch 4 1.64 vs 1.44, batch 8 2.05 vs 1.54; hence 1.
-  int gemv_max_batch = 1;
+  // 0 turns it off; capped at kernels::kGemvMaxBatch (16). Chosen from bench.gemv (bench/NOTES.md,
+  // twelfth session): gemv against cuBLASLt on five model shapes at batch 1-16.
+  int gemv_max_batch = 16;
   CudaTuning tuning;  // timing and A/B switches (cuda_tuning.h)
-  int device = 0;
+  int device = 0;     // the GPU; with tensor parallelism the first of device .. device + size - 1
+  // Set: the KV cache holds E4M3 codes with these scales (--kv-cache-dtype fp8), the function the
+  // CPU runner computes with the same scales; one byte an element, so twice the tokens of bf16.
+  std::optional<KvScales> fp8_kv;
+  // Ranks of tensor parallelism, one GPU each (--tensor-parallel-size): every layer's heads and
+  // MLP columns, and the vocabulary, split among them (runtime/tp_split.h); 1: one GPU.
+  int tensor_parallel_size = 1;
 };
 
-// `weights` in BF16 (load_weights(..., DType::kBF16, ...)); copied to the device. Throws
-// nvllm::Error when not even one sequence of max_model_len fits in the cache.
+// `weights` in BF16 (load_weights(..., DType::kBF16, ...)); copied to the device (each rank its
+// slices). Throws nvllm::Error when not even one sequence of max_model_len fits in the cache, or
+// (tensor parallel) when the model does not divide among the ranks or NCCL cannot connect them.
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
                                          const CudaRunnerOptions& options);
 
 // Tests and parity checks: the fp32 logits [rows, vocab] of the last execute() of a runner made
-// by make_cuda_runner, one row per sequence that sampled, in sequence order (tuning.chain_decode off).
+// by make_cuda_runner, one row per sequence that sampled, in sequence order (tuning.chain_decode off);
+// tensor parallel: rank 0's (every rank holds the gathered logits).
 std::vector<float> cuda_runner_last_logits(Runner& runner);
 // Tests: how many steps of a runner made by make_cuda_runner ran chained (tuning.chain_decode).
 int cuda_runner_chained_steps(Runner& runner);

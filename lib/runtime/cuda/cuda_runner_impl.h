@@ -6,6 +6,8 @@
 //   StepIo        step_io.h        staging slots, copies, events, device time
 //   DecodeChain   decode_chain.h   the chained batch-1 step
 //   kv sizing     kv_sizing.h      the blocks the cache gets
+// Under tensor parallelism TpRunner (tp_runner.h) holds one CudaRunner per rank, each over its
+// share of the model (DeviceModel's TpShard), all running every step together.
 // Private to lib/runtime/cuda/; everything else goes through cuda_runner.h.
 #pragma once
 
@@ -25,7 +27,10 @@ namespace nvllm::cuda_detail {
 
 class CudaRunner final : public Runner {
  public:
-  CudaRunner(const ModelConfig& config, const ModelWeights& weights, const CudaRunnerOptions& options);
+  // `tp`: a tensor-parallel rank's place (config and weights then the rank's share); none by default.
+  CudaRunner(const ModelConfig& config, const ModelWeights& weights, const CudaRunnerOptions& options,
+             TpShard tp = {});
+  ~CudaRunner() override;  // on its own device: another thread or runner may have selected another
   void execute(const Batch& batch, StepOutput& out) override;
   int num_kv_blocks() const override { return model_.kv().num_blocks; }
   const char* name() const override { return "cuda"; }

@@ -7,6 +7,7 @@
 #include "kernels/cuda_check.h"
 #include "runtime/cuda/cuda_runner_impl.h"
 #include "runtime/cuda/kv_sizing.h"
+#include "runtime/cuda/tp_comm.h"
 
 namespace nvllm::cuda_detail {
 
@@ -15,36 +16,41 @@ namespace nvllm::cuda_detail {
 // allocate whatever they allocate lazily). During that pass every layer reads one scratch block.
 void CudaRunner::size_kv_cache() {
   const ModelConfig& c = model_.config();
-  const KvLayout layout = c.kv_layout(opt_.block_size, sizeof(bf16));
   KvViews& kv = model_.kv();
-  DeviceBuffer scratch(2 * layout.block_elems() * sizeof(bf16));
+  const KvLayout layout = c.kv_layout(opt_.block_size, kv.element_bytes());
+  const size_t block_bytes = layout.block_elems() * layout.dtype_bytes;  // one layer's K (or V) of one block
+  DeviceBuffer scratch(2 * block_bytes);
   CUDA_CHECK(cudaMemset(scratch.get(), 0, scratch.bytes()));
-  kv.k.assign(c.num_layers, scratch.as<bf16>());
-  kv.v.assign(c.num_layers, scratch.as<bf16>() + layout.block_elems());
+  kv.point_at(scratch.as<char>(), scratch.as<char>() + block_bytes, 0, c.num_layers, c.num_kv_heads);
   {
     SamplingParams sp;
     sp.temperature = 1.0f;
     sp.top_k = 50;
     sp.top_p = 0.9f;
     StepOutput out;
-    execute(warmup_batch(opt_, seq_cap_, c.vocab_size, sp), out);
+    execute(warmup_batch(opt_, seq_cap_, model_.vocab(), sp), out);
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   scratch.reset();
 
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  kv.num_blocks = kv_blocks_to_allocate(opt_, layout, free_bytes, total_bytes);
+  kv.num_blocks = kv_blocks_that_fit(opt_, layout, free_bytes, total_bytes);
+  // Every rank follows the same block tables: each gets the count all of them have room for.
+  if (model_.tensor_parallel()) kv.num_blocks = model_.tp_comm()->min_over_ranks(kv.num_blocks, stream_.get());
+  check_kv_blocks(opt_, layout, kv.num_blocks, free_bytes, total_bytes);
   const size_t bytes = static_cast<size_t>(layout.bytes_per_block()) * kv.num_blocks;
   kv.storage = DeviceBuffer(bytes);
   // Zeroed so that padded decode rows, which read block 0, never meet NaN bit patterns.
   CUDA_CHECK(cudaMemset(kv.storage.get(), 0, bytes));
-  for (int l = 0; l < c.num_layers; ++l) {
-    kv.k[l] = kv.storage.as<bf16>() + layout.layer_offset(l, 0, kv.num_blocks);
-    kv.v[l] = kv.storage.as<bf16>() + layout.layer_offset(l, 1, kv.num_blocks);
-  }
+  // layer_offset counts elements; the views take bytes.
+  const size_t e = layout.dtype_bytes;
+  char* base = kv.storage.as<char>();
+  kv.point_at(base + e * layout.layer_offset(0, 0, kv.num_blocks), base + e * layout.layer_offset(0, 1, kv.num_blocks),
+              e * layout.layer_offset(1, 0, kv.num_blocks), c.num_layers, c.num_kv_heads);
   log_info("KV cache: ", kv.num_blocks, " blocks x ", opt_.block_size, " tokens = ",
-           static_cast<int64_t>(kv.num_blocks) * opt_.block_size, " tokens (", bytes >> 20, " MiB; ",
+           static_cast<int64_t>(kv.num_blocks) * opt_.block_size, " tokens (",
+           kv.dtype == kernels::KvDtype::kFp8E4M3 ? "fp8_e4m3" : "bfloat16", ", ", bytes >> 20, " MiB; ",
            free_bytes >> 20, " MiB were free of ", total_bytes >> 20, " MiB)");
 }
 

@@ -2,10 +2,16 @@
 // the same batches (prefill, chunked prefill mixed with decodes, decode steps that replay CUDA
 // graphs), logits of every sampled row within bf16 tolerance, greedy tokens equal wherever the
 // reference's top two logits are not near a tie, and graphs on vs off giving the same tokens.
+// With an FP8 KV cache on both runners (the same scales), the same comparisons; and the same
+// for tensor parallelism over 2 (and 4) GPUs where the machine has them.
 #include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -13,6 +19,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "model/kv_scales.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/cpu_runner_test_util.h"
 #include "runtime/cuda/cuda_runner.h"
@@ -97,28 +104,71 @@ double rel_error(const float* a, const float* ref, int n) {
 struct RunResult {
   std::vector<std::vector<int32_t>> tokens;  // per step, per sequence
   std::vector<std::vector<float>> logits;    // per step: sampled rows
+  // With an FP8 cache: per sampled row, the relative error against the CPU runner with the FP8
+  // cache (rel) and against the CPU runner without one (rel_unquantised).
+  std::vector<double> rel, rel_unquantised;
 };
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+// FP8 KV scales for a test model: per (layer, KV head), 1.0 (vLLM's default, what a checkpoint
+// without scales gets: these models' k and v are O(1), codes in E4M3's normal range) and coarser
+// ones (1/8: codes ~8 of the same values; 4: codes mostly subnormal, where E4M3's step is 2^-9).
+KvScales test_kv_scales(const ModelConfig& c) {
+  KvScales s = default_kv_scales(c);
+  for (size_t i = 0; i < s.k.size(); ++i) {
+    s.k[i] = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.125f : 4.0f;
+    s.v[i] = i % 3 == 0 ? 4.0f : i % 3 == 1 ? 1.0f : 0.125f;
+  }
+  return s;
+}
+
+// The tolerance of an FP8 run's logits against the CPU runner with the same FP8 cache: bf16's
+// 2e-2 and room for codes one step apart. The runners quantise the same k and v up to bf16
+// rounding (the CUDA runner's are bf16, the CPU runner's float32), and a value within that
+// rounding of an E4M3 rounding edge gets the neighbouring code: a few percent of the elements
+// differ by a whole step (6-12% of the value), which the logits feel more than bf16's 0.4%.
+constexpr double kFp8RelTolerance = 3e-2;
 
 // Three sequences: prompts of 5, 17 and 33 tokens; a first step holds only the third's first 10
 // tokens (nothing samples); step 1 prefills the first two and the third's tokens 10..19 (over its
 // cached first chunk); step 2 mixes two decodes with the rest of the third prompt; then decode-only
 // steps (padded to a graph size of 4 when graphs are on). The CUDA runner's greedy tokens are
 // fed back to both runners, so both see the same inputs.
+// The CPU runner without an FP8 cache, for FP8 runs (null otherwise): the weights of
+// run_both's and run_single's models.
+std::unique_ptr<CpuRunner> unquantised_cpu(const ModelConfig& c, uint32_t seed, const KvScales* fp8, int block_size,
+                                           int blocks) {
+  if (fp8 == nullptr) return nullptr;
+  ModelWeights wf = test::random_weights(c, seed), wb;
+  scale_projections(wf, 0.4f);
+  split_weights(wf, wb);
+  return std::make_unique<CpuRunner>(c, std::move(wf), block_size, blocks, 2);
+}
+
 RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool mixed, double* worst_rel,
-                   int* checked_tokens, int gemv_max_batch = 1) {
+                   int* checked_tokens, int gemv_max_batch = -1, const KvScales* fp8 = nullptr,
+                   int tensor_parallel = 1) {
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
   const int block_size = 16, blocks_per_seq = 72;  // max_model_len 1152: graphs for context bounds 1024 and 1152
-  CpuRunner cpu(c, std::move(wf), block_size, 3 * blocks_per_seq, 2);
+  CpuRunner cpu(c, std::move(wf), block_size, 3 * blocks_per_seq, 2, 1, fp8);
+  const std::unique_ptr<CpuRunner> cpu32 = unquantised_cpu(c, seed, fp8, block_size, 3 * blocks_per_seq);
   CudaRunnerOptions opt;
+  if (fp8 != nullptr) opt.fp8_kv = *fp8;
   opt.block_size = block_size;
   opt.max_num_seqs = 8;
   opt.max_num_batched_tokens = 256;
   opt.max_model_len = blocks_per_seq * block_size;
   opt.num_kv_blocks = 3 * blocks_per_seq;
   opt.enforce_eager = enforce_eager;
-  opt.gemv_max_batch = gemv_max_batch;
+  if (gemv_max_batch >= 0) opt.gemv_max_batch = gemv_max_batch;  // else the default
+  opt.tensor_parallel_size = tensor_parallel;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
   CHECK(gpu->num_kv_blocks() == 3 * blocks_per_seq);
 
@@ -172,11 +222,13 @@ RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool
     Batch b = test::make_batch(chunks, block_size);
     add_sampling(b, sample, params, hist, step);
     const std::vector<float> ref_all = cpu.forward_logits(b);
+    const std::vector<float> ref32_all = cpu32 ? cpu32->forward_logits(b) : std::vector<float>{};
     StepOutput out;
     gpu->execute(b, out);
     const std::vector<float> got = cuda_runner_last_logits(*gpu);
     result.tokens.push_back(out.token_ids);
     result.logits.push_back(got);
+    const double tolerance = fp8 ? kFp8RelTolerance : 2e-2;
 
     int r = 0;
     for (int s = 0; s < 3; ++s) {
@@ -189,12 +241,18 @@ RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool
       const float* row = got.data() + static_cast<size_t>(r) * c.vocab_size;
       const double rel = rel_error(row, ref, c.vocab_size);
       *worst_rel = std::max(*worst_rel, rel);
-      CHECK(rel < 2e-2);  // bf16 weights and activations against float32: ~1e-2 expected
+      CHECK(rel < tolerance);  // bf16 weights and activations against float32: ~1e-2 expected
+      if (cpu32) {
+        result.rel.push_back(rel);
+        result.rel_unquantised.push_back(
+            rel_error(row, ref32_all.data() + static_cast<size_t>(b.query_start[s + 1] - 1) * c.vocab_size,
+                      c.vocab_size));
+      }
       std::vector<float> sorted(ref, ref + c.vocab_size);
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
       const int ref_token = static_cast<int>(std::max_element(ref, ref + c.vocab_size) - ref);
       const float spread = sorted[0] - *std::min_element(ref, ref + c.vocab_size);
-      if (params[s]->greedy() && sorted[0] - sorted[1] > 0.02f * spread) {
+      if (params[s]->greedy() && sorted[0] - sorted[1] > (fp8 ? 0.04f : 0.02f) * spread) {
         CHECK(out.token_ids[s] == ref_token);
         ++*checked_tokens;
       }
@@ -259,14 +317,19 @@ struct OneSequence {
 // Its cache blocks are scattered (a shuffled block list). Checks every step's logits and
 // greedy token against the CPU runner.
 RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool fused, int decodes,
-                     const std::vector<int32_t>* forced, double* worst_rel, int* checked_tokens) {
+                     const std::vector<int32_t>* forced, double* worst_rel, int* checked_tokens,
+                     const KvScales* fp8 = nullptr, int tensor_parallel = 1) {
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
-  CpuRunner cpu(c, std::move(wf), OneSequence::kBlockSize, OneSequence::kBlocks, 2);
+  CpuRunner cpu(c, std::move(wf), OneSequence::kBlockSize, OneSequence::kBlocks, 2, 1, fp8);
+  const std::unique_ptr<CpuRunner> cpu32 =
+      unquantised_cpu(c, seed, fp8, OneSequence::kBlockSize, OneSequence::kBlocks);
   CudaRunnerOptions opt = OneSequence::options();
   opt.enforce_eager = enforce_eager;
   opt.tuning.fused_decode = fused;
+  if (fp8 != nullptr) opt.fp8_kv = *fp8;
+  opt.tensor_parallel_size = tensor_parallel;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
 
   OneSequence seq(c, seed + 7);
@@ -282,17 +345,22 @@ RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_eager, bo
     result.tokens.push_back(out.token_ids);
     const std::vector<float>& got = result.logits.back();
     INFO("step ", step, ", context ", hist.size());
-    const float* ref = ref_all.data() + static_cast<size_t>(b.query_start[1] - 1) * c.vocab_size;
+    const size_t last = static_cast<size_t>(b.query_start[1] - 1) * c.vocab_size;
+    const float* ref = ref_all.data() + last;
     const double rel = rel_error(got.data(), ref, c.vocab_size);
     *worst_rel = std::max(*worst_rel, rel);
-    CHECK(rel < 2e-2);
+    CHECK(rel < (fp8 ? kFp8RelTolerance : 2e-2));
+    if (cpu32) {
+      result.rel.push_back(rel);
+      result.rel_unquantised.push_back(rel_error(got.data(), cpu32->forward_logits(b).data() + last, c.vocab_size));
+    }
     // The greedy token is the argmax of the runner's own logits (lowest id among equal maxima),
     // whichever kernel picked it.
     CHECK(out.token_ids[0] == static_cast<int>(std::max_element(got.begin(), got.end()) - got.begin()));
     std::vector<float> sorted(ref, ref + c.vocab_size);
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     const float spread = sorted[0] - *std::min_element(ref, ref + c.vocab_size);
-    if (sorted[0] - sorted[1] > 0.02f * spread) {
+    if (sorted[0] - sorted[1] > (fp8 ? 0.04f : 0.02f) * spread) {
       CHECK(out.token_ids[0] == static_cast<int>(std::max_element(ref, ref + c.vocab_size) - ref));
       ++*checked_tokens;
     }
@@ -412,18 +480,77 @@ TEST_CASE("gpu.cuda_runner matches the CPU runner, graphs on and off") {
   }
 }
 
-TEST_CASE("gpu.cuda_runner with the small-batch gemv on every decode step matches the CPU runner") {
-  // The default sends only 1-row projections to gemv; 8 routes this test's 3-4 row decodes
-  // (eager and padded graph) through it too.
+TEST_CASE("gpu.cuda_runner with cuBLASLt on every projection matches the CPU runner") {
+  // The default sends every projection of at most 16 rows (this test's decodes and short prompt
+  // chunks) to gemv; 0 routes them all through cuBLASLt, the path of larger batches.
   for (bool eager : {false, true}) {
     double rel = 0;
     int checked = 0;
-    run_both(gpu_tiny_config(Arch::kQwen3), 42, eager, true, &rel, &checked, 8);
+    run_both(gpu_tiny_config(Arch::kQwen3), 42, eager, true, &rel, &checked, 0);
     const std::string mode = eager ? "eager" : "graphs";
-    MESSAGE("gemv decode, ", mode, ": worst logits relative error ", rel, "; tokens checked ",
-            checked);
+    MESSAGE("cuBLASLt projections, ", mode, ": worst logits relative error ", rel, "; tokens checked ", checked);
     CHECK(checked >= 6);
   }
+}
+
+TEST_CASE("gpu.cuda_runner with an FP8 KV cache matches the CPU runner with the same FP8 cache") {
+  // Prefill, chunked prefill over cached FP8 blocks, decode steps from graphs and eager; then one
+  // sequence's 100 decode steps through the fused batch-1 kernels and through the separate ones.
+  // Each run is also compared with the CPU runner without the FP8 cache: the CUDA runner's logits
+  // must be closer to the FP8 function than to the unquantised one, so the codes are really used.
+  for (Arch arch : {Arch::kQwen3, Arch::kLlama}) {
+    const std::string name = arch == Arch::kQwen3 ? "qwen3" : "llama";
+    INFO(name);
+    const ModelConfig c = gpu_tiny_config(arch);
+    const KvScales scales = test_kv_scales(c);
+    for (bool eager : {false, true}) {
+      double rel = 0;
+      int checked = 0;
+      const RunResult r = run_both(c, 42, eager, true, &rel, &checked, 1, &scales);
+      MESSAGE(name, eager ? " eager" : " graphs", ", fp8 KV: worst logits relative error vs the CPU runner's FP8 ",
+              rel, ", mean ", mean(r.rel), "; mean vs the CPU runner without FP8 ", mean(r.rel_unquantised),
+              "; tokens checked ", checked);
+      CHECK(checked >= 6);
+      CHECK(mean(r.rel) < 0.7 * mean(r.rel_unquantised));
+    }
+    ModelConfig c1 = c;  // the fused path's shape: head_dim 128
+    c1.hidden_size = 256;
+    c1.intermediate_size = 384;
+    c1.head_dim = 128;
+    const KvScales scales1 = test_kv_scales(c1);
+    for (bool fused : {true, false}) {
+      double rel = 0;
+      int checked = 0;
+      const RunResult r = run_single(c1, 11, false, fused, 100, nullptr, &rel, &checked, &scales1);
+      MESSAGE(name, fused ? " fused" : " separate", " batch-1, fp8 KV: worst logits relative error ", rel, ", mean ",
+              mean(r.rel), "; mean vs the CPU runner without FP8 ", mean(r.rel_unquantised), "; tokens checked ",
+              checked);
+      CHECK(checked >= 50);
+      CHECK(mean(r.rel) < 0.7 * mean(r.rel_unquantised));
+    }
+  }
+}
+
+TEST_CASE("gpu.cuda_runner sizes an FP8 KV cache at twice the tokens of a bf16 one") {
+  const ModelConfig c = gpu_tiny_config(Arch::kQwen3);
+  ModelWeights wf = test::random_weights(c, 4), wb;
+  split_weights(wf, wb);
+  CudaRunnerOptions opt;
+  opt.max_num_seqs = 16;
+  opt.max_num_batched_tokens = 512;
+  opt.max_model_len = 2048;
+  opt.gpu_memory_utilization = 0.05;
+  opt.enforce_eager = true;
+  const int bf16_blocks = make_cuda_runner(c, wb, opt)->num_kv_blocks();
+  opt.fp8_kv = default_kv_scales(c);
+  const int fp8_blocks = make_cuda_runner(c, wb, opt)->num_kv_blocks();
+  MESSAGE("KV blocks at 5% of the GPU: bf16 ", bf16_blocks, ", fp8 ", fp8_blocks);
+  // The same bytes (what 5% leaves after the same weights and activations) at half the block size;
+  // the budget is measured afresh each time, so allow a little drift.
+  CHECK(std::abs(fp8_blocks - 2 * bf16_blocks) <= bf16_blocks / 50 + 2);
+  // --num-kv-blocks is blocks, whatever their bytes.
+  opt.num_kv_blocks = 300;
+  CHECK(make_cuda_runner(c, wb, opt)->num_kv_blocks() == 300);
 }
 
 TEST_CASE("gpu.cuda_runner refuses a KV cache smaller than one max-model-len sequence") {
@@ -450,6 +577,105 @@ TEST_CASE("gpu.cuda_runner sizes the KV cache from free memory") {
   opt.gpu_memory_utilization = 0.05;  // a few GiB on a data-centre GPU
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
   CHECK(gpu->num_kv_blocks() >= 2048 / 16);
+}
+
+namespace {
+
+int gpu_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// The largest relative logits error between two runs' sampled rows, step by step.
+double worst_between(const RunResult& a, const RunResult& b) {
+  double worst = 0;
+  REQUIRE(a.logits.size() == b.logits.size());
+  for (size_t step = 0; step < a.logits.size(); ++step) {
+    REQUIRE(a.logits[step].size() == b.logits[step].size());
+    worst = std::max(worst, rel_error(a.logits[step].data(), b.logits[step].data(),
+                                      static_cast<int>(b.logits[step].size())));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("gpu.tp_runner 2 and 4 ranks match the CPU runner and one GPU, graphs on and off") {
+  // gpu_tiny_config: 4 heads, 2 KV heads (2 ranks: one KV head each; 4 ranks: each KV head on
+  // two), vocabulary 509 (slices of 254 and 255: the padded all-gather). A KV head count of 1
+  // replicates it on both of 2 ranks. Prefill, chunked prefill, mixed and decode steps, mixed
+  // sampling (argmax, logprobs, a seeded top-p draw); the rows go through the all-reduces.
+  const int gpus = gpu_count();
+  if (gpus < 2) {
+    MESSAGE("skipped: tensor parallelism needs 2 GPUs, this machine has ", gpus);
+    return;
+  }
+  for (int tp : {2, 4}) {
+    if (tp > gpus) continue;
+    for (Arch arch : {Arch::kQwen3, Arch::kLlama, Arch::kQwen2}) {
+      for (int kv_heads : {2, 1}) {
+        if (arch != Arch::kQwen3 && kv_heads == 1) continue;
+        ModelConfig c = gpu_tiny_config(arch);
+        c.num_kv_heads = kv_heads;
+        const std::string what = str_cat(tp, " ranks, ", arch == Arch::kQwen3 ? "qwen3" : arch == Arch::kLlama ? "llama" : "qwen2",
+                                         ", ", kv_heads, " KV heads");
+        INFO(what);
+        double rel_one = 0, rel_graph = 0, rel_eager = 0;
+        int checked_one = 0, checked_graph = 0, checked_eager = 0;
+        const RunResult one = run_both(c, 42, false, true, &rel_one, &checked_one);
+        const RunResult graph = run_both(c, 42, false, true, &rel_graph, &checked_graph, 1, nullptr, tp);
+        const RunResult eager = run_both(c, 42, true, true, &rel_eager, &checked_eager, 1, nullptr, tp);
+        const double vs_one = worst_between(graph, one);
+        MESSAGE(what, ": worst logits relative error vs the CPU ", rel_graph, " (graphs), ", rel_eager,
+                " (eager), one GPU ", rel_one, "; vs one GPU ", vs_one, "; tokens checked ", checked_graph);
+        CHECK(checked_graph >= 6);
+        CHECK(graph.tokens == eager.tokens);
+        CHECK(worst_between(graph, eager) < 1e-3);
+        CHECK(vs_one < 2e-2);  // partial sums rounded to bf16 before the all-reduce: a little more rounding
+      }
+    }
+  }
+}
+
+TEST_CASE("gpu.tp_runner batch-1 decode on 2 ranks: the separate kernels, matching the CPU runner") {
+  // The fused batch-1 path keeps whole layers on one GPU: under tensor parallelism the ranks run
+  // the separate kernels (with the gemv at one row) even when fused decode is asked for.
+  if (gpu_count() < 2) {
+    MESSAGE("skipped: tensor parallelism needs 2 GPUs");
+    return;
+  }
+  ModelConfig c = gpu_tiny_config(Arch::kQwen3);
+  c.hidden_size = 256;
+  c.intermediate_size = 384;
+  c.head_dim = 128;
+  c.num_heads = 8;
+  for (bool eager : {false, true}) {
+    double rel = 0;
+    int checked = 0;
+    const RunResult tp = run_single(c, 11, eager, true, 60, nullptr, &rel, &checked, nullptr, 2);
+    std::vector<int32_t> fed;
+    for (const auto& t : tp.tokens) fed.push_back(t[0]);
+    double rel_one = 0;
+    int checked_one = 0;
+    const RunResult one = run_single(c, 11, eager, false, 60, &fed, &rel_one, &checked_one);
+    MESSAGE(std::string(eager ? "eager" : "graphs"), ": worst logits relative error vs the CPU ", rel, " (2 ranks), ", rel_one,
+            " (one GPU); between them ", worst_between(tp, one), "; tokens checked ", checked);
+    CHECK(checked >= 30);
+    CHECK(worst_between(tp, one) < 2e-2);
+  }
+}
+
+TEST_CASE("gpu.tp_runner refuses a model that does not divide among the ranks, naming the flag") {
+  const ModelConfig c = gpu_tiny_config(Arch::kQwen3);  // 4 heads
+  ModelWeights wf = test::random_weights(c, 3), wb;
+  split_weights(wf, wb);
+  CudaRunnerOptions opt;
+  opt.max_num_seqs = 4;
+  opt.max_num_batched_tokens = 64;
+  opt.max_model_len = 256;
+  opt.tensor_parallel_size = 3;  // checked before any GPU or NCCL is touched
+  CHECK_THROWS_WITH_AS(make_cuda_runner(c, wb, opt), doctest::Contains("--tensor-parallel-size 3: num_attention_heads 4"),
+                       Error);
 }
 
 }  // namespace nvllm

@@ -8,6 +8,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "runtime/cuda/step_inputs.h"
+#include "runtime/cuda/tp_comm.h"
 
 namespace nvllm::cuda_detail {
 namespace {
@@ -51,8 +52,35 @@ const bf16* upload(const HostTensor& t, const char* what, std::vector<DeviceBuff
 
 }  // namespace
 
-DeviceModel::DeviceModel(const ModelConfig& config, const ModelWeights& w, int block_size, int gemv_max_batch)
-    : c_(config), block_size_(block_size), gemv_max_batch_(gemv_max_batch), gemm_() {
+void KvViews::point_at(char* k_base, char* v_base, size_t layer_stride, int num_layers, int num_kv_heads) {
+  layers.assign(num_layers, kernels::KvCache{});
+  const float* k_scale = scales.as<float>();
+  for (int l = 0; l < num_layers; ++l) {
+    kernels::KvCache& c = layers[l];
+    c.k = k_base + layer_stride * l;
+    c.v = v_base + layer_stride * l;
+    c.dtype = dtype;
+    if (dtype == kernels::KvDtype::kFp8E4M3) {
+      c.k_scale = k_scale + size_t(l) * num_kv_heads;
+      c.v_scale = k_scale + size_t(num_layers + l) * num_kv_heads;
+    }
+  }
+}
+
+DeviceModel::DeviceModel(const ModelConfig& config, const ModelWeights& w, int block_size, int gemv_max_batch,
+                         const KvScales* fp8_kv, TpShard tp)
+    : c_(config), block_size_(block_size), gemv_max_batch_(gemv_max_batch), gemm_(), tp_(std::move(tp)) {
+  NVLLM_CHECK(!tp_.comm || (w.embed.dim(0) == tp_.vocab_pad && w.lm_head_or_embed().dim(0) == tp_.vocab_pad),
+              "internal: a tensor-parallel rank's embedding and LM head need ", tp_.vocab_pad, " rows");
+  if (fp8_kv != nullptr) {
+    const size_t n = static_cast<size_t>(c_.num_layers) * c_.num_kv_heads;
+    NVLLM_CHECK(fp8_kv->k.size() == n && fp8_kv->v.size() == n, "internal: FP8 KV scales for ", fp8_kv->k.size(),
+                " (layer, kv head) pairs, the model has ", n);
+    kv_.dtype = kernels::KvDtype::kFp8E4M3;
+    kv_.scales = DeviceBuffer(2 * n * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(kv_.scales.get(), fp8_kv->k.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(kv_.scales.as<float>() + n, fp8_kv->v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  }
   std::vector<DeviceBuffer>& bufs = w_.buffers;
   w_.embed = upload(w.embed, "embed_tokens", bufs);
   w_.lm_head = w.lm_head.empty() ? w_.embed : upload(w.lm_head, "lm_head", bufs);
@@ -85,7 +113,8 @@ void DeviceModel::allocate_activations(int tokens, int seqs, int max_model_len) 
   act_.act = DeviceBuffer(T * c_.intermediate_size * sizeof(bf16));
   act_.x_g = DeviceBuffer(S * H * sizeof(bf16));
   act_.residual_g = DeviceBuffer(S * H * sizeof(bf16));
-  act_.logits = DeviceBuffer(S * c_.vocab_size * sizeof(float));
+  act_.logits = DeviceBuffer(S * vocab() * sizeof(float));
+  if (tp_.comm) act_.logits_parts = DeviceBuffer(tp_.vocab_first.size() * S * tp_.vocab_pad * sizeof(float));
   const size_t ws = kernels::attention_decode_workspace_bytes(seqs, c_.num_heads, c_.head_dim, max_model_len);
   act_.decode_ws = DeviceBuffer(std::max<size_t>(ws, 16));
 }
@@ -107,7 +136,13 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
   bf16* x = act_.x.as<bf16>();
   bf16* res = act_.residual.as<bf16>();
   const float eps = static_cast<float>(c_.rms_norm_eps);
-  kernels::embedding(st.at<int32_t>(L.token_ids), w_.embed, x, T, H, s);
+  if (tp_.comm) {  // vocabulary-parallel: each rank looks up the ids in its rows, the sum is the lookup
+    const int r = tp_rank();
+    kernels::embedding_slice(st.at<int32_t>(L.token_ids), w_.embed, x, T, H, tp_.vocab_first[r], tp_.vocab_rows[r], s);
+    all_reduce(x, T, s);
+  } else {
+    kernels::embedding(st.at<int32_t>(L.token_ids), w_.embed, x, T, H, s);
+  }
   // The first add_rmsnorm then sets residual = embedding (0 + x is exact in bf16).
   CUDA_CHECK(cudaMemsetAsync(res, 0, static_cast<size_t>(T) * H * sizeof(bf16), s));
   for (int l = 0; l < c_.num_layers; ++l) layer(l, st, s);
@@ -123,7 +158,9 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
     fr = act_.residual_g.as<bf16>();
   }
   kernels::add_rmsnorm(fx, fr, w_.final_norm, rows, H, eps, s);
-  if (use_gemv(rows, H))
+  if (tp_.comm)
+    lm_head_parallel(fx, rows, s);
+  else if (use_gemv(rows, H))
     kernels::gemv_f32(fx, w_.lm_head, act_.logits.as<float>(), rows, c_.vocab_size, H, s);
   else
     gemm_.matmul(fx, w_.lm_head, act_.logits.get(), rows, c_.vocab_size, H, true, s);
@@ -146,17 +183,19 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   kernels::add_rmsnorm(x, res, w.input_norm, T, H, eps, s);
   linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
   if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
+  const kernels::KvCache& cache = kv_.layers[l];
   kernels::qk_norm_rope_cache(qkv, st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), w.q_norm, w.k_norm, eps,
-                              w_.inv_freq.as<float>(), kv_.k[l], kv_.v[l], T, c_.num_heads, c_.num_kv_heads,
-                              c_.head_dim, block_size_, s);
+                              w_.inv_freq.as<float>(), cache, T, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                              block_size_, s);
   if (st.decode) {
-    kernels::attention_decode(qkv, c_.qkv_size(), kv_.k[l], kv_.v[l], ab, attn, c_.num_heads, c_.num_kv_heads,
-                              c_.head_dim, block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s);
+    kernels::attention_decode(qkv, c_.qkv_size(), cache, ab, attn, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                              block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s);
   } else {
-    kernels::attention_prefill(qkv, c_.qkv_size(), kv_.k[l], kv_.v[l], ab, attn, c_.num_heads, c_.num_kv_heads,
-                               c_.head_dim, block_size_, scale, s);
+    kernels::attention_prefill(qkv, c_.qkv_size(), cache, ab, attn, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                               block_size_, scale, s);
   }
   linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
+  all_reduce(x, T, s);
   kernels::add_rmsnorm(x, res, w.post_norm, T, H, eps, s);
   linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
   if (use_gemv(T, I)) {  // silu_mul fused into the down projection's input
@@ -164,6 +203,33 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   } else {
     kernels::silu_mul(gate_up, act_.act.as<bf16>(), T, I, s);
     linear(act_.act.as<bf16>(), w.down, x, T, H, I, s);
+  }
+  all_reduce(x, T, s);
+}
+
+int DeviceModel::tp_rank() const { return tp_.comm ? tp_.comm->rank() : 0; }
+
+void DeviceModel::all_reduce(bf16* x, int tokens, cudaStream_t s) {
+  if (tp_.comm) tp_.comm->all_reduce_sum(x, static_cast<size_t>(tokens) * c_.hidden_size, s);
+}
+
+// Each rank writes its [rows, vocab_pad] logits at its place in logits_parts and gathers the
+// others' (in place); the rank slices are then copied side by side into [rows, vocab], the
+// padding rows of the LM head (zero logits) left out.
+void DeviceModel::lm_head_parallel(const bf16* x, int rows, cudaStream_t s) {
+  const int H = c_.hidden_size, P = tp_.vocab_pad;
+  const size_t count = static_cast<size_t>(rows) * P;
+  float* parts = act_.logits_parts.as<float>();
+  float* mine = parts + static_cast<size_t>(tp_rank()) * count;
+  if (use_gemv(rows, H))
+    kernels::gemv_f32(x, w_.lm_head, mine, rows, P, H, s);
+  else
+    gemm_.matmul(x, w_.lm_head, mine, rows, P, H, true, s);
+  tp_.comm->all_gather(parts, count, s);
+  for (size_t r = 0; r < tp_.vocab_first.size(); ++r) {
+    CUDA_CHECK(cudaMemcpy2DAsync(act_.logits.as<float>() + tp_.vocab_first[r], tp_.vocab * sizeof(float),
+                                 parts + r * count, P * sizeof(float), tp_.vocab_rows[r] * sizeof(float), rows,
+                                 cudaMemcpyDeviceToDevice, s));
   }
 }
 

@@ -1,6 +1,9 @@
 // DeviceModel: the model on one GPU. The bf16 weights (uploaded once), the activation buffers
 // sized for the largest step, the views of the paged KV cache per layer (core/kv_layout.h), and
-// the layer loop of separate kernels that every step but a fused batch-1 decode runs.
+// the layer loop of separate kernels that every step but a fused batch-1 decode runs. Under
+// tensor parallelism it is one rank's share (runtime/tp_split.h): its heads, KV heads, MLP
+// columns and vocabulary rows, with an all-reduce after the embedding, o_proj and down, and
+// the LM head's logits gathered from every rank.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,7 +11,9 @@
 
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "model/config.h"
+#include "model/kv_scales.h"
 #include "model/weights.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/gemm.h"
@@ -23,6 +28,17 @@ struct DeviceLayer {
              *o_proj = nullptr, *post_norm = nullptr, *gate_up = nullptr, *down = nullptr;
 };
 
+class TpComm;
+
+// A tensor-parallel rank's place in the whole model; comm null: one GPU, no tensor parallelism.
+struct TpShard {
+  TpComm* comm = nullptr;
+  int vocab = 0;      // the whole vocabulary: the width of the gathered logits
+  int vocab_pad = 0;  // rows of every rank's embedding and LM-head slice: the largest slice, the
+                      // others padded with zero rows, so that every rank gathers the same count
+  std::vector<int> vocab_first, vocab_rows;  // each rank's slice of the vocabulary, in rank order
+};
+
 struct DeviceWeights {
   std::vector<DeviceBuffer> buffers;  // owns every tensor below
   const bf16* embed = nullptr;
@@ -33,28 +49,44 @@ struct DeviceWeights {
 };
 
 // Activations for up to `tokens` tokens and `seqs` sequences; the *_g buffers hold the gathered
-// rows that sample, logits is fp32 [seqs, vocab].
+// rows that sample, logits is fp32 [seqs, vocab]; logits_parts (tensor parallel) every rank's
+// [seqs, vocab_pad] slice of them, as gathered.
 struct Activations {
-  DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws;
+  DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws, logits_parts;
 };
 
-// Per-layer K and V base pointers: into one allocation (storage) once the cache is sized, into
-// a scratch block during the warm-up pass that measures what the cache may take.
+// Per-layer K and V caches as the kernels take them: base pointers into one allocation (storage)
+// once the cache is sized, into a scratch block during the warm-up pass that measures what the
+// cache may take; for an FP8 cache, also each layer's scales (in `scales`).
 struct KvViews {
   DeviceBuffer storage;
-  std::vector<bf16*> k, v;
+  DeviceBuffer scales;  // FP8: k_scale [layers, kv_heads], then v_scale [layers, kv_heads]
+  kernels::KvDtype dtype = kernels::KvDtype::kBf16;
+  std::vector<kernels::KvCache> layers;
   int num_blocks = 0;
+
+  int element_bytes() const { return dtype == kernels::KvDtype::kFp8E4M3 ? 1 : 2; }
+  // Every layer's K and V at `k_base` / `v_base` + layer_stride * layer (bytes), with the scales.
+  void point_at(char* k_base, char* v_base, size_t layer_stride, int num_layers, int num_kv_heads);
 };
 
 class DeviceModel {
  public:
-  // Uploads the weights (BF16) and the RoPE frequencies.
-  DeviceModel(const ModelConfig& config, const ModelWeights& weights, int block_size, int gemv_max_batch);
+  // Uploads the weights (BF16) and the RoPE frequencies; with `fp8_kv`, the KV cache is FP8 with
+  // these scales (uploaded here; the cache itself is placed later). Tensor parallel: `config` and
+  // `weights` are the rank's (rank_config, shard_weights with the vocabulary rows padded to
+  // tp.vocab_pad), and so are the scales.
+  DeviceModel(const ModelConfig& config, const ModelWeights& weights, int block_size, int gemv_max_batch,
+              const KvScales* fp8_kv = nullptr, TpShard tp = {});
   void allocate_activations(int tokens, int seqs, int max_model_len);
   // The layers of separate kernels, then the final norm and LM head into act().logits.
   void forward(const ForwardStep& step, cudaStream_t stream);
 
-  const ModelConfig& config() const { return c_; }
+  const ModelConfig& config() const { return c_; }  // the rank's share under tensor parallelism
+  int vocab() const { return tp_.comm ? tp_.vocab : c_.vocab_size; }  // the width of act().logits
+  bool tensor_parallel() const { return tp_.comm != nullptr; }
+  TpComm* tp_comm() const { return tp_.comm; }
+  int tp_rank() const;
   int block_size() const { return block_size_; }
   const DeviceWeights& weights() const { return w_; }
   Activations& act() { return act_; }
@@ -67,6 +99,11 @@ class DeviceModel {
   bool use_gemv(int m, int k) const;
   // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt.
   void linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream);
+  // The sum over ranks of each rank's partial x [tokens, hidden] (tensor parallel; else nothing).
+  void all_reduce(bf16* x, int tokens, cudaStream_t stream);
+  // Tensor parallel: this rank's vocabulary slice of the logits of `rows` rows of x, gathered
+  // from every rank into act().logits [rows, vocab].
+  void lm_head_parallel(const bf16* x, int rows, cudaStream_t stream);
 
   ModelConfig c_;
   int block_size_ = 0, gemv_max_batch_ = 0;
@@ -74,6 +111,7 @@ class DeviceModel {
   DeviceWeights w_;
   Activations act_;
   KvViews kv_;
+  TpShard tp_;
 };
 
 }  // namespace nvllm::cuda_detail

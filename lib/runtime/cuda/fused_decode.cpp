@@ -14,9 +14,15 @@ namespace nvllm::cuda_detail {
 
 void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   if (!tuning.fused_decode) return;
+  if (model.tensor_parallel()) {  // its kernels hold whole layers; a rank holds a share
+    if (model.tp_rank() == 0)
+      log_info("batch-1 decode runs as separate kernels: the fused path does not apply under tensor parallelism "
+               "(an all-reduce follows o_proj and down)");
+    return;
+  }
   const ModelConfig& c = model.config();
-  plan_ = kernels::fused_decode_plan(
-      {c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim, model.block_size()});
+  plan_ = kernels::fused_decode_plan({c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim,
+                                     model.block_size(), model.kv().dtype});
   if (plan_.cluster == 0) {
     log_info("batch-1 decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
@@ -25,7 +31,7 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   for (int l = 0; l < c.num_layers; ++l) {
     const DeviceLayer& d = model.weights().layers[l];
     layers_.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up, d.down,
-                       kv.k[l], kv.v[l]});
+                       kv.layers[l]});
   }
   ss_ = DeviceBuffer(2 * kernels::kFusedSsParts * sizeof(float));
   head_ = kernels::decode_head_supported(c.hidden_size) && tuning.fused_head;

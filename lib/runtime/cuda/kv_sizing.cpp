@@ -33,17 +33,17 @@ Batch warmup_batch(const CudaRunnerOptions& opt, int seq_cap, int vocab, const S
   return b;
 }
 
-int kv_blocks_to_allocate(const CudaRunnerOptions& opt, const KvLayout& kv, size_t free_bytes, size_t total_bytes) {
+int kv_blocks_that_fit(const CudaRunnerOptions& opt, const KvLayout& kv, size_t free_bytes, size_t total_bytes) {
+  if (opt.num_kv_blocks > 0) return opt.num_kv_blocks;
+  const double used = static_cast<double>(total_bytes - free_bytes);
+  const double budget = static_cast<double>(total_bytes) * opt.gpu_memory_utilization - used;
+  return budget <= 0 ? 0 : static_cast<int>(std::min(budget / static_cast<double>(kv.bytes_per_block()), 2e9));
+}
+
+void check_kv_blocks(const CudaRunnerOptions& opt, const KvLayout& kv, int num_blocks, size_t free_bytes,
+                     size_t total_bytes) {
   const size_t bytes_per_block = static_cast<size_t>(kv.bytes_per_block());
   const int per_seq_blocks = blocks_for(opt.max_model_len, opt.block_size);
-  int num_blocks = 0;
-  if (opt.num_kv_blocks > 0) {
-    num_blocks = opt.num_kv_blocks;
-  } else {
-    const double used = static_cast<double>(total_bytes - free_bytes);
-    const double budget = static_cast<double>(total_bytes) * opt.gpu_memory_utilization - used;
-    num_blocks = budget <= 0 ? 0 : static_cast<int>(std::min(budget / bytes_per_block, 2e9));
-  }
   if (num_blocks < per_seq_blocks && opt.num_kv_blocks > 0) {
     fail("--num-kv-blocks ", opt.num_kv_blocks, ": one sequence of --max-model-len ", opt.max_model_len, " needs ",
          per_seq_blocks, " blocks of ", opt.block_size, " tokens; raise --num-kv-blocks or lower --max-model-len");
@@ -57,7 +57,6 @@ int kv_blocks_to_allocate(const CudaRunnerOptions& opt, const KvLayout& kv, size
   if (bytes > free_bytes)
     fail("KV cache: ", num_blocks, " blocks need ", bytes >> 20, " MiB but only ", free_bytes >> 20,
          " MiB are free on the GPU; lower --num-kv-blocks or --gpu-memory-utilization");
-  return num_blocks;
 }
 
 }  // namespace nvllm::cuda_detail

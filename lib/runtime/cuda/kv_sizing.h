@@ -17,8 +17,11 @@ namespace nvllm::cuda_detail {
 Batch warmup_batch(const CudaRunnerOptions& opt, int seq_cap, int vocab, const SamplingParams& params);
 
 // The blocks to allocate: --num-kv-blocks, else what --gpu-memory-utilization leaves of the
-// device after the warm-up. Throws an actionable nvllm::Error when one sequence of
-// --max-model-len does not fit or the blocks exceed what is free.
-int kv_blocks_to_allocate(const CudaRunnerOptions& opt, const KvLayout& kv, size_t free_bytes, size_t total_bytes);
+// device after the warm-up (tensor-parallel ranks then take the least of theirs).
+int kv_blocks_that_fit(const CudaRunnerOptions& opt, const KvLayout& kv, size_t free_bytes, size_t total_bytes);
+// Throws an actionable nvllm::Error when `num_blocks` cannot hold one sequence of --max-model-len
+// or exceed what is free.
+void check_kv_blocks(const CudaRunnerOptions& opt, const KvLayout& kv, int num_blocks, size_t free_bytes,
+                     size_t total_bytes);
 
 }  // namespace nvllm::cuda_detail

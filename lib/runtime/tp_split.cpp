@@ -1,4 +1,4 @@
-#include "runtime/cpu_tp.h"
+#include "runtime/tp_split.h"
 
 #include <cstring>
 
@@ -48,30 +48,23 @@ ModelConfig rank_config(const ModelConfig& c, const TpRank& r) {
 
 namespace {
 
-HostTensor copy_of(const HostTensor& t) {
-  if (t.empty()) return {};
-  HostTensor out(t.dtype(), t.shape());
-  std::memcpy(out.data(), t.data(), t.nbytes());
-  return out;
+// The bytes of rows [first, first + count) of a [rows, cols] (or [rows]) tensor, appended to `out`.
+void append_rows(const HostTensor& t, int64_t first, int64_t count, std::vector<std::byte>& out) {
+  const size_t row_bytes = t.nbytes() / static_cast<size_t>(t.dim(0));
+  const std::byte* p = t.data() + static_cast<size_t>(first) * row_bytes;
+  out.insert(out.end(), p, p + static_cast<size_t>(count) * row_bytes);
 }
 
-// Rows [first, first + count) of a [rows, cols] (or [rows]) F32 tensor, appended to `out`.
-void append_rows(const HostTensor& t, int64_t first, int64_t count, std::vector<float>& out) {
-  const int64_t cols = t.shape().size() > 1 ? t.dim(1) : 1;
-  const float* p = t.as<float>() + first * cols;
-  out.insert(out.end(), p, p + count * cols);
-}
-
-HostTensor tensor_of(std::vector<int64_t> shape, const std::vector<float>& values) {
-  HostTensor t(DType::kF32, std::move(shape));
-  std::memcpy(t.data(), values.data(), t.nbytes());
+HostTensor tensor_of(DType dtype, std::vector<int64_t> shape, const std::vector<std::byte>& bytes) {
+  HostTensor t(dtype, std::move(shape));
+  std::memcpy(t.data(), bytes.data(), t.nbytes());
   return t;
 }
 
 // Several row ranges {first, count} of `t`, stacked.
 HostTensor rows(const HostTensor& t, std::initializer_list<std::pair<int64_t, int64_t>> ranges) {
   if (t.empty()) return {};
-  std::vector<float> v;
+  std::vector<std::byte> v;
   int64_t n = 0;
   for (const auto& [first, count] : ranges) {
     append_rows(t, first, count, v);
@@ -79,19 +72,20 @@ HostTensor rows(const HostTensor& t, std::initializer_list<std::pair<int64_t, in
   }
   std::vector<int64_t> shape = t.shape();
   shape[0] = n;
-  return tensor_of(std::move(shape), v);
+  return tensor_of(t.dtype(), std::move(shape), v);
 }
 
 // Columns [first, first + count) of a [rows, cols] tensor.
 HostTensor cols(const HostTensor& t, int64_t first, int64_t count) {
   const int64_t R = t.dim(0), C = t.dim(1);
-  std::vector<float> v;
-  v.reserve(static_cast<size_t>(R * count));
+  const size_t elem = dtype_size(t.dtype());
+  std::vector<std::byte> v;
+  v.reserve(static_cast<size_t>(R * count) * elem);
   for (int64_t r = 0; r < R; ++r) {
-    const float* row = t.as<float>() + r * C;
-    v.insert(v.end(), row + first, row + first + count);
+    const std::byte* row = t.data() + static_cast<size_t>(r * C) * elem;
+    v.insert(v.end(), row + first * elem, row + (first + count) * elem);
   }
-  return tensor_of({R, count}, v);
+  return tensor_of(t.dtype(), {R, count}, v);
 }
 
 }  // namespace
@@ -107,18 +101,18 @@ ModelWeights shard_weights(const ModelConfig& c, const ModelWeights& w, const Tp
   out.embed = rows(w.embed, {{r.vocab_first, r.vocab}});
   for (const LayerWeights& L : w.layers) {
     LayerWeights s;
-    s.input_norm = copy_of(L.input_norm);
+    s.input_norm = L.input_norm.clone();
     s.qkv = rows(L.qkv, {q, k, v});
     s.qkv_bias = rows(L.qkv_bias, {q, k, v});
-    s.q_norm = copy_of(L.q_norm);
-    s.k_norm = copy_of(L.k_norm);
+    s.q_norm = L.q_norm.clone();
+    s.k_norm = L.k_norm.clone();
     s.o_proj = cols(L.o_proj, q.first, q.second);
-    s.post_norm = copy_of(L.post_norm);
+    s.post_norm = L.post_norm.clone();
     s.gate_up = rows(L.gate_up, {gate, up});
     s.down = cols(L.down, r.inter_first, r.inter);
     out.layers.push_back(std::move(s));
   }
-  out.final_norm = copy_of(w.final_norm);
+  out.final_norm = w.final_norm.clone();
   out.lm_head = rows(w.lm_head, {{r.vocab_first, r.vocab}});  // tied: empty, and the embed slice serves
   return out;
 }

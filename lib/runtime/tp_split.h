@@ -1,5 +1,5 @@
-// Tensor parallelism's split of a model over N ranks, as the CPU runner simulates it (and as
-// a multi-GPU runner would hold it): qkv and gate/up column-parallel (each rank its heads and
+// Tensor parallelism's split of a model over N ranks, as the CPU runner simulates it and the
+// CUDA runner holds it (one GPU a rank): qkv and gate/up column-parallel (each rank its heads and
 // its share of the intermediate size), o and down row-parallel (each rank a partial sum, added
 // up by the all-reduce), embedding and LM head vocabulary-parallel (contiguous row ranges).
 // With fewer KV heads than ranks, each KV head is replicated on N / num_kv_heads ranks, as vLLM
@@ -28,8 +28,8 @@ TpRank tp_rank(const ModelConfig& config, int size, int rank);
 // hidden size, head_dim, norms and RoPE unchanged.
 ModelConfig rank_config(const ModelConfig& config, const TpRank& rank);
 
-// Copies of the rank's slices of every weight (F32), shaped for rank_config. Norms are
-// replicated.
+// Copies of the rank's slices of every weight, in the weights' own dtype (F32 for the CPU
+// runner, BF16 for the CUDA runner), shaped for rank_config. Norms are replicated.
 ModelWeights shard_weights(const ModelConfig& config, const ModelWeights& weights, const TpRank& rank);
 
 }  // namespace nvllm

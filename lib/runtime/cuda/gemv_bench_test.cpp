@@ -1,0 +1,261 @@
+// Timing case (skipped unless asked for: nvllm_gpu_tests -ns -tc='bench.gemv*'): one decode
+// step's projections of several real model shapes at batch 1-16, on our gemv and on cuBLASLt,
+// each as a CUDA graph of the step's launches in layer order (qkv, o, gate_up, down per layer,
+// then the LM head), median of 20 replays. Also each kind of projection alone (all layers' qkv
+// back to back, ...) so that a slow matrix shape shows, and the step with the two residual
+// add + RMSNorm kernels of each layer in place (the separate path's real neighbours of qkv and
+// gate_up, which a gemv's weight prefetch before its PDL wait can overlap).
+//
+// Bytes: the weights, read once (the activations are < 0.1% of them). The bound is those bytes
+// at 3.03 TB/s (the figure every note in bench/NOTES.md uses) and at this card's measured copy
+// rate (cudaMemcpy device to device, read + write counted). Weights are random bf16 (the same
+// 64 MB block repeated: 15 GB for the 8B shape, far past the 50 MB L2). The gemv side mirrors
+// the runner: gemv_silu for down (silu_mul folded in), gemv_f32 for the LM head; the cuBLASLt
+// side times the same GEMMs (fp32 logits) without the silu_mul kernel the runner adds there.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/gemm.h"
+
+namespace nvllm {
+namespace {
+
+using kernels::bf16;
+
+struct ModelShape {
+  const char* name;
+  int hidden, heads, kv_heads, head_dim, intermediate, vocab, layers;
+};
+
+enum class Kind { kQkv, kO, kGateUp, kDown, kHead };
+constexpr Kind kKinds[] = {Kind::kQkv, Kind::kO, Kind::kGateUp, Kind::kDown, Kind::kHead};
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kQkv: return "qkv";
+    case Kind::kO: return "o";
+    case Kind::kGateUp: return "gate_up";
+    case Kind::kDown: return "down";
+    case Kind::kHead: return "lm_head";
+  }
+  return "?";
+}
+
+struct Matrix {
+  Kind kind;
+  int n, k;
+  size_t offset;  // elements into the weight buffer
+};
+
+// The step's matrices in launch order, each layer's at its own offset.
+std::vector<Matrix> step_matrices(const ModelShape& m) {
+  const int H = m.hidden, q = m.heads * m.head_dim, qkv = (m.heads + 2 * m.kv_heads) * m.head_dim;
+  std::vector<Matrix> out;
+  size_t off = 0;
+  auto add = [&](Kind kind, int n, int k) {
+    out.push_back({kind, n, k, off});
+    off += size_t(n) * k;
+  };
+  for (int l = 0; l < m.layers; ++l) {
+    add(Kind::kQkv, qkv, H);
+    add(Kind::kO, H, q);
+    add(Kind::kGateUp, 2 * m.intermediate, H);
+    add(Kind::kDown, H, m.intermediate);
+  }
+  add(Kind::kHead, m.vocab, H);
+  return out;
+}
+
+double weight_bytes(const std::vector<Matrix>& ms) {
+  double b = 0;
+  for (const Matrix& x : ms) b += 2.0 * x.n * x.k;
+  return b;
+}
+
+struct Buffers {
+  bf16* w;
+  bf16* x;      // [16, 2 * max intermediate]: every projection's input (gate_up for the silu variant)
+  void* y;      // [16, max vocab] fp32: every projection's output
+  bf16* resid;  // [16, max hidden]: add_rmsnorm's residual
+  bf16* norm;   // [max hidden] norm weights
+};
+
+// One projection on one path (gemv or cuBLASLt).
+using Enqueue = std::function<void(const Matrix&, const Buffers&, int batch, cudaStream_t)>;
+
+// gemv as the runner calls it, with the plan `adjust` makes of the rule's (gemv_plan).
+Enqueue gemv_path(std::function<void(kernels::GemvPlan&)> adjust) {
+  return [adjust](const Matrix& m, const Buffers& b, int batch, cudaStream_t s) {
+    kernels::GemvPlan plan = kernels::gemv_plan(m.n, m.k);
+    adjust(plan);
+    const bf16* w = b.w + m.offset;
+    switch (m.kind) {
+      case Kind::kDown: kernels::gemv_silu(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s, &plan); break;
+      case Kind::kHead: kernels::gemv_f32(b.x, w, static_cast<float*>(b.y), batch, m.n, m.k, s, &plan); break;
+      default: kernels::gemv(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s, &plan); break;
+    }
+  };
+}
+
+// Median of 20 replays of a graph holding `record`'s launches, in microseconds.
+double time_graph(cudaStream_t s, const std::function<void()>& record) {
+  record();  // eager once: cuBLASLt picks its algorithms outside the capture
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  record();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t raw = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&raw, g, 0));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  CudaGraphExec exec(raw);
+  CudaEvent e0, e1;
+  CUDA_CHECK(cudaGraphLaunch(exec.get(), s));
+  CUDA_CHECK(cudaGraphLaunch(exec.get(), s));
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0.get(), s));
+    CUDA_CHECK(cudaGraphLaunch(exec.get(), s));
+    CUDA_CHECK(cudaEventRecord(e1.get(), s));
+    CUDA_CHECK(cudaEventSynchronize(e1.get()));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0.get(), e1.get()));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e3;
+}
+
+// Device-to-device copy rate of 1 GiB (read + write counted), bytes per second.
+double copy_rate(cudaStream_t s) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, s));
+  const double us = time_graph(s, [&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s)); });
+  return 2.0 * bytes / (us * 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" * doctest::skip()) {
+  const ModelShape models[] = {
+      {"Qwen3-0.6B", 1024, 16, 8, 128, 3072, 151936, 28},
+      {"Qwen2.5-0.5B", 896, 14, 2, 64, 4864, 151936, 24},
+      {"Llama-3.2-1B", 2048, 32, 8, 64, 8192, 128256, 16},
+      {"TinyLlama-1.1B", 2048, 32, 4, 64, 5632, 32000, 22},
+      {"Llama-3-8B", 4096, 32, 8, 128, 14336, 128256, 32},
+  };
+  size_t max_w = 0;
+  int max_i = 0, max_v = 0, max_h = 0;
+  for (const ModelShape& m : models) {
+    const std::vector<Matrix> ms = step_matrices(m);
+    max_w = std::max(max_w, ms.back().offset + size_t(ms.back().n) * ms.back().k);
+    max_i = std::max(max_i, m.intermediate);
+    max_v = std::max(max_v, m.vocab);
+    max_h = std::max(max_h, m.hidden);
+  }
+  CudaStream stream;
+  const cudaStream_t s = stream.get();
+  DeviceBuffer w(max_w * sizeof(bf16)), x(size_t(16) * 2 * max_i * sizeof(bf16)),
+      y(size_t(16) * max_v * sizeof(float)), resid(size_t(16) * max_h * sizeof(bf16)), norm(max_h * sizeof(bf16));
+  {
+    // 64 MB of random bf16 in [-0.05, 0.05), repeated over the weights; x, residual and norm weights random too.
+    const size_t block = size_t{32} << 20;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+    std::vector<bf16> host(block);
+    for (bf16& v : host) v = __float2bfloat16(dist(rng));
+    CUDA_CHECK(cudaMemcpy(w.get(), host.data(), std::min(max_w, block) * sizeof(bf16), cudaMemcpyHostToDevice));
+    for (size_t off = block; off < max_w; off += block)
+      CUDA_CHECK(cudaMemcpy(w.as<bf16>() + off, w.get(), std::min(block, max_w - off) * sizeof(bf16),
+                            cudaMemcpyDeviceToDevice));
+    for (bf16& v : host) v = __float2bfloat16(dist(rng) * 40.f);
+    CUDA_CHECK(cudaMemcpy(x.get(), host.data(), x.bytes(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(resid.get(), host.data() + 12345, resid.bytes(), cudaMemcpyHostToDevice));
+    for (int i = 0; i < max_h; ++i) host[i] = __float2bfloat16(1.f + dist(rng));
+    CUDA_CHECK(cudaMemcpy(norm.get(), host.data(), norm.bytes(), cudaMemcpyHostToDevice));
+  }
+  const Buffers buf{w.as<bf16>(), x.as<bf16>(), y.get(), resid.as<bf16>(), norm.as<bf16>()};
+
+  Gemm gemm;
+  const Enqueue cublas = [&gemm](const Matrix& m, const Buffers& b, int batch, cudaStream_t st) {
+    gemm.matmul(b.x, b.w + m.offset, b.y, batch, m.n, m.k, m.kind == Kind::kHead, st);
+  };
+  struct Path {
+    std::string label;
+    Enqueue enqueue;
+  };
+  // The rule's plan, and one change to it at a time: no L2 prefetch, 16-row warps (half the
+  // split: the same warps), twice and half the split.
+  const std::vector<Path> paths = {
+      {"gemv", gemv_path([](kernels::GemvPlan&) {})},
+      {"gemv-pf0", gemv_path([](kernels::GemvPlan& p) { p.prefetch = 0; })},
+      {"gemv-r16", gemv_path([](kernels::GemvPlan& p) {
+         p.warp_rows = 16;
+         p.split = std::max(1, p.split / 2);
+       })},
+      {"gemv-split*2", gemv_path([](kernels::GemvPlan& p) { p.split = std::min(32, p.split * 2); })},
+      {"gemv-split/2", gemv_path([](kernels::GemvPlan& p) { p.split = std::max(1, p.split / 2); })},
+      {"cublaslt", cublas}};
+
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  const double copy = copy_rate(s);
+  std::printf("gemv_bench device %s, %d SMs, copy rate %.0f GB/s; %% below: of 3.03 TB/s / of the copy rate\n",
+              prop.name, prop.multiProcessorCount, copy / 1e9);
+  for (const ModelShape& m : models) {
+    const std::vector<Matrix> ms = step_matrices(m);
+    const double bytes = weight_bytes(ms);
+    std::printf("\n%s: %.3f GB of projection weights, bound %.0f us at 3.03 TB/s, %.0f us at the copy rate\n", m.name,
+                bytes / 1e9, bytes / 3.03e12 * 1e6, bytes / copy * 1e6);
+    for (int batch : {1, 2, 4, 8, 16}) {
+      for (const Path& p : paths) {
+        if (p.label != "cublaslt" && batch > kernels::kGemvMaxBatch) {  // (the old gemv stopped at 8)
+          std::printf("  batch %2d %-12s n/a (gemv takes batch <= %d)\n", batch, p.label.c_str(), kernels::kGemvMaxBatch);
+          continue;
+        }
+        std::string kinds;
+        for (Kind kind : kKinds) {
+          const double us = time_graph(s, [&] {
+            for (const Matrix& mat : ms)
+              if (mat.kind == kind) p.enqueue(mat, buf, batch, s);
+          });
+          double kbytes = 0;
+          for (const Matrix& mat : ms)
+            if (mat.kind == kind) kbytes += 2.0 * mat.n * mat.k;
+          char cell[96];
+          std::snprintf(cell, sizeof cell, " %s %.0f us %.0f%%", kind_name(kind), us, 100.0 * kbytes / (us * 1e-6) / 3.03e12);
+          kinds += cell;
+          std::printf("gemv_bench,%s,%d,%s,%s,%.2f,%.0f\n", m.name, batch, p.label.c_str(), kind_name(kind), us, kbytes);
+        }
+        const double step = time_graph(s, [&] {
+          for (const Matrix& mat : ms) p.enqueue(mat, buf, batch, s);
+        });
+        // With the layer's two residual add + RMSNorm kernels where the separate path has them.
+        const double with_norms = time_graph(s, [&] {
+          for (const Matrix& mat : ms) {
+            if (mat.kind == Kind::kQkv || mat.kind == Kind::kGateUp || mat.kind == Kind::kHead)
+              kernels::add_rmsnorm(buf.x, buf.resid, buf.norm, batch, m.hidden, 1e-6f, s);
+            p.enqueue(mat, buf, batch, s);
+          }
+        });
+        std::printf("gemv_bench,%s,%d,%s,step,%.2f,%.0f\ngemv_bench,%s,%d,%s,step+norms,%.2f,%.0f\n", m.name, batch,
+                    p.label.c_str(), step, bytes, m.name, batch, p.label.c_str(), with_norms, bytes);
+        std::printf("  batch %2d %-12s step %6.0f us = %5.1f%% / %5.1f%%; with norms %6.0f us = %5.1f%%;%s\n", batch,
+                    p.label.c_str(), step, 100.0 * bytes / (step * 1e-6) / 3.03e12, 100.0 * bytes / (step * 1e-6) / copy,
+                    with_norms, 100.0 * bytes / (with_norms * 1e-6) / 3.03e12, kinds.c_str());
+      }
+    }
+  }
+}
+
+}  // namespace nvllm
