@@ -27,14 +27,21 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kUnroll = 4;          // tokens per group whose K/V loads are in flight together
 constexpr int kMinPartition = 64;   // tokens; bounds the workspace (see max_splits)
-// How contexts are split (partition_for): 128-token partitions up to 4 splits, then longer
+// How contexts are split (partition_for): bf16, 128-token partitions up to 4 splits, then longer
 // partitions (up to 512 tokens) rather than more splits, then at most kMaxSplits. Each split
 // is a CTA with a fixed cost (q load, block combine, partial write, the reduce): at batch 256 x
 // context ~800 the nano-vLLM run went from 17,630 to 19,000 output tok/s on the H100 when
 // 7 splits of 128 became 4 of 208, while batch-1 latency (8 kv heads x a few splits) was unchanged.
-constexpr int kPartition = 128;      // tokens per split, at least
-constexpr int kTargetSplits = 4;     // splits before partitions grow
-constexpr int kMaxPartition = 512;   // tokens per split before splits grow again
+// An FP8 token is half the bytes, so the fixed cost weighs twice as much: at 256 x 1,024 the FP8
+// kernel read at 72.9% of 3.03 TB/s with 4 splits of 256 tokens and at 79.0% at 64 x 4,096 (8
+// of 512) on the H100 (bench/NOTES.md); its splits cover twice the tokens and grow from 2.
+struct SplitPolicy {
+  int partition;      // tokens per split, at least
+  int target_splits;  // splits before partitions grow
+  int max_partition;  // tokens per split before splits grow again
+};
+constexpr SplitPolicy kBf16Splits{128, 4, 512};
+constexpr SplitPolicy kFp8Splits{256, 2, 1024};
 constexpr int kMaxSplits = 32;       // bounds the workspace; at most a warp (the reduce's weights)
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -55,19 +62,23 @@ struct DecodeParams {
   int num_kv_heads;
   int block_shift;      // log2(block_size)
   float scale_log2;     // softmax scale * log2(e): scores go straight into exp2
-  int num_splits;       // grid z and the workspace stride; each sequence uses splits_for(ctx)
+  int num_splits;       // grid z and the workspace stride; each sequence uses splits_for(ctx, split)
+  SplitPolicy split;    // the cache type's (kBf16Splits or kFp8Splits)
 };
 
-// How a sequence of `ctx` tokens is split. It depends on the sequence alone, never on the batch:
-// a sequence's attention must round the same way whatever else is decoded with it (eager and
-// CUDA-graph steps, different batch sizes), so that outputs do not depend on scheduling.
-__host__ __device__ inline int partition_for(int ctx) {
+// How a sequence of `ctx` tokens is split. It depends on the sequence (and the cache type) alone,
+// never on the batch: a sequence's attention must round the same way whatever else is decoded
+// with it (eager and CUDA-graph steps, different batch sizes), so that outputs do not depend on
+// scheduling.
+__host__ __device__ inline int partition_for(int ctx, const SplitPolicy& sp) {
   auto round16 = [](int v) { return ceil_div(v, 16) * 16; };
   auto larger = [](int a, int b) { return a > b ? a : b; };
-  const int grown = round16(ceil_div(ctx, kTargetSplits)), widest = round16(ceil_div(ctx, kMaxSplits));
-  return larger(kPartition, larger(grown < kMaxPartition ? grown : kMaxPartition, widest));
+  const int grown = round16(ceil_div(ctx, sp.target_splits)), widest = round16(ceil_div(ctx, kMaxSplits));
+  return larger(sp.partition, larger(grown < sp.max_partition ? grown : sp.max_partition, widest));
 }
-__host__ __device__ inline int splits_for(int ctx) { return ctx > 0 ? ceil_div(ctx, partition_for(ctx)) : 1; }
+__host__ __device__ inline int splits_for(int ctx, const SplitPolicy& sp) {
+  return ctx > 0 ? ceil_div(ctx, partition_for(ctx, sp)) : 1;
+}
 
 // 16 bytes of a cache row as fp32: 8 bf16 values or 16 FP8 codes.
 template <typename T>
@@ -101,7 +112,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   const int head0 = kvh * group_size + (blockIdx.x % chunks) * kHeads;
   const int s = blockIdx.y, split = blockIdx.z;
   const int ctx = p.context_lens[s];
-  const int partition = partition_for(ctx), used = splits_for(ctx);
+  constexpr SplitPolicy kSplit = kFp8 ? kFp8Splits : kBf16Splits;  // (p.split, as constants)
+  const int partition = partition_for(ctx, kSplit), used = splits_for(ctx, kSplit);
   if (split >= used) return;  // the reduce reads only the sequence's own splits
   const int start = split * partition;
   const int end = min(ctx, start + partition);
@@ -213,7 +225,7 @@ __global__ void attention_decode_reduce_kernel(DecodeParams p, int head_dim) {
   __shared__ float weight[kMaxSplits];
   __shared__ float total;
   const int head = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
-  const int used = splits_for(p.context_lens[s]);
+  const int used = splits_for(p.context_lens[s], p.split);
   if (used == 1) return;  // the decode kernel wrote the output itself
   const size_t base = (size_t(s) * p.num_heads + head) * p.num_splits;
   if (d < 32) {  // used <= kMaxSplits = 32: one split per lane
@@ -293,9 +305,10 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   // Enough splits for the longest context the batch may hold; each sequence uses its own
   // splits_for(ctx) <= this.
   const int ctx = std::max(batch.max_context_len, 1);
-  // splits_for(c) <= this for every c <= ctx (the bound grows with c).
-  const int splits =
-      std::min(kMaxSplits, std::max(std::min(kTargetSplits, ceil_div(ctx, kPartition)), ceil_div(ctx, kMaxPartition)));
+  const SplitPolicy sp = cache.dtype == KvDtype::kFp8E4M3 ? kFp8Splits : kBf16Splits;
+  // splits_for(c, sp) <= this for every c <= ctx (the bound grows with c).
+  const int splits = std::min(kMaxSplits, std::max(std::min(sp.target_splits, ceil_div(ctx, sp.partition)),
+                                                   ceil_div(ctx, sp.max_partition)));
   const size_t per_split = partial_bytes_per_split(batch.num_seqs, num_heads, head_dim);
   NVLLM_CHECK(splits == 1 || (workspace != nullptr && per_split * splits <= workspace_bytes),
               "attention_decode: the workspace holds ", workspace_bytes, " bytes, ", per_split * splits,
@@ -319,6 +332,7 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   p.block_shift = __builtin_ctz(unsigned(block_size));
   p.scale_log2 = scale * kLog2e;
   p.num_splits = splits;
+  p.split = sp;
   if (cache.dtype == KvDtype::kFp8E4M3) {
     NVLLM_CHECK(cache.k_scale != nullptr && cache.v_scale != nullptr, "attention_decode: an FP8 cache needs scales");
     launch_dims<fp8_e4m3>(p, head_dim, heads_per_cta, blocks_x, batch.num_seqs, stream);

@@ -82,7 +82,7 @@ __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(_
 
 // One output of silu_mul as Hugging Face computes act_fn(gate) * up in bf16: silu rounded to
 // bf16, then the product (the caller rounds it when it stores bf16). Shared by silu_mul and the
-// down projection's gemv, which must agree bitwise.
+// fused batch-1 gate_up kernel, which must agree bitwise.
 __device__ __forceinline__ float silu_mul_one(float g, float u) {
   return round_bf16(g / (1.f + __expf(-g))) * u;
 }
@@ -245,6 +245,27 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The same two products with f16 inputs (the FP8 cache's codes are f16 values exactly).
+__device__ __forceinline__ void mma_f16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as an f16 pair in one register, `lo` in the low half.
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Two E4M3 codes (low byte first) as an f16 pair, exactly: one instruction on sm_89+.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  return uint32_t(h.x) | uint32_t(h.y) << 16;
 }
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -123,7 +124,8 @@ void check_layer(int group, int max_cluster, bool fp8 = false) {
   const FusedDecodePlan plan = fused_decode_plan(
       {kHidden, kInter, num_heads, kKvHeads, kD, kBlock, fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16}, max_cluster);
   if (plan.cluster == 0) {
-    MESSAGE("fused decode does not apply here (", plan.why, "): group ", group, " cluster <= ", max_cluster);
+    MESSAGE("fused decode does not apply here (", std::string(plan.why), "): group ", group, " cluster <= ",
+            max_cluster);
     return;
   }
   if (plan.cluster != max_cluster) MESSAGE("cluster ", max_cluster, " does not fit here; testing ", plan.cluster);
@@ -156,7 +158,7 @@ void check_layer(int group, int max_cluster, bool fp8 = false) {
 
   std::vector<float> h_f(kHidden);
   for (int i = 0; i < kHidden; ++i) h_f[i] = to_f(h_in[i]);
-  INFO("group ", group, ", cluster ", plan.cluster, fp8 ? ", fp8" : ", bf16");
+  INFO("group ", group, ", cluster ", plan.cluster, std::string(fp8 ? ", fp8" : ", bf16"));
   if (fp8) {
     const std::vector<uint8_t> k_out = c8.d_k.download(), v_out = c8.d_v.download();
     Expected e;
