@@ -479,7 +479,7 @@ int run_latency(const BenchFlags& f) {
   std::printf("prefill ms        p50 %.2f  p90 %.2f  p99 %.2f", 1e3 * prefill_p50, 1e3 * percentile(t.prefill_s, 90),
               1e3 * percentile(t.prefill_s, 99));
   if (bounded) {
-    std::printf("   (bound %.2f: %.1f TFLOP in %lld steps; p50 %.0f TFLOP/s, %.0f%% of the bound)", 1e3 * prefill_bound_s,
+    std::printf("   (bound %.2f: %.3g TFLOP in %lld steps; p50 %.3g TFLOP/s, %.0f%% of the bound)", 1e3 * prefill_bound_s,
                 prefill_roof.flops / 1e12, static_cast<long long>(t.prefill_steps), prefill_roof.flops / prefill_p50 / 1e12,
                 100 * prefill_bound_s / prefill_p50);
   }
