@@ -30,6 +30,20 @@ def requests():
          "body": {"model": "m", "prompt": "z", "max_tokens": 3}},
     ]
     put("request_fuzz", "forms", "\xef\xbb\xbf" + "\r\n".join(json.dumps(l) for l in lines) + "\n\n{\"id\":7}\n")
+    # What the checking pass's scanner reads (io/request_scan.h): repeated keys (the last counts),
+    # ids of every type, the OpenAI body's budget, chat's max_completion_tokens, repeated ids.
+    put("request_fuzz", "scan", "\n".join([
+        '{"id": "a", "id": "b", "prompt": "x", "max_tokens": 3, "max_tokens": 4.0, "n": 2}',
+        '{"id": -1.5e3, "prompt": "x"}',
+        '{"id": "b", "prompt": "again"}',
+        '{"id": "b", "prompt": 5}',
+        '{"custom_id": 9, "method": "POST", "url": "/v1/chat/completions", "body": {"messages": '
+        '[{"role": "user", "content": "hi"}], "max_completion_tokens": 5, "max_tokens": 5}, "body": '
+        '{"messages": [{"role": "user", "content": "hi", "max_tokens": 1}], "max_completion_tokens": 6}}',
+        '{"id": 9, "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": null}',
+        '[{"id": "c"}]',
+        '{"id": "\\u00e9\\ud83d\\ude00", "prompt_token_ids": [1]}',
+    ]) + "\n")
 
 
 def configs():

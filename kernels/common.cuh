@@ -82,7 +82,7 @@ __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(_
 
 // One output of silu_mul as Hugging Face computes act_fn(gate) * up in bf16: silu rounded to
 // bf16, then the product (the caller rounds it when it stores bf16). Shared by silu_mul and the
-// down projection's gemv, which must agree bitwise.
+// fused batch-1 gate_up kernel, which must agree bitwise.
 __device__ __forceinline__ float silu_mul_one(float g, float u) {
   return round_bf16(g / (1.f + __expf(-g))) * u;
 }

@@ -72,32 +72,15 @@ void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i].
 void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, cudaStream_t stream);
 
-// Small-batch linear layer: y[b, n] = sum_k x[b, k] * w[n, k] for b < batch, 1 <= batch <= 16
-// (decode steps of few sequences, bound by the weight stream; gemv.cu explains the design).
+// Small-batch linear layer: y[b, n] = sum_k x[b, k] * w[n, k] for b < batch, 1 <= batch <= 8
+// (decode steps of few sequences; gemv.cu says where it beats cuBLASLt and where not).
 // w [N, K] row-major (a Hugging Face Linear weight as stored), x [batch, K], y [batch, N];
-// K % 8 == 0 and 16-byte aligned rows. fp32 accumulation (tensor cores). A row's result does
-// not depend on the batch size: the same bits at batch 1 and 16.
-constexpr int kGemvMaxBatch = 16;
-// How gemv divides an N x K matrix among warps: rows per warp (16 or 32), pieces of K per row
-// (a power of two up to 32: 4 warps of a CTA x a cluster of up to 8 CTAs on sm_90, else up to
-// 4) and loop steps a warp asks into L2 before its PDL wait. gemv_plan is the rule every call
-// gets unless it passes its own (the timing case compares plans); it depends on N, K and the
-// device only, never on the batch.
-struct GemvPlan {
-  int warp_rows = 32;
-  int split = 1;
-  int prefetch = 0;
-};
-GemvPlan gemv_plan(int n, int k);
-void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream,
-          const GemvPlan* plan = nullptr);
-// The same with x = silu_mul(gate_up) computed on load (gate_up [batch, 2k]; bitwise what
-// silu_mul then gemv would give): the down projection without a separate activation kernel.
-void gemv_silu(const bf16* gate_up, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream,
-               const GemvPlan* plan = nullptr);
+// K % 8 == 0 and 16-byte aligned rows. fp32 accumulation. A row's result does not depend on the
+// batch size.
+constexpr int kGemvMaxBatch = 8;
+void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
 // The same with fp32 output: the LM head's logits.
-void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream,
-              const GemvPlan* plan = nullptr);
+void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream);
 
 // Where attention finds its sequences: S sequences, the queries of sequence s are rows
 // query_start[s] .. query_start[s+1] of q and sit at the last positions of its context

@@ -15,8 +15,6 @@
 #   scripts/gpu_session.sh chain      nvllm generate --max-num-seqs 1 chained vs unchained: same JSONL
 #   scripts/gpu_session.sh memcheck   the GPU tests under compute-sanitizer memcheck
 #   scripts/gpu_session.sh abnano     same-call A/B of the nano-vLLM preset over VARIANTS (as ab)
-#   scripts/gpu_session.sh vllm8b     issue 20's vLLM workload (1,000 x 1,024 in / 2,048 out) on the
-#                                     Qwen3-8B shape, dummy weights, --admission $ADMISSION (planned)
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -38,12 +36,6 @@ transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out, safe_
 for f in ("tokenizer.json", "tokenizer_config.json"):
     shutil.copy(f"testdata/tokenizers/qwen3/{f}", out)
 PY
-}
-
-make_model_8b() {  # the Qwen3-8B shape: its config.json and the Qwen3 tokenizer (weights: --load-format dummy)
-  mkdir -p /tmp/qwen3-8b-shape
-  cp testdata/configs/qwen3-8b.json /tmp/qwen3-8b-shape/config.json
-  cp testdata/tokenizers/qwen3/tokenizer.json testdata/tokenizers/qwen3/tokenizer_config.json /tmp/qwen3-8b-shape/
 }
 
 for stage in "$@"; do
@@ -111,13 +103,6 @@ PY
         "$bin/nvllm" bench throughput --model $model --input /tmp/shuffled.jsonl --schedule $order --num-kv-blocks 1000 --max-model-len 2048 \
           --output-json "$out/bench_prefix_$order.json" 2>&1 | tee "$out/bench_prefix_$order.log" | tail -8
       done
-      ;;
-    vllm8b)  # about 7 minutes a policy on an H100: one policy a call
-      make_model_8b
-      adm=${ADMISSION:-planned}
-      "$bin/nvllm" bench throughput --model /tmp/qwen3-8b-shape --load-format dummy --num-prompts 1000 \
-        --input-len 1024 --output-len 2048 --admission "$adm" --output-json "$out/bench_vllm8b_$adm.json" 2>&1 |
-        tee "$out/bench_vllm8b_$adm.log" | tail -14
       ;;
     compare)
       python3 bench/hf_compare.py --nvllm "$bin/nvllm" --num-prompts 256 --out "$out" 2>&1 | tee "$out/compare.log" | tail -20

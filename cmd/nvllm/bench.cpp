@@ -27,11 +27,9 @@
 namespace nvllm {
 namespace {
 
-// Measured ceilings of the H100 used for the roofline on the GPU (device copy, bf16 cuBLAS GEMM);
-// override with --peak-bandwidth / --peak-flops on another card. On the CPU there is no default:
-// the roofline is left out unless both are given.
-constexpr double kH100Bandwidth = 3.03e12;
-constexpr double kH100Flops = 854e12;
+// The roofline on the GPU uses the H100's measured ceilings (kH100Bandwidth, kH100Flops in
+// lib/analysis/workload.h); override with --peak-bandwidth / --peak-flops on another card. On
+// the CPU there is no default: the roofline is left out unless both are given.
 
 struct BenchFlags {
   ModelFlags model;

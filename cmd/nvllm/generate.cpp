@@ -174,6 +174,15 @@ struct Job {
   size_t failed = 0;             // --resume: ids whose record in --output is an error (run again)
   int64_t to_run = 0;            // lines this run writes a record for
   int64_t token_total = 0;       // output tokens their requests may produce (max_tokens * n)
+  // The part of token_total asked by lines the run found bad (the checks do not parse requests):
+  // the progress total is token_total - bad_line_tokens.
+  int64_t bad_line_tokens = 0;
+
+  int64_t output_tokens_of(int64_t line) const {  // InputLine::output_tokens of that line
+    const auto it = std::lower_bound(lines.begin(), lines.end(), line,
+                                     [](const InputLine& l, int64_t n) { return l.line < n; });
+    return it != lines.end() && it->line == line ? it->output_tokens : 0;
+  }
 
   std::vector<std::string> ids() const {  // every input id, in input order (--resume --ordered)
     std::vector<std::string> ids;
@@ -276,6 +285,8 @@ int64_t run_loop(const GenerateFlags& f, DataParallelEngine& engine, RequestFeed
       ++finished;
     }
     feeder.top_up();
+    bar.set_token_total(job.token_total - job.bad_line_tokens);
+    log.set_token_total(job.token_total - job.bad_line_tokens);
     if (trace) *trace << to_json(trace_row(*engine.single(), engine.stats().steps)).dump() << '\n';
     // Records written, error records included, so that the count ends at the total.
     bar.update(finished + feeder.errors(), engine.stats().output_tokens);
@@ -370,7 +381,9 @@ int run_generate(const GenerateFlags& flags) {
                          {.window = std::max(1024, 2 * engine.size() * model.engine.max_num_seqs),
                           .prefix_aware = f.schedule == "prefix-aware",
                           .keep = [&](const ParsedLine& l) {
-                            return runs(shard, job.done, id_to_string(l.id), l.line, l.duplicate_of);
+                            const bool run = runs(shard, job.done, id_to_string(l.id), l.line, l.duplicate_of);
+                            if (run && !l.request) job.bad_line_tokens += job.output_tokens_of(l.line);
+                            return run;
                           },
                           .prepare = [&](const Request& r, int64_t) { return engine_request(r, model, chat); }});
     finished = run_loop(f, engine, feeder, job, writer, [&](const Request& request, const FinishedRequest& done) {

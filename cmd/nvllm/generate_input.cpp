@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/request_scan.h"
 
 namespace nvllm {
 
@@ -46,35 +47,54 @@ void say_waiting_on_terminal() {
   }
 }
 
-// Calls `visit` with each line of `in`, with read_input's checks; returns the number of lines.
-int64_t read_each(std::istream& in, const InputOptions& o, const std::string& name,
-                  const std::function<void(ParsedLine&&)>& visit) {
-  RequestReader reader(in, o.parse);
-  int64_t count = 0;
-  bool leading_garbage = true;
-  std::string first_error;
-  while (std::optional<ParsedLine> l = reader.next()) {
-    ++count;
-    leading_garbage = leading_garbage && l->not_json;
-    if (count == 1) first_error = l->error;
-    if (leading_garbage && count == kMaxLeadingGarbageLines) {
-      fail("--input ", name, ": the first ", kMaxLeadingGarbageLines,
+// read_input's checks, a line at a time: the wrong file (kMaxLeadingGarbageLines lines of
+// non-JSON at the start), repeated ids (unless allowed), and at the end an empty input.
+class InputChecks {
+ public:
+  InputChecks(const InputOptions& o, const std::string& name) : o_(o), name_(name) {}
+
+  // `error` is only read for the first line, and only when it is not JSON.
+  void line(bool not_json, const std::string& error, int64_t line, const std::string& id, int64_t duplicate_of) {
+    ++count_;
+    leading_garbage_ = leading_garbage_ && not_json;
+    if (count_ == 1) first_error_ = error;
+    if (leading_garbage_ && count_ == kMaxLeadingGarbageLines) {
+      fail("--input ", name_, ": the first ", kMaxLeadingGarbageLines,
            " lines are not JSON objects; is this the right file? nvllm reads JSONL, one request "
-           "object per line (", first_error, ")");
+           "object per line (", first_error_, ")");
     }
-    NVLLM_CHECK(o.allow_duplicate_ids || l->duplicate_of == 0, "--input ", name, ": line ", l->line,
-                " repeats the id ", id_to_string(l->id), " of line ", l->duplicate_of,
+    NVLLM_CHECK(o_.allow_duplicate_ids || duplicate_of == 0, "--input ", name_, ": line ", line,
+                " repeats the id ", id, " of line ", duplicate_of,
                 "; output lines are matched to requests by id, so ids must be unique. Fix the input, or pass "
                 "--allow-duplicate-ids to run the first and write an error record (with \"duplicate_of\") for "
                 "each repeat");
+  }
+
+  void finish() const {
+    if (count_ > 0) return;
+    NVLLM_CHECK(o_.allow_empty, "--input ", name_, ": no requests (the input is empty or blank); "
+                "pass --allow-empty to accept that with exit status 0");
+    log_warn("--input ", name_, ": no requests; nothing to do (--allow-empty)");
+  }
+
+ private:
+  const InputOptions& o_;
+  const std::string& name_;
+  int64_t count_ = 0;
+  bool leading_garbage_ = true;
+  std::string first_error_;
+};
+
+// Calls `visit` with each line of `in`, with read_input's checks.
+void read_each(std::istream& in, const InputOptions& o, const std::string& name,
+               const std::function<void(ParsedLine&&)>& visit) {
+  RequestReader reader(in, o.parse);
+  InputChecks checks(o, name);
+  while (std::optional<ParsedLine> l = reader.next()) {
+    checks.line(l->not_json, l->error, l->line, id_to_string(l->id), l->duplicate_of);
     visit(std::move(*l));
   }
-  if (count == 0) {
-    NVLLM_CHECK(o.allow_empty, "--input ", name, ": no requests (the input is empty or blank); "
-                "pass --allow-empty to accept that with exit status 0");
-    log_warn("--input ", name, ": no requests; nothing to do (--allow-empty)");
-  }
-  return count;
+  checks.finish();
 }
 
 void check_not_folder(const InputOptions& o) {
@@ -141,10 +161,13 @@ InputSource open_input(const InputOptions& o) {
 
 std::vector<InputLine> scan_input(InputSource& source, const InputOptions& o) {
   std::vector<InputLine> lines;
-  read_each(*source.stream, o, source.name, [&](ParsedLine&& l) {
-    const int64_t tokens = l.request ? int64_t{l.request->params.max_tokens} * l.request->params.n : 0;
-    lines.push_back({id_to_string(l.id), l.line, l.duplicate_of, tokens});
-  });
+  RequestScanner scanner(*source.stream, o.parse);
+  InputChecks checks(o, source.name);
+  while (std::optional<ScannedLine> l = scanner.next()) {
+    checks.line(l->not_json, l->error, l->line, l->id, l->duplicate_of);
+    lines.push_back({std::move(l->id), l->line, l->duplicate_of, l->output_tokens});
+  }
+  checks.finish();
   source.stream->clear();
   source.stream->seekg(0);
   NVLLM_CHECK(*source.stream, "--input ", source.name, ": cannot read the file a second time");

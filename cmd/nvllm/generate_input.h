@@ -53,10 +53,13 @@ struct InputLine {
   std::string id;            // as --resume compares ids
   int64_t line = 0;
   int64_t duplicate_of = 0;  // see ParsedLine::duplicate_of
-  int64_t output_tokens = 0;  // max_tokens * n of a good line (the progress total), 0 for a bad one
+  // max_tokens * n as the line asks (the progress total): exact for a good line; a bad line that
+  // is JSON is only known to be bad when the run reads it again (ScannedLine::output_tokens).
+  int64_t output_tokens = 0;
 };
 
-// Reads `source` once with read_input's checks (the same errors) and rewinds it.
+// Reads `source` once with read_input's checks (the same errors) and rewinds it. Lines are not
+// parsed into requests here (RequestScanner), so a million lines take about a second.
 std::vector<InputLine> scan_input(InputSource& source, const InputOptions& options);
 
 }  // namespace nvllm

@@ -8,6 +8,7 @@
 #include "analysis/memory_plan.h"
 #include "analysis/prefix_tree.h"
 #include "analysis/replay.h"
+#include "analysis/workload.h"
 #include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/commands.h"
@@ -47,6 +48,8 @@ struct InspectFlags {
   bool allow_unknown_fields = false;
   std::string scheduling_policy = "fcfs";
   std::string admission = "planned";
+  double peak_bandwidth = kH100Bandwidth;  // the roofline time's ceilings
+  double peak_flops = kH100Flops;
 };
 
 struct Workload {
@@ -131,7 +134,8 @@ nlohmann::json replay_json(const ReplayResult& r) {
           {"recomputed_tokens", r.stats.recomputed_tokens},
           {"mean_batch_size", r.stats.mean_batch_size()},
           {"evictions", s.evictions},
-          {"steps", s.steps}};
+          {"steps", s.steps},
+          {"roofline_s", r.modeled_s}};
 }
 
 void write_file(const std::string& path, const std::string& flag, const std::string& text) {
@@ -223,18 +227,22 @@ void inspect(const InspectFlags& f, Inspection& r) {
   const EngineConfig engine = replay_engine_config(f, r.config, r.num_blocks);
   const std::vector<EngineRequest>& requests = r.workload.requests;
   const int32_t token = neutral_token(requests, r.config);
+  // What each step would take at best on the card: the admission policies compared in time.
+  const StepCostModel cost{.config = &r.config, .weight_dtype_bytes = dtype_bytes,
+                           .kv_dtype_bytes = kv_bytes_of(kv_dtype_of(f)), .bandwidth = f.peak_bandwidth,
+                           .flops = f.peak_flops};
   std::vector<std::span<const int32_t>> prompts;
   for (const EngineRequest& q : requests) prompts.emplace_back(q.prompt_ids);
   std::vector<size_t> input_order(requests.size());
   for (size_t i = 0; i < input_order.size(); ++i) input_order[i] = i;
   const std::vector<size_t> aware_order = prefix_aware_order(prompts);
-  r.in_order = replay(requests, input_order, engine, r.num_blocks, token);
-  r.aware = replay(requests, aware_order, engine, r.num_blocks, token);
+  r.in_order = replay(requests, input_order, engine, r.num_blocks, token, &cost);
+  r.aware = replay(requests, aware_order, engine, r.num_blocks, token, &cost);
   const bool show_aware = f.order == "prefix-aware";
   r.chosen = show_aware ? &r.aware : &r.in_order;
   EngineConfig other = engine;
   other.admission = engine.admission == Admission::kPlanned ? Admission::kGreedy : Admission::kPlanned;
-  r.other_admission = replay(requests, show_aware ? aware_order : input_order, other, r.num_blocks, token);
+  r.other_admission = replay(requests, show_aware ? aware_order : input_order, other, r.num_blocks, token, &cost);
   r.tree = build_prefix_tree(prompts, f.block_size);
 }
 
@@ -273,6 +281,8 @@ nlohmann::json inspect_json(const InspectFlags& f, const Inspection& r) {
           {"mean_batch_size", chosen.stats.mean_batch_size()},
           {"preemptions", s.preemptions},
           {"recomputed_tokens", chosen.stats.recomputed_tokens},
+          {"roofline_s", chosen.modeled_s},
+          {"roofline_ceilings", {{"bandwidth", f.peak_bandwidth}, {"flops", f.peak_flops}}},
           {"admission_comparison", {{f.admission, replay_json(chosen)}, {other_admission_name(f), replay_json(r.other_admission)}}},
           {"memory", {{"gpu_bytes", memory.gpu_bytes}, {"source", memory.source},
                       {"weight_bytes", memory.weight_bytes}, {"reserve_bytes", memory.reserve_bytes},
@@ -313,15 +323,19 @@ void print_summary(const InspectFlags& f, const Inspection& r) {
   }
   std::printf("(an unbounded cache would serve %lld tokens)\n\n", static_cast<long long>(ideal_hit_tokens(r.tree, f.block_size)));
   // The admission policy's effect on the order shown: the batch it keeps and what it recomputes.
-  std::printf("%-16s %10s %11s %12s %15s %12s   (%s order)\n", "admission", "steps", "mean batch", "preemptions",
-              "recomputed tok", "peak blocks", f.order == "prefix-aware" ? "prefix-aware" : "input");
+  std::printf("%-16s %10s %11s %12s %15s %12s %11s   (%s order)\n", "admission", "steps", "mean batch",
+              "preemptions", "recomputed tok", "peak blocks", "roofline s",
+              f.order == "prefix-aware" ? "prefix-aware" : "input");
   using Admitted = std::pair<std::string, const ReplayResult*>;
   for (const auto& [name, o] : {Admitted{f.admission + " (used)", r.chosen}, Admitted{other_admission_name(f), &r.other_admission}}) {
     const CacheTraceSummary rs = summarize(o->trace);
-    std::printf("%-16s %10lld %11.1f %12lld %15lld %12d\n", name.c_str(), static_cast<long long>(o->stats.steps),
+    std::printf("%-16s %10lld %11.1f %12lld %15lld %12d %11.2f\n", name.c_str(), static_cast<long long>(o->stats.steps),
                 o->stats.mean_batch_size(), static_cast<long long>(o->stats.preemptions),
-                static_cast<long long>(o->stats.recomputed_tokens), rs.peak_blocks);
+                static_cast<long long>(o->stats.recomputed_tokens), rs.peak_blocks, o->modeled_s);
   }
+  std::printf("(roofline s: the least time the steps take at %.3g TB/s and %.0f TFLOP/s, --peak-bandwidth and "
+              "--peak-flops: a model, not a measurement)\n",
+              f.peak_bandwidth / 1e12, f.peak_flops / 1e12);
   std::printf("\nshared prefixes (full blocks of %d tokens):\n%s", f.block_size, prefix_tree_text(r.tree, f.block_size).c_str());
 }
 
@@ -406,6 +420,14 @@ Command make_inspect_cache_command() {
         ->check(CLI::IsMember({"fcfs", "priority"}))
         ->capture_default_str();
     add_admission_flag(*cmd, f->admission);
+    cmd->add_option("--peak-bandwidth", f->peak_bandwidth,
+                    "Memory bandwidth of the card, bytes/s, for the replays' roofline time (default: the H100's measured)")
+        ->check(number_at_least(0, /*exclusive=*/true))
+        ->capture_default_str();
+    cmd->add_option("--peak-flops", f->peak_flops,
+                    "Matrix FLOP/s of the card for the replays' roofline time (default: the H100's bf16 measured)")
+        ->check(number_at_least(0, /*exclusive=*/true))
+        ->capture_default_str();
     cmd->add_option("--dtype", f->dtype, "KV-cache dtype: bfloat16 or float32 (the CPU runner's)")
         ->check(CLI::IsMember({"bfloat16", "float16", "float32"}))
         ->capture_default_str();

@@ -144,6 +144,7 @@ assert r["mean_batch_size"] == stats["mean_batch_size"], (r, stats)
 cmp = r["admission_comparison"]
 assert cmp["planned"]["preemptions"] == 0 and cmp["greedy"]["preemptions"] == greedy["preemptions"] > 0, cmp
 assert cmp["greedy"]["recomputed_tokens"] == greedy["recomputed_tokens"], cmp
+assert cmp["planned"]["roofline_s"] > 0 and cmp["greedy"]["roofline_s"] > 0, cmp
 tokens = lambda path: {json.loads(l)["id"]: json.loads(l)["token_ids"] for l in open(path)}
 assert tokens(f"{d}/planned.jsonl") == tokens(f"{d}/p.jsonl"), "planned and greedy runs wrote different tokens"
 PY

@@ -148,12 +148,13 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
 
 void add_admission_flag(CLI::App& app, std::string& admission) {
   app.add_option("--admission", admission,
-                 "How waiting requests enter the KV cache. planned: admit a request only when the cache can hold "
-                 "it and every running request to their ends (prompt + max_tokens; a request that may stop early "
-                 "at eos or a stop is counted at the mean length of the finished ones that ran as long), so a "
-                 "request whose length is known is never preempted and recomputed; greedy: vLLM's policy, admit "
-                 "while blocks are free now and preempt (recompute) the newest requests when the cache runs out. "
-                 "nvllm inspect-cache shows both on a workload without a GPU")
+                 "How waiting requests enter the KV cache. planned: admit a request only when the cache holds it "
+                 "and every running request at every step until they end (prompt + max_tokens; a request that "
+                 "may stop early at eos or a stop counts at the mean length of the finished ones), paced to the "
+                 "rate the cache sustains when it is the limit: requests of known length are never preempted and "
+                 "recomputed. greedy: vLLM's policy, admit while blocks are free now and preempt (recompute) the "
+                 "newest requests when the cache runs out. nvllm inspect-cache compares both on a workload "
+                 "without a GPU")
       ->check(CLI::IsMember({"planned", "greedy"}))
       ->capture_default_str();
 }

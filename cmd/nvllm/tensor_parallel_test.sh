@@ -12,14 +12,10 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # The testdata Qwen3 shape (4 heads, 2 KV heads, intermediate 128) with a 512-token vocabulary
 # and the tiny SentencePiece tokenizer; prompts are token ids.
-mkdir "$tmp/model"
-cp "$testdata/tokenizers/tiny-sp/tokenizer.model" "$tmp/model/"
-python3 - "$testdata/tiny-qwen3/config.json" "$tmp" <<'PY'
+bash "$(dirname "$0")/tiny_sp_model.sh" "$testdata" "$tmp/model"
+python3 - "$tmp" <<'PY'
 import json, sys
-c = json.load(open(sys.argv[1]))
-c.update(vocab_size=512, bos_token_id=1, eos_token_id=2)
-json.dump(c, open(f"{sys.argv[2]}/model/config.json", "w"))
-with open(f"{sys.argv[2]}/in.jsonl", "w") as f:
+with open(f"{sys.argv[1]}/in.jsonl", "w") as f:
     for i in range(12):
         prompt = [(i * 37) % 500 + 3] * (i % 5 + 1) + [i + 10]
         f.write(json.dumps({"id": f"g{i}", "prompt_token_ids": prompt,

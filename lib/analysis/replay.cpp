@@ -16,8 +16,8 @@ int32_t neutral_token(const std::vector<EngineRequest>& requests, const ModelCon
 }
 
 ReplayResult replay(const std::vector<EngineRequest>& requests, const std::vector<size_t>& order,
-                    const EngineConfig& config, int num_blocks, int32_t token) {
-  ReplayRunner runner(num_blocks, token);
+                    const EngineConfig& config, int num_blocks, int32_t token, const StepCostModel* cost) {
+  ReplayRunner runner(num_blocks, token, cost);
   Engine engine(config, runner, nullptr);
   for (size_t i : order) {
     EngineRequest r = requests[i];
@@ -39,6 +39,7 @@ ReplayResult replay(const std::vector<EngineRequest>& requests, const std::vecto
     result.trace.push_back(trace_row(engine, step));
   }
   result.stats = engine.stats();
+  result.modeled_s = runner.modeled_seconds();
   return result;
 }
 

@@ -126,6 +126,24 @@ Roofline decode_step_roofline(const ModelConfig& c, int batch, int context, int 
   return r;
 }
 
+Roofline StepCostModel::step(const Batch& b) const {
+  const Shape sh = shape_of(*config);
+  Roofline r;
+  r.weight_bytes = sh.matmul_params * weight_dtype_bytes;
+  r.kv_bytes_per_token = static_cast<double>(config->kv_layout(1, kv_dtype_bytes).bytes_per_token());
+  double keys = 0, pairs = 0, sampled = 0;
+  for (int s = 0; s < b.num_seqs(); ++s) {
+    const double ql = b.query_len(s), ctx = b.context_lens[s];
+    keys += ctx;
+    pairs += ql * ctx - ql * (ql - 1) / 2;  // query j of ql attends to ctx - ql + j + 1 keys
+    sampled += b.sample[s];
+  }
+  r.bytes = r.weight_bytes + keys * r.kv_bytes_per_token;
+  r.flops = 2.0 * config->num_layers * sh.layer_params * b.num_tokens() + 2.0 * sh.lm_head_params * sampled +
+            sh.attn_flops_per_pair * pairs;
+  return r;
+}
+
 std::string RooflineCheck::warning() const {
   if (!exceeds_bound()) return "";
   char buf[256];

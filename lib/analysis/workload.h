@@ -56,6 +56,24 @@ struct Roofline {
 Roofline roofline(const ModelConfig& config, const std::vector<int>& prompt_lens, const std::vector<int>& output_lens,
                   int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes, const std::vector<int>& cached_lens = {});
 
+// Measured ceilings of the H100 nvllm is tuned on (device copy, bf16 cuBLAS GEMM): the default
+// roofline of bench on the GPU and of inspect-cache's modelled time.
+constexpr double kH100Bandwidth = 3.03e12;
+constexpr double kH100Flops = 854e12;
+
+// What one engine step costs at best: all weights read once, the K/V of each scheduled
+// sequence's context read once, 2 FLOPs per weight and token (the LM head only where a token is
+// sampled) plus attention over each token's keys. Time at the ceilings: the larger of the two.
+struct StepCostModel {
+  const ModelConfig* config = nullptr;
+  int weight_dtype_bytes = 2;
+  int kv_dtype_bytes = 2;
+  double bandwidth = kH100Bandwidth;
+  double flops = kH100Flops;
+  Roofline step(const Batch& batch) const;
+  double seconds(const Batch& batch) const { return step(batch).min_time_s(bandwidth, flops); }
+};
+
 // One decode step of `batch` sequences, each with `context` tokens in the cache after the step:
 // all weights read once, every sequence's K/V read once, 2 FLOPs per weight and row plus
 // attention, the LM head on every row.

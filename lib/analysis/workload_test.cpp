@@ -56,6 +56,23 @@ TEST_CASE("roofline: prefill FLOPs leave out the prompt tokens the prefix cache 
   CHECK(run.bytes == 3 * 2816 + 13 * 32);
 }
 
+TEST_CASE("roofline: one engine step's cost from its batch") {
+  // A prefill chunk of 3 tokens ending at 5 in the cache (it samples), and a decode at 10.
+  Batch b;
+  b.token_ids = {1, 2, 3, 4};
+  b.query_start = {0, 3, 4};
+  b.context_lens = {5, 10};
+  b.sample = {1, 1};
+  const ModelConfig c = hand_model();
+  const StepCostModel cost{.config = &c, .weight_dtype_bytes = 2, .kv_dtype_bytes = 2, .bandwidth = 1000, .flops = 1000};
+  const Roofline r = cost.step(b);
+  // Bytes: 2,816 of weights + 15 keys x 32. FLOPs: 4 tokens x 2 x 2 x 576 = 9,216, the LM head
+  // twice 2 x 2 x 256 = 1,024, attention (3 + 4 + 5 pairs for the chunk, 10 for the decode) x 64.
+  CHECK(r.bytes == 2816 + 15 * 32);
+  CHECK(r.flops == 9216 + 1024 + 22 * 64);
+  CHECK(cost.seconds(b) == doctest::Approx(11.648));  // FLOPs bound at these ceilings
+}
+
 TEST_CASE("roofline check: a figure warns exactly when it took less time than its bound") {
   const double bound = decode_step_roofline(hand_model(), 3, 10, 2, 2).min_time_s(1000, 10000);  // 3.776 s
   RooflineCheck at{"decode step p50", 3.776, bound, "a step timed early"};

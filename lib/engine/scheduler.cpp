@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace nvllm {
@@ -25,6 +26,8 @@ void Scheduler::insert_ordered(std::deque<Sequence*>& queue, Sequence* seq) {
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
+  // Pacing: the cache lends its blocks for one step, block-steps, to admissions (see the header).
+  credit_ = std::min<int64_t>(credit_ + blocks_.num_blocks(), blocks_.num_blocks());
   for (Sequence* s : running_) s->num_new = 0;
   int budget = config_.max_num_batched_tokens;
   out.preempted = schedule_running(out, budget);
@@ -81,24 +84,6 @@ PrefixHit Scheduler::shared_prefix(const Sequence& seq) const {
   return hit;
 }
 
-int Scheduler::planned_tokens(const Sequence& seq) const {
-  const SamplingParams& p = *seq.params;
-  int outputs = p.max_tokens;
-  if (seq.may_stop_early) {
-    // At least one more token (it is unfinished) and min_tokens; the learned mean beyond that.
-    const int so_far = seq.num_output();
-    int guess = std::max(so_far + 1, p.min_tokens);
-    if (const std::optional<int> expected = finished_lengths_.expected_length(so_far)) guess = std::max(guess, *expected);
-    outputs = std::min(outputs, guess);
-  }
-  const int64_t capacity = int64_t{blocks_.num_blocks()} * blocks_.block_size();
-  return static_cast<int>(std::min<int64_t>(int64_t{seq.prompt_len} + outputs - 1, capacity));
-}
-
-int Scheduler::reserved_blocks(const Sequence& seq) const {
-  return std::max(0, blocks_.blocks_for(planned_tokens(seq)) - static_cast<int>(seq.table.blocks.size()));
-}
-
 void Scheduler::count_recomputed(const Sequence& seq, int num_new) {
   num_recomputed_tokens_ += std::clamp(seq.recompute_until - seq.num_computed, 0, num_new);
 }
@@ -107,11 +92,14 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
   const int bs = blocks_.block_size();
   const int capacity = blocks_.num_blocks() * bs;
   const bool planned = config_.admission == Admission::kPlanned;
-  // Planned: the blocks the running sequences will still add to reach their ends.
+  // Planned: the blocks the running sequences will still add to reach their ends, and the plan
+  // over time, built when the ends alone do not fit (see the header).
   int64_t reserved = 0;
   if (planned) {
     for (const Sequence* s : running_) reserved += reserved_blocks(*s);
   }
+  std::optional<CachePlan> plan;
+  pacing_ = planned && !all_fit_at_ends();
   while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     if (seq->num_tokens() > capacity) {
@@ -133,17 +121,45 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
       num_new = budget;
     }
     const int target = hit_tokens + num_new;
-    int64_t need = blocks_.admission_cost(hit, target);
+    const int64_t cost = blocks_.admission_cost(hit, target);
+    Trajectory t;
+    std::vector<KeptBlocks> kept;
+    bool kept_known = false;
+    std::vector<int> shared;  // hit blocks another running sequence holds
     if (planned) {
-      need += reserved + std::max(0, blocks_.blocks_for(planned_tokens(*seq)) - blocks_.blocks_for(target));
+      // Paced: this step's share of the cache is spent (never with nothing running).
+      const bool paced = pacing_ && !running_.empty();
+      if (paced && credit_ <= 0) break;
+      t = candidate_trajectory(*seq, target, cost);
+      for (int b : hit.blocks) {
+        if (blocks_.ref_count(b) > 0) shared.push_back(b);
+      }
+      const int64_t later = std::max(0, blocks_.blocks_for(t.end_tokens) - t.held);
+      bool fits = cost + reserved + later <= blocks_.num_free_blocks();
+      if (!fits && lockstep() && cost <= blocks_.num_free_blocks()) {
+        if (!plan) plan = build_plan();
+        kept = kept_blocks(shared, t);
+        kept_known = true;
+        fits = plan->fits(t, cost, kept);
+      }
+      if (!fits) break;
+    } else if (cost > blocks_.num_free_blocks()) {
+      break;
     }
-    if (need > blocks_.num_free_blocks()) break;
     blocks_.admit(seq->table, hit, seq->token_ids, target, seq->num_tokens());
     waiting_.pop_front();
     seq->status = SequenceStatus::kRunning;
     seq->num_computed = hit_tokens;
     count_recomputed(*seq, num_new);
-    if (planned) reserved += reserved_blocks(*seq);
+    if (planned) {
+      reserved += reserved_blocks(*seq);
+      if (plan) {
+        if (!kept_known) kept = kept_blocks(shared, t);
+        plan->add(t, cost, kept);
+        note_holder(*seq, shared, t.steps);
+      }
+      if (pacing_) credit_ -= block_steps(t, planned_outputs(*seq) - seq->num_output(), bs);
+    }
     if (seq->num_cached < 0) seq->num_cached = hit.hashed ? hit_tokens : 0;
     seq->num_new = num_new;
     if (config_.priority) {

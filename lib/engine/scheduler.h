@@ -1,5 +1,6 @@
 // Scheduler: waiting and running queues, one token budget per step, admission planned against
-// the KV cache (or vLLM v1's greedy admission), preemption by recompute as the safety net.
+// the KV cache over time (or vLLM v1's greedy admission), preemption by recompute as the
+// safety net.
 //
 // Each step: running sequences first, in admission order (a decode takes 1 token, an
 // unfinished prefill its next chunk), then waiting sequences in order while the token budget,
@@ -11,31 +12,40 @@
 // Admission (--admission):
 // - greedy (vLLM v1, nano-vLLM): admit while the free blocks hold what the sequence needs NOW.
 //   Running sequences then grow into each other and the newest are preempted and recomputed:
-//   1,000 requests of 1,024 + 2,048 tokens in an H100-sized cache preempt about a thousand
-//   times (bench/NOTES.md).
+//   1,000 requests of 1,024 + 2,048 tokens in an H100-sized cache of the Qwen3-8B shape are
+//   preempted 914 times and 1.27 M tokens recomputed (replayed: bench/NOTES.md).
 // - planned (the default): an offline job knows every request's max_tokens, so admission plans
-//   the cache. A sequence is admitted only if the blocks it takes now, plus the blocks every
-//   running sequence and itself will still take to reach their planned ends, fit in the free
-//   blocks. The arithmetic is the block manager's: a sequence's end is prompt + output - 1
-//   tokens (its last sampled token is never fed back), blocks_for() of that, minus the blocks
-//   its table already holds. Shared prefix blocks (prefix-cache hits, a fork's parent blocks)
-//   are held once and cost nothing to share; the blocks a sequence adds later are its own, so
-//   "in use + every sequence's remaining growth <= cache" holds at every step: while every
-//   running sequence's length is known, none is ever preempted. When every request fits at its end, nothing
-//   changes against greedy; when the cache is the limit, the batch stays at what the cache
-//   holds to the end instead of overshooting and oscillating through preemptions.
-//   A sequence's planned output length is max_tokens when only max_tokens can end it. One that
-//   may stop early (eos not ignored, stop ids, stop strings) is planned at the mean final
-//   length of the run's finished sequences of that kind that ran longer than it has so far
-//   (OutputLengths), at least min_tokens and one more token, at most max_tokens; before any
-//   such sequence has finished (or once it has outrun them all) only the next token is
-//   planned, as greedy does. Counting them at max_tokens instead would shrink the batch to a
-//   fraction of what the cache holds whenever max_tokens is far above typical answers (chat
-//   jobs leave it at the context); an estimate keeps the batch and leaves the rare overshoot
-//   to preemption, which stays correct for either policy.
-//   Why ends, not the peak over time: a plan that lets sequences finishing soon lend their
-//   blocks to new ones assumes every sequence advances one token a step, which chunked prefill
-//   and the token budget break; summing the ends needs no timing and cannot be wrong.
+//   the cache. Each running sequence has a trajectory (CachePlan): the blocks it holds, one more
+//   token a step until its planned end (prompt + output - 1 tokens: its last sampled token is
+//   never fed back), and the step it finishes, when the blocks only it holds are freed. A
+//   sequence is admitted only if, with its own trajectory added, the free blocks cover the plan
+//   at every future step. Blocks shared through the prefix cache or with a fork's parent are
+//   held once and freed with their last holder. So while every running sequence's length is
+//   known none is ever preempted, and the batch is as large as the cache holds over time: a
+//   sequence may use blocks that another, finishing sooner, gives back before it needs them.
+//   When every running and waiting sequence fits at its end at once, nothing is held back.
+//   That needs every running sequence to advance one token a step, which holds under fcfs when
+//   the token budget covers max_num_seqs decodes (the unfinished prefill is always the newest);
+//   otherwise (the priority policy, a smaller budget) the plan is the sum of the ends: the
+//   blocks every running sequence and the new one will still need to reach their ends must fit
+//   the free blocks now, which needs no timing. Sequences not sampling this step (prefilling)
+//   are planned to hold their ends for good. The sum of the ends is also the quick check: what
+//   passes it passes the plan.
+//   Pacing: when the cache cannot hold every running and waiting sequence at its end at once,
+//   equal requests admitted together would also end together, and the cache would empty and
+//   refill in waves (a third of it idle on average for 1,024 + 2,048 tokens). The cache lends
+//   its blocks one step at a time: num_blocks block-steps a step (unspent ones do not carry
+//   over), and each admission spends the block-steps its plan holds of its own over its run, so
+//   admissions come at the rate the cache sustains (Little's law) and the running set is
+//   staggered in age. Nothing is paced while nothing runs.
+//   Requests that may stop early (eos not ignored, stop ids, stop strings) are planned at the
+//   mean final length of the run's finished ones of that kind (OutputLengths); one that has
+//   outrun the mean is expected to go a mean length further (as if lengths were memoryless);
+//   at least min_tokens and one more token, at most max_tokens. Before any has finished only the
+//   next token is planned, as greedy does. Counting them at max_tokens would be safe but would
+//   shrink the batch to a fraction of what the cache holds when max_tokens is far above the
+//   answers (chat jobs leave it at the context); an estimate keeps the batch, and preemption
+//   catches the rare overrun and stays correct under either policy.
 //
 // Chunked prefill off: a prompt is scheduled only whole. add_request rejects prompts longer
 // than the budget, so this never blocks; the one exception is recomputing a preempted
@@ -58,6 +68,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/cache_plan.h"
 #include "engine/output_lengths.h"
 #include "engine/sequence.h"
 
@@ -116,6 +127,22 @@ class Scheduler {
   bool schedule_running(SchedulerOutput& out, int& budget);
   void admit_waiting(SchedulerOutput& out, int& budget);
   void count_recomputed(const Sequence& seq, int num_new);
+  // --- the planned admission (scheduler_plan.cpp) ---
+  bool lockstep() const;
+  // Whether every running and waiting sequence fits the cache at its planned end at once
+  // (shared blocks counted for each holder): then admission needs no pacing.
+  bool all_fit_at_ends() const;
+  int planned_outputs(const Sequence& seq) const;
+  Trajectory running_trajectory(const Sequence& seq) const;
+  // A waiting sequence admitted with `target` tokens in its table, taking `cost` free blocks.
+  Trajectory candidate_trajectory(const Sequence& seq, int target, int64_t cost) const;
+  // The running sequences' plan over time; fills block_end_.
+  CachePlan build_plan();
+  // Blocks of `shared` (held by running sequences) that `t` outlives their last holder in:
+  // they stay in use past that holder's end, and become t's own.
+  std::vector<KeptBlocks> kept_blocks(const std::vector<int>& shared, Trajectory& t) const;
+  // Records `seq`, admitted into the plan, as a holder of its blocks until `steps`.
+  void note_holder(const Sequence& seq, const std::vector<int>& shared, int64_t steps);
   // Puts `seq` into `queue` by (priority, arrival) under the priority policy.
   void insert_ordered(std::deque<Sequence*>& queue, Sequence* seq);
   // Blocks of `seq` can already share at admission (prefix cache hit or its parent's prompt).
@@ -128,6 +155,15 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_recomputed_tokens_ = 0;
   OutputLengths finished_lengths_;  // of finished sequences that may stop early
+  // Pacing (planned admission, once the cache has been the limit): block-steps the cache may
+  // still lend this step; an admission spends its whole run's.
+  bool pacing_ = false;
+  int64_t credit_ = 0;
+  // The plan's last-holder bookkeeping, per block, valid for blocks of running tables after
+  // build_plan(): the step the block is freed, and a stamp per pass.
+  std::vector<int64_t> block_end_;
+  std::vector<int64_t> block_claim_;
+  int64_t plan_stamp_ = 0;
 };
 
 }  // namespace nvllm

@@ -2,54 +2,14 @@
 // is preempted and where it goes. The numbers are worked out by hand in the comments.
 #include <doctest/doctest.h>
 
-#include <deque>
-#include <memory>
-
-#include "engine/scheduler.h"
+#include "engine/scheduler_test_util.h"
 
 namespace nvllm {
 namespace {
 
-struct Fixture {
-  Fixture(int num_blocks, int block_size, SchedulerConfig config, bool caching = true)
-      : blocks(num_blocks, block_size, caching), scheduler(config, blocks) {}
-
-  // A sequence of `prompt_len` tokens from `first_token` on, `max_tokens` long at most; one that
-  // `may_stop_early` is planned at an estimate (see scheduler.h).
-  Sequence* add(int prompt_len, int first_token = 1, int max_tokens = 256, bool may_stop_early = false) {
-    auto s = std::make_unique<Sequence>();
-    s->id = static_cast<int64_t>(seqs.size());
-    s->params = &params.emplace_back();
-    params.back().max_tokens = max_tokens;
-    s->may_stop_early = may_stop_early;
-    for (int i = 0; i < prompt_len; ++i) s->token_ids.push_back(first_token + i);
-    s->prompt_len = prompt_len;
-    scheduler.add(s.get());
-    seqs.push_back(std::move(s));
-    return seqs.back().get();
-  }
-
-  // What the engine does after the runner: the K/V is in, sampled sequences get a token.
-  void run(const SchedulerOutput& out) {
-    for (const ScheduledSeq& s : out.scheduled) {
-      s.seq->num_computed += s.num_new;
-      if (s.sample) s.seq->token_ids.push_back(900 + static_cast<int>(s.seq->token_ids.size()));
-    }
-  }
-
-  std::deque<SamplingParams> params;  // one per sequence, at stable addresses
-  BlockManager blocks;
-  Scheduler scheduler;
-  std::vector<std::unique_ptr<Sequence>> seqs;
-};
-
-std::vector<std::pair<int64_t, int>> summary(const SchedulerOutput& out) {
-  std::vector<std::pair<int64_t, int>> v;
-  for (const ScheduledSeq& s : out.scheduled) v.emplace_back(s.seq->id, s.num_new);
-  return v;
-}
-
-using Plan = std::vector<std::pair<int64_t, int>>;
+using test::Fixture;
+using test::Plan;
+using test::summary;
 constexpr Admission kGreedy = Admission::kGreedy;
 
 }  // namespace
@@ -226,115 +186,6 @@ TEST_CASE("scheduler: chunking off, a prompt of exactly the budget waits for a s
   out = f.scheduler.schedule();
   CHECK(summary(out) == Plan{{0, 1}});
   CHECK(f.scheduler.num_waiting() == 1);
-}
-
-TEST_CASE("scheduler: planned admission admits a sequence whose end exactly fits, not one a block more") {
-  // 10 blocks of 4. a: 4 prompt tokens + 9 outputs ends holding 4 + 9 - 1 = 12 tokens = 3
-  // blocks. b: 8 + 21 outputs ends at 28 tokens = 7 blocks: 3 + 7 = 10, the whole cache.
-  // With 22 outputs b ends at 29 tokens = 8 blocks: 11 > 10, it waits until a is done; greedy
-  // admits it at once (it needs 2 blocks now).
-  for (int b_max_tokens : {21, 22}) {
-    for (Admission admission : {Admission::kPlanned, kGreedy}) {
-      CAPTURE(b_max_tokens);
-      CAPTURE(admission == kGreedy);
-      Fixture f(10, 4, {.max_num_seqs = 8, .max_num_batched_tokens = 100, .admission = admission});
-      Sequence* a = f.add(4, 10, 9);
-      Sequence* b = f.add(8, 50, b_max_tokens);
-      CHECK(f.scheduler.planned_tokens(*a) == 12);
-      CHECK(f.scheduler.planned_tokens(*b) == 8 + b_max_tokens - 1);
-      SchedulerOutput out = f.scheduler.schedule();
-      const bool fits = b_max_tokens == 21 || admission == kGreedy;
-      CHECK(summary(out) == (fits ? Plan{{0, 4}, {1, 8}} : Plan{{0, 4}}));
-      // Run to the end as the engine would: a sequence finishes when its outputs reach max_tokens.
-      int64_t b_admitted_step = fits ? 1 : -1;
-      for (int64_t step = 1; !f.scheduler.empty(); ++step) {
-        if (step > 1) out = f.scheduler.schedule();
-        if (b_admitted_step < 0 && b->status == SequenceStatus::kRunning) b_admitted_step = step;
-        f.run(out);
-        for (Sequence* s : {a, b}) {
-          if (s->status == SequenceStatus::kRunning && s->num_output() == s->params->max_tokens)
-            s->status = SequenceStatus::kFinished;
-        }
-        f.scheduler.remove_finished();
-        f.blocks.check_invariants();
-        REQUIRE(step < 100);
-      }
-      if (admission == Admission::kPlanned) {
-        CHECK(f.scheduler.num_preemptions() == 0);
-        CHECK(f.blocks.counters().peak_blocks_in_use <= 10);
-        // b waits for a's 9 steps when it does not fit, and is admitted in the step after.
-        CHECK(b_admitted_step == (fits ? 1 : 10));
-      }
-      CHECK(a->num_output() == 9);
-      CHECK(b->num_output() == b_max_tokens);
-    }
-  }
-}
-
-TEST_CASE("scheduler: planned admission counts blocks shared with a running sequence once") {
-  // 8 blocks of 4. a: 12 prompt tokens (3 full blocks) + 5 outputs ends at 16 tokens = 4 blocks.
-  // b starts with a's 12 tokens plus 1 of its own and 7 outputs: 19 tokens = 5 blocks at its
-  // end, of which 3 are a's, cached: b takes 2 of its own. 4 + 2 = 6 <= 8 fits; counted twice
-  // (4 + 5 = 9) it would not. c, like b with 12 outputs (24 tokens = 6 blocks, 3 own): 4 + 2 + 3
-  // = 9 > 8 waits.
-  Fixture f(8, 4, {.max_num_seqs = 8, .max_num_batched_tokens = 100});
-  f.add(12, 10, 5);
-  SchedulerOutput out = f.scheduler.schedule();
-  CHECK(summary(out) == Plan{{0, 12}});
-  f.run(out);
-  Sequence* b = f.add(12, 10, 7);
-  b->token_ids.push_back(77);
-  b->prompt_len = 13;
-  Sequence* c = f.add(12, 10, 12);
-  c->token_ids.push_back(78);
-  c->prompt_len = 13;
-  out = f.scheduler.schedule();
-  // a decodes; b reuses a's 3 full blocks and computes its 13th token; c waits.
-  CHECK(summary(out) == Plan{{0, 1}, {1, 1}});
-  CHECK(b->num_computed == 12);
-  CHECK(f.scheduler.num_waiting() == 1);
-  (void)c;
-}
-
-TEST_CASE("scheduler: a sequence that may stop early is planned at the learned length and frees it when it stops") {
-  // 10 blocks of 4. Nothing has finished yet: x (may stop early, max_tokens 100) is planned only
-  // to its next token, as greedy would.
-  Fixture f(10, 4, {.max_num_seqs = 8, .max_num_batched_tokens = 100});
-  Sequence* x = f.add(4, 10, 100, /*may_stop_early=*/true);
-  CHECK(f.scheduler.planned_tokens(*x) == 4);  // 4 prompt tokens, 1 output, never fed back
-  for (int step = 0; step < 12; ++step) f.run(f.scheduler.schedule());
-  CHECK(x->num_output() == 12);
-  CHECK(f.scheduler.planned_tokens(*x) == 16);  // what it holds plus the next token
-  x->status = SequenceStatus::kFinished;  // it met its stop after 12 tokens
-  f.scheduler.remove_finished();
-  // The learned mean is 12 outputs: a may-stop sequence of 4 prompt tokens plans 4 + 12 - 1 =
-  // 15 tokens = 4 blocks. b (max_tokens 26: 29 tokens = 8 blocks) does not fit beside it.
-  Sequence* a = f.add(4, 20, 100, /*may_stop_early=*/true);
-  Sequence* b = f.add(4, 30, 26);
-  CHECK(f.scheduler.planned_tokens(*a) == 15);
-  SchedulerOutput out = f.scheduler.schedule();
-  CHECK(summary(out) == Plan{{1, 4}});
-  CHECK(f.scheduler.num_waiting() == 1);
-  f.run(out);
-  out = f.scheduler.schedule();
-  CHECK(summary(out) == Plan{{1, 1}});  // a decodes, b still waits
-  f.run(out);
-  // a stops after 2 of its planned 12 tokens: its reservation goes with it, and b is admitted.
-  a->status = SequenceStatus::kFinished;
-  f.scheduler.remove_finished();
-  out = f.scheduler.schedule();
-  CHECK(summary(out) == Plan{{2, 4}});
-  CHECK(b->status == SequenceStatus::kRunning);
-  // What a learned: the mean of {12, 2} beyond 0 is 7; beyond 2 only 12 is left.
-  Sequence* d = f.add(4, 40, 100, /*may_stop_early=*/true);
-  CHECK(f.scheduler.planned_tokens(*d) == 4 + 7 - 1);
-  d->token_ids.insert(d->token_ids.end(), {1, 2, 3});  // as if it had 3 outputs (preempted)
-  CHECK(f.scheduler.planned_tokens(*d) == 4 + 12 - 1);
-  // min_tokens is a floor, max_tokens a ceiling.
-  f.params[d->id].min_tokens = 20;
-  CHECK(f.scheduler.planned_tokens(*d) == 4 + 20 - 1);
-  f.params[d->id].max_tokens = 9;
-  CHECK(f.scheduler.planned_tokens(*d) == 4 + 9 - 1);
 }
 
 }  // namespace nvllm

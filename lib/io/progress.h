@@ -68,6 +68,7 @@ class ProgressLog {
   void finish(int64_t done, int64_t output_tokens);
   // As update, at a given time since the start (tests).
   void update_at(int64_t done, int64_t output_tokens, double elapsed_s);
+  void set_token_total(int64_t tokens) { token_total_ = tokens; }
 
  private:
   double elapsed_s() const;

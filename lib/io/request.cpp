@@ -6,6 +6,9 @@
 #include <string_view>
 #include <utility>
 
+#define XXH_INLINE_ALL  // header-only, as block_manager.cpp uses it: no library to link
+#include <xxhash.h>
+
 #include "core/error.h"
 #include "core/sampling_rng.h"
 #include "io/chat_request.h"
@@ -423,28 +426,63 @@ ParsedLine parse_request_line(const std::string& text, int64_t line_no, const Pa
   return out;
 }
 
-RequestReader::RequestReader(std::istream& in, ParseOptions options) : in_(in), options_(std::move(options)) {}
+int64_t FirstLineOfId::find_or_add(std::string_view id, int64_t line) {
+  if (2 * (entries_.size() + 1) > slots_.size()) grow();
+  const uint64_t hash = XXH3_64bits(id.data(), id.size());
+  const uint64_t tag = hash >> 32 << 32;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const uint64_t slot = slots_[i];
+    if (slot == 0) {
+      entries_.push_back({hash, text_.size(), id.size(), line});
+      text_.append(id);
+      slots_[i] = tag | entries_.size();
+      return 0;
+    }
+    if ((slot >> 32 << 32) != tag) continue;
+    const Entry& e = entries_[(slot & 0xFFFFFFFFu) - 1];
+    if (e.hash == hash && std::string_view(text_).substr(e.offset, e.size) == id) return e.line;
+  }
+}
 
-std::optional<ParsedLine> RequestReader::next() {
-  std::string text;
+void FirstLineOfId::grow() {
+  NVLLM_CHECK(entries_.size() < 0xFFFFFFFFu, "more than 4294967295 distinct ids");
+  slots_.assign(std::max<size_t>(1024, 2 * slots_.size()), 0);
+  const size_t mask = slots_.size() - 1;
+  for (size_t k = 0; k < entries_.size(); ++k) {
+    size_t i = entries_[k].hash & mask;
+    while (slots_[i] != 0) i = (i + 1) & mask;
+    slots_[i] = (entries_[k].hash >> 32 << 32) | (k + 1);
+  }
+}
+
+bool JsonlLines::next(std::string& text) {
   while (std::getline(in_, text)) {
     ++line_no_;
     if (line_no_ == 1 && text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
     if (!text.empty() && text.back() == '\r') text.pop_back();
-    if (text.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;
-    ParsedLine parsed = parse_request_line(text, line_no_, options_);
-    // A bad line's id counts too: its error record is written under that id.
-    const auto [it, inserted] = first_line_of_id_.emplace(id_to_string(parsed.id), line_no_);
-    if (!inserted && parsed.request) {
-      parsed.error = str_cat("line ", line_no_, ": field \"", parsed.openai_batch ? "custom_id" : "id",
-                             "\": duplicate id ", shown(parsed.id), " (first used on line ", it->second,
-                             "); ids must be unique so that output lines can be matched to requests");
-      parsed.request.reset();
-      parsed.duplicate_of = it->second;
-    }
-    return parsed;
+    if (text.find_first_not_of(" \t\r\f\v") != std::string::npos) return true;
   }
-  return std::nullopt;
+  return false;
+}
+
+RequestReader::RequestReader(std::istream& in, ParseOptions options) : lines_(in), options_(std::move(options)) {}
+
+std::optional<ParsedLine> RequestReader::next() {
+  std::string text;
+  if (!lines_.next(text)) return std::nullopt;
+  const int64_t line_no = lines_.line_no();
+  ParsedLine parsed = parse_request_line(text, line_no, options_);
+  // A bad line's id counts too: its error record is written under that id.
+  const int64_t first = first_line_of_id_.find_or_add(id_to_string(parsed.id), line_no);
+  if (first > 0 && parsed.request) {
+    parsed.error = str_cat("line ", line_no, ": field \"", parsed.openai_batch ? "custom_id" : "id",
+                           "\": duplicate id ", shown(parsed.id), " (first used on line ", first,
+                           "); ids must be unique so that output lines can be matched to requests");
+    parsed.request.reset();
+    parsed.duplicate_of = first;
+  }
+  return parsed;
 }
 
 std::vector<ParsedLine> read_requests(std::istream& in, const ParseOptions& options) {

@@ -23,10 +23,15 @@ struct CudaRunnerOptions {
   double gpu_memory_utilization = 0.9;
   int num_kv_blocks = 0;  // 0: sized from free memory after weights and a warm-up pass
   bool enforce_eager = false;
-  // Projections of at most this many rows use the small-batch gemv kernel instead of cuBLASLt;
-  // 0 turns it off; capped at kernels::kGemvMaxBatch (16). Chosen from bench.gemv (bench/NOTES.md,
-  // twelfth session): gemv against cuBLASLt on five model shapes at batch 1-16.
-  int gemv_max_batch = 16;
+  // Projections of at most this many rows use the small-batch gemv kernel instead of cuBLASLt
+  // (the down projection excepted: always cuBLASLt); 0 turns it off; capped at
+  // kernels::kGemvMaxBatch. Measured on the H100 (bench.gemv: a decode step's projections, five
+  // shapes from Qwen2.5-0.5B to Llama-3-8B; bench/NOTES.md, twelfth session), qkv + o + gate_up +
+  // LM head, gemv vs cuBLASLt: batch 1 ahead on all five shapes (Llama-3-8B 3.86 vs 4.16 ms,
+  // Llama-3.2-1B 0.71 vs 0.83), batch 2 ahead on all five (4.01 vs 4.17; 0.78 vs 0.82), batch 4
+  // behind on all five (4.62 vs 4.18; 0.88 vs 0.83), batch 8 far behind; hence 2 (a graph size,
+  // so a padded step stays on the kernels of its eager one).
+  int gemv_max_batch = 2;
   CudaTuning tuning;  // timing and A/B switches (cuda_tuning.h)
   int device = 0;     // the GPU; with tensor parallelism the first of device .. device + size - 1
   // Set: the KV cache holds E4M3 codes with these scales (--kv-cache-dtype fp8), the function the

@@ -122,7 +122,7 @@ TEST_CASE("gpu.bench.qwen3_0_6b_shape" * doctest::skip()) {
   };
 
   // Small batches with the projections on cuBLASLt (gemv off) and on gemv, then the default.
-  for (int gemv : {0, 16, -1}) {
+  for (int gemv : {0, 8, -1}) {
     CudaRunnerOptions opt;
     opt.max_num_seqs = 256;
     opt.max_num_batched_tokens = 8192;

@@ -198,12 +198,12 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   all_reduce(x, T, s);
   kernels::add_rmsnorm(x, res, w.post_norm, T, H, eps, s);
   linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
-  if (use_gemv(T, I)) {  // silu_mul fused into the down projection's input
-    kernels::gemv_silu(gate_up, w.down, x, T, H, I, s);
-  } else {
-    kernels::silu_mul(gate_up, act_.act.as<bf16>(), T, I, s);
-    linear(act_.act.as<bf16>(), w.down, x, T, H, I, s);
-  }
+  // The down projection on cuBLASLt at every batch, after silu_mul: its K (the intermediate size)
+  // is 3-5x its N. gemv with the activation computed on load (silu(gate) * up recomputed for every
+  // two rows) streamed it at 30-56% of 3.03 TB/s at batch 1, cuBLASLt at 30-89%: faster on four
+  // of the five shapes measured, by 0.8 ms a step on Llama-3-8B (bench/NOTES.md, twelfth session).
+  kernels::silu_mul(gate_up, act_.act.as<bf16>(), T, I, s);
+  gemm_.matmul(act_.act.as<bf16>(), w.down, x, T, H, I, false, s);
   all_reduce(x, T, s);
 }
 

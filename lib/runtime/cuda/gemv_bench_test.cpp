@@ -7,11 +7,12 @@
 // gate_up, which a gemv's weight prefetch before its PDL wait can overlap).
 //
 // Bytes: the weights, read once (the activations are < 0.1% of them). The bound is those bytes
-// at 3.03 TB/s (the figure every note in bench/NOTES.md uses) and at this card's measured copy
-// rate (cudaMemcpy device to device, read + write counted). Weights are random bf16 (the same
-// 64 MB block repeated: 15 GB for the 8B shape, far past the 50 MB L2). The gemv side mirrors
-// the runner: gemv_silu for down (silu_mul folded in), gemv_f32 for the LM head; the cuBLASLt
-// side times the same GEMMs (fp32 logits) without the silu_mul kernel the runner adds there.
+// at 3.03 TB/s (the figure every note in bench/NOTES.md uses); the card's device-to-device copy
+// rate (read + write counted) is printed beside it. Weights are random bf16 (the same 64 MB
+// block repeated: 15 GB for the 8B shape, far past the 50 MB L2). Paths: "gemv" is the runner at
+// batch <= gemv_max_batch (gemv; the down projection silu_mul then cuBLASLt; the LM head with
+// fp32 logits), "gemv/down-gemv" the same with down on gemv too, "cublaslt" the GEMMs alone and
+// "cublaslt+silu" the runner at larger batches (with the silu_mul kernel before down).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -81,25 +82,24 @@ double weight_bytes(const std::vector<Matrix>& ms) {
 
 struct Buffers {
   bf16* w;
-  bf16* x;      // [16, 2 * max intermediate]: every projection's input (gate_up for the silu variant)
+  bf16* x;      // [16, 2 * max intermediate]: every projection's input (gate | up before down)
+  bf16* act;    // [16, max intermediate]: silu_mul's output, down's input
   void* y;      // [16, max vocab] fp32: every projection's output
   bf16* resid;  // [16, max hidden]: add_rmsnorm's residual
   bf16* norm;   // [max hidden] norm weights
 };
 
-// One projection on one path (gemv or cuBLASLt).
+// One projection on one path.
 using Enqueue = std::function<void(const Matrix&, const Buffers&, int batch, cudaStream_t)>;
 
-// gemv as the runner calls it, with the plan `adjust` makes of the rule's (gemv_plan).
-Enqueue gemv_path(std::function<void(kernels::GemvPlan&)> adjust) {
-  return [adjust](const Matrix& m, const Buffers& b, int batch, cudaStream_t s) {
-    kernels::GemvPlan plan = kernels::gemv_plan(m.n, m.k);
-    adjust(plan);
+// gemv for every projection but down, which is silu_mul then `down` (gemv or cuBLASLt).
+Enqueue gemv_path(const Enqueue& down) {
+  return [down](const Matrix& m, const Buffers& b, int batch, cudaStream_t s) {
     const bf16* w = b.w + m.offset;
     switch (m.kind) {
-      case Kind::kDown: kernels::gemv_silu(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s, &plan); break;
-      case Kind::kHead: kernels::gemv_f32(b.x, w, static_cast<float*>(b.y), batch, m.n, m.k, s, &plan); break;
-      default: kernels::gemv(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s, &plan); break;
+      case Kind::kDown: down(m, b, batch, s); break;
+      case Kind::kHead: kernels::gemv_f32(b.x, w, static_cast<float*>(b.y), batch, m.n, m.k, s); break;
+      default: kernels::gemv(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s); break;
     }
   };
 }
@@ -133,13 +133,25 @@ double time_graph(cudaStream_t s, const std::function<void()>& record) {
   return ms[ms.size() / 2] * 1e3;
 }
 
-// Device-to-device copy rate of 1 GiB (read + write counted), bytes per second.
+// Device-to-device copy rate of 1 GiB (read + write counted), bytes per second: the median of 10
+// cudaMemcpyAsync calls on the stream (a copy in a graph may go to a copy engine, which is slower).
 double copy_rate(cudaStream_t s) {
   const size_t bytes = size_t{1} << 30;
   DeviceBuffer a(bytes), b(bytes);
   CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, s));
-  const double us = time_graph(s, [&] { CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s)); });
-  return 2.0 * bytes / (us * 1e-6);
+  CudaEvent e0, e1;
+  std::vector<float> ms;
+  for (int i = 0; i < 11; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0.get(), s));
+    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaEventRecord(e1.get(), s));
+    CUDA_CHECK(cudaEventSynchronize(e1.get()));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0.get(), e1.get()));
+    if (i > 0) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3);
 }
 
 }  // namespace
@@ -163,7 +175,7 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
   }
   CudaStream stream;
   const cudaStream_t s = stream.get();
-  DeviceBuffer w(max_w * sizeof(bf16)), x(size_t(16) * 2 * max_i * sizeof(bf16)),
+  DeviceBuffer w(max_w * sizeof(bf16)), x(size_t(16) * 2 * max_i * sizeof(bf16)), act(size_t(16) * max_i * sizeof(bf16)),
       y(size_t(16) * max_v * sizeof(float)), resid(size_t(16) * max_h * sizeof(bf16)), norm(max_h * sizeof(bf16));
   {
     // 64 MB of random bf16 in [-0.05, 0.05), repeated over the weights; x, residual and norm weights random too.
@@ -182,28 +194,31 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
     for (int i = 0; i < max_h; ++i) host[i] = __float2bfloat16(1.f + dist(rng));
     CUDA_CHECK(cudaMemcpy(norm.get(), host.data(), norm.bytes(), cudaMemcpyHostToDevice));
   }
-  const Buffers buf{w.as<bf16>(), x.as<bf16>(), y.get(), resid.as<bf16>(), norm.as<bf16>()};
+  const Buffers buf{w.as<bf16>(), x.as<bf16>(), act.as<bf16>(), y.get(), resid.as<bf16>(), norm.as<bf16>()};
 
   Gemm gemm;
   const Enqueue cublas = [&gemm](const Matrix& m, const Buffers& b, int batch, cudaStream_t st) {
-    gemm.matmul(b.x, b.w + m.offset, b.y, batch, m.n, m.k, m.kind == Kind::kHead, st);
+    const bf16* in = m.kind == Kind::kDown ? b.act : b.x;
+    gemm.matmul(in, b.w + m.offset, b.y, batch, m.n, m.k, m.kind == Kind::kHead, st);
+  };
+  const auto silu_then = [](const Enqueue& down) -> Enqueue {
+    return [down](const Matrix& m, const Buffers& b, int batch, cudaStream_t st) {
+      if (m.kind == Kind::kDown) kernels::silu_mul(b.x, b.act, batch, m.k, st);
+      down(m, b, batch, st);
+    };
+  };
+  const Enqueue gemv_down = [](const Matrix& m, const Buffers& b, int batch, cudaStream_t st) {
+    kernels::gemv(b.act, b.w + m.offset, static_cast<bf16*>(b.y), batch, m.n, m.k, st);
   };
   struct Path {
     std::string label;
     Enqueue enqueue;
+    bool gemv;  // takes batch <= kGemvMaxBatch
   };
-  // The rule's plan, and one change to it at a time: no L2 prefetch, 16-row warps (half the
-  // split: the same warps), twice and half the split.
-  const std::vector<Path> paths = {
-      {"gemv", gemv_path([](kernels::GemvPlan&) {})},
-      {"gemv-pf0", gemv_path([](kernels::GemvPlan& p) { p.prefetch = 0; })},
-      {"gemv-r16", gemv_path([](kernels::GemvPlan& p) {
-         p.warp_rows = 16;
-         p.split = std::max(1, p.split / 2);
-       })},
-      {"gemv-split*2", gemv_path([](kernels::GemvPlan& p) { p.split = std::min(32, p.split * 2); })},
-      {"gemv-split/2", gemv_path([](kernels::GemvPlan& p) { p.split = std::max(1, p.split / 2); })},
-      {"cublaslt", cublas}};
+  const std::vector<Path> paths = {{"gemv", gemv_path(silu_then(cublas)), true},
+                                   {"gemv/down-gemv", gemv_path(silu_then(gemv_down)), true},
+                                   {"cublaslt", cublas, false},
+                                   {"cublaslt+silu", silu_then(cublas), false}};
 
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -219,8 +234,8 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
                 bytes / 1e9, bytes / 3.03e12 * 1e6, bytes / copy * 1e6);
     for (int batch : {1, 2, 4, 8, 16}) {
       for (const Path& p : paths) {
-        if (p.label != "cublaslt" && batch > kernels::kGemvMaxBatch) {  // (the old gemv stopped at 8)
-          std::printf("  batch %2d %-12s n/a (gemv takes batch <= %d)\n", batch, p.label.c_str(), kernels::kGemvMaxBatch);
+        if (p.gemv && batch > kernels::kGemvMaxBatch) {
+          std::printf("  batch %2d %-14s n/a (gemv takes batch <= %d)\n", batch, p.label.c_str(), kernels::kGemvMaxBatch);
           continue;
         }
         std::string kinds;
@@ -250,7 +265,7 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
         });
         std::printf("gemv_bench,%s,%d,%s,step,%.2f,%.0f\ngemv_bench,%s,%d,%s,step+norms,%.2f,%.0f\n", m.name, batch,
                     p.label.c_str(), step, bytes, m.name, batch, p.label.c_str(), with_norms, bytes);
-        std::printf("  batch %2d %-12s step %6.0f us = %5.1f%% / %5.1f%%; with norms %6.0f us = %5.1f%%;%s\n", batch,
+        std::printf("  batch %2d %-14s step %6.0f us = %5.1f%% / %5.1f%%; with norms %6.0f us = %5.1f%%;%s\n", batch,
                     p.label.c_str(), step, 100.0 * bytes / (step * 1e-6) / 3.03e12, 100.0 * bytes / (step * 1e-6) / copy,
                     with_norms, 100.0 * bytes / (with_norms * 1e-6) / 3.03e12, kinds.c_str());
       }

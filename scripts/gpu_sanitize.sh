@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The GPU tests under compute-sanitizer, one tool a run, for the GPU machine (issue 24). Binaries
+# come from the full CUDA build carried in .device/bin, as for scripts/gpu_session.sh; each tool's
+# whole log goes to $OUT/cs_<tool>.log, and one summary line a tool to stdout and $OUT/summary.txt:
+#   gpu_sanitize: memcheck: 0 errors; leaks: 0 bytes in 0 allocations | doctest: 18 passed, 0 failed | exit 0 | 212 s
+# Usage: scripts/gpu_sanitize.sh [TOOL...]     TOOL: memcheck racecheck synccheck (default: all three)
+#   BIN (.device/bin), OUT (/tmp/nvllm_out), COMPUTE_SANITIZER, and per tool <TOOL>_TC / <TOOL>_TIME_S
+#   (e.g. RACECHECK_TC='gpu.kernels.gemv*' RACECHECK_TIME_S=300) override the defaults below.
+# Exit status: 0 when every tool ran to the end with no error, hazard or failed test; 1 otherwise.
+#
+# Which test cases each tool runs (doctest -tc / -tce filters), and why:
+#   memcheck   every GPU test but the timing cases (bench.*, gpu.bench.*), with --leak-check full:
+#              out-of-bounds and misaligned accesses, uninitialised reads, leaked device memory.
+#   racecheck  the kernel tests only: gpu.kernels.* and gpu.sampling.* (each kernel on its own,
+#              shared-memory hazards). Racecheck instruments every shared-memory access and runs
+#              the runner tests' thousands of launches of the same kernels 100x slower for nothing
+#              new, so gpu.cuda_runner.* is left out. Cluster (distributed) shared memory of the
+#              fused decode kernels is outside what racecheck tracks; memcheck and the runner
+#              tests' comparisons against the CPU runner cover those.
+#   synccheck  every GPU test but the timing cases: __syncthreads / cluster barriers reached by
+#              only part of a block, and invalid barrier use.
+# Time limits: each tool stops after <TOOL>_TIME_S seconds (default 420: one tool fits one
+# device-tool call of 600 s with the start-up; run the tools in separate calls), which counts as a
+# failure ("timed out") with the log so far kept.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/nvllm_out}
+bin=${BIN:-.device/bin}
+mkdir -p "$out"
+cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+[[ -x $cs ]] || { echo "gpu_sanitize: compute-sanitizer not found (set COMPUTE_SANITIZER)" >&2; exit 1; }
+[[ -x $bin/nvllm_gpu_tests ]] || { echo "gpu_sanitize: $bin/nvllm_gpu_tests not found (set BIN)" >&2; exit 1; }
+
+# The sanitizer's own summary lines ("ERROR SUMMARY: 0 errors", memcheck's "LEAK SUMMARY: ...",
+# racecheck's "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"), joined by "; ".
+tool_counts() {
+  local found
+  found=$(grep -oE '(ERROR|LEAK|RACECHECK) SUMMARY: .*' "$1" | paste -sd ';' | sed 's/;/; /g')
+  echo "${found:-no SUMMARY line from compute-sanitizer}"
+}
+
+# "[doctest] test cases: 18 | 18 passed | 0 failed | 3 skipped" -> "18 passed, 0 failed".
+doctest_counts() {
+  grep -E '^\[doctest\] test cases:' "$1" | tail -1 |
+    sed -E 's/.*\| *([0-9]+) passed *\| *([0-9]+) failed.*/\1 passed, \2 failed/' | grep . || echo "no doctest result"
+}
+
+run_tool() {
+  local tool=$1 upper extra=() tc tce="bench.*,gpu.bench.*" limit log start rc
+  upper=$(echo "$tool" | tr a-z A-Z)
+  case $tool in
+    memcheck) tc="gpu.*"; extra=(--leak-check full) ;;
+    racecheck) tc="gpu.kernels.*,gpu.sampling.*" ;;
+    synccheck) tc="gpu.*" ;;
+    *) echo "gpu_sanitize: unknown tool $tool (memcheck, racecheck, synccheck)" >&2; return 1 ;;
+  esac
+  local tc_var="${upper}_TC" time_var="${upper}_TIME_S"
+  tc=${!tc_var:-$tc}
+  limit=${!time_var:-420}
+  log="$out/cs_$tool.log"
+  start=$(date +%s)
+  timeout -k 15 "$limit" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+    "$bin/nvllm_gpu_tests" -tc="$tc" -tce="$tce" >"$log" 2>&1
+  rc=$?
+  local how="exit $rc"
+  ((rc == 124 || rc == 137)) && how="timed out after $limit s (exit $rc)"
+  local tests
+  tests=$(doctest_counts "$log")
+  echo "gpu_sanitize: $tool ($tc): $(tool_counts "$log") | doctest: $tests | $how | $(($(date +%s) - start)) s" |
+    tee -a "$out/summary.txt"
+  ((rc == 0)) && [[ $tests =~ ^[1-9][0-9]*\ passed,\ 0\ failed$ ]]
+}
+
+tools=("$@")
+((${#tools[@]})) || tools=(memcheck racecheck synccheck)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$out/summary.txt" 2>&1
+status=0
+for tool in "${tools[@]}"; do
+  run_tool "$tool" || status=1
+done
+exit $status
