@@ -30,9 +30,10 @@
 // An FP8 KV cache (attention_kernel's T = fp8_e4m3): a lane reads its 8 dims of a cached token as
 // 8 codes (8 bytes) and converts them in registers; the new token's k and v are quantised (the
 // codes go to the cache) and the attention uses the same codes for it, as for every other token;
-// k_scale goes into the query, v_scale into the output. (A first version published the new
-// token's codes through shared memory behind one more block barrier: a batch-1 step took 0.678
-// ms against bf16's 0.666 on the H100.)
+// k_scale goes into the query, v_scale into the output. The codes of the new token replace its
+// values in shared memory behind one more block barrier; quantising them again where the loop
+// reads them, without the barrier, was slower on the H100 (a Qwen3-0.6B batch-1 step 0.696 vs
+// 0.678 ms; bf16 0.666: bench/NOTES.md).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -481,14 +482,19 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     head[lane + 96] = r1.y * m;
   }
   __syncthreads();
-  if (rank == 0 && slot >= 0) {  // the new token's k and v into the cache (FP8: their codes)
+  if constexpr (kFp8) {
+    // The new token's k and v as codes: into the cache, and in place of the values for the
+    // attention below (every CTA quantises the same values the same way).
     const bool is_k = tid < kD;
-    const float value = is_k ? k_new[tid] : v_new[tid - kD];
-    T* cache = (is_k ? k_cache : v_cache) + size_t(slot) * row_stride + size_t(g) * kD + tid % kD;
-    if constexpr (kFp8)
-      *cache = e4m3_of(value, is_k ? k_scale : v_scale);
-    else
-      *cache = __float2bfloat16(value);
+    float* value = is_k ? k_new + tid : v_new + tid - kD;
+    const fp8_e4m3 code = e4m3_of(*value, is_k ? k_scale : v_scale);
+    if (rank == 0 && slot >= 0) (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * kD + tid % kD] = code;
+    *value = float(code);
+    __syncthreads();
+  } else if (rank == 0 && slot >= 0) {  // the new token's k and v into the cache
+    const bool is_k = tid < kD;
+    (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * kD + tid % kD] =
+        __float2bfloat16(is_k ? k_new[tid] : v_new[tid - kD]);
   }
   trace.mark(kTracePhase2);
 
@@ -499,19 +505,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   // has a token for is skipped by all (t0 - grp is the same for every thread).
   float m[G], l[G], o[G][8];
   softmax_start(m, l, o);
-  // Token t's k or v dims of this lane: the new token's from shared memory (FP8: what its codes,
-  // the ones written to the cache above, stand for, quantised again here rather than published
-  // through shared memory, which would cost a block barrier), a cached one from the registers
-  // loaded for slot u, zeros past the split.
-  auto token_dims = [&](int t, const float* fresh, float scale, const Raw& cached, float f[8]) {
+  // Token t's k or v dims of this lane: the new token's from shared memory, a cached one from
+  // the registers loaded for slot u, zeros past the split.
+  auto token_dims = [&](int t, const float* fresh, const Raw& cached, float f[8]) {
     if (t == ctx - 1) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if constexpr (kFp8)
-          f[i] = float(e4m3_of(fresh[sub * 8 + i], scale));
-        else
-          f[i] = fresh[sub * 8 + i];
-      }
+      for (int i = 0; i < 8; ++i) f[i] = fresh[sub * 8 + i];
     } else if (t < end) {
       if constexpr (kFp8)
         e4m3x8_to_float(cached, f);
@@ -530,7 +529,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     for (int u = 0; u < kU; ++u) {
       if (u >= slots) break;
       float kf[8];
-      token_dims(t0 + u * kTokenGroups, k_new, k_scale, kv[u], kf);
+      token_dims(t0 + u * kTokenGroups, k_new, kv[u], kf);
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         const float4 qa = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[0];
@@ -549,7 +548,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     for (int u = 0; u < kU; ++u) {
       if (u >= mine) break;
       float vf[8];
-      token_dims(t0 + u * kTokenGroups, v_new, v_scale, vv[u], vf);
+      token_dims(t0 + u * kTokenGroups, v_new, vv[u], vf);
       softmax_add(m, l, o, d[u], vf);
     }
   }

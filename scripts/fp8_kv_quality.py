@@ -22,28 +22,14 @@ import math
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_parity  # noqa: E402  (the checkpoint builder)
 
 
 def run(nvllm, model_dir, rows, kv_dtype, name, log):
-    inp = os.path.join(model_dir, f"{name}.jsonl")
-    out = os.path.join(model_dir, f"{name}_{kv_dtype}_out.jsonl")
-    with open(inp, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    cmd = [nvllm, "generate", "--model", model_dir, "--input", inp, "--output", out, "--device", "cuda",
-           "--ordered", "--kv-cache-dtype", kv_dtype]
-    t = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    log.write(" ".join(cmd) + "\n" + r.stderr + "\n")
-    if r.returncode != 0:
-        print(r.stderr, file=sys.stderr)
-        raise SystemExit(f"nvllm failed with exit code {r.returncode}")
-    result = [json.loads(line) for line in open(out)]
-    return sorted(result, key=lambda x: x["id"]), time.time() - t
+    return hf_parity.run_requests(nvllm, model_dir, rows, f"{name}.jsonl", f"{name}_{kv_dtype}_out.jsonl",
+                                  ["--kv-cache-dtype", kv_dtype], log)
 
 
 def top(row):
@@ -109,16 +95,9 @@ def check(arch, strength, args, log):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nvllm", default="build/bin/nvllm")
-    ap.add_argument("--testdata", default="testdata")
+    hf_parity.add_common_args(ap)
     ap.add_argument("--work", default="/tmp/nvllm_fp8kv")
     ap.add_argument("--arch", default="qwen3:64,llama:16", help="arch:strength pairs (hf_parity's choices)")
-    ap.add_argument("--num-prompts", type=int, default=100)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--init-std", type=float, default=0.02)
-    ap.add_argument("--logit-scale", type=float, default=8.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     results = []

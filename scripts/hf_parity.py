@@ -114,12 +114,19 @@ def make_prompts(n, seed):
 
 
 def run_nvllm(nvllm, model_dir, prompts, max_tokens, extra, log):
-    inp = os.path.join(model_dir, "prompts.jsonl")
-    out = os.path.join(model_dir, "nvllm_out.jsonl")
+    rows = [{"id": i, "prompt_token_ids": p, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
+             "logprobs": 20} for i, p in enumerate(prompts)]
+    return run_requests(nvllm, model_dir, rows, "prompts.jsonl", "nvllm_out.jsonl", extra, log)
+
+
+def run_requests(nvllm, model_dir, requests, in_name, out_name, extra, log):
+    """`nvllm generate --device cuda` on these request rows (files in model_dir); the output rows
+    in id order and the seconds it took."""
+    inp = os.path.join(model_dir, in_name)
+    out = os.path.join(model_dir, out_name)
     with open(inp, "w") as f:
-        for i, p in enumerate(prompts):
-            f.write(json.dumps({"id": i, "prompt_token_ids": p, "max_tokens": max_tokens,
-                                "ignore_eos": True, "temperature": 0, "logprobs": 20}) + "\n")
+        for row in requests:
+            f.write(json.dumps(row) + "\n")
     cmd = [nvllm, "generate", "--model", model_dir, "--input", inp, "--output", out,
            "--device", "cuda", "--ordered", "--stats-json", out + ".stats"] + extra
     t = time.time()
@@ -248,20 +255,26 @@ def compare(arch, args, log):
     return result
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_common_args(ap):
+    """The flags of a run over these checkpoints (the binary, the checkpoint builder, the prompts,
+    where results go); scripts/fp8_kv_quality.py takes them too."""
     ap.add_argument("--nvllm", default="build/bin/nvllm")
     ap.add_argument("--testdata", default="testdata")
-    ap.add_argument("--work", default="/tmp/nvllm_parity")
-    ap.add_argument("--arch", default="qwen3,llama")
     ap.add_argument("--num-prompts", type=int, default=100)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--init-std", type=float, default=0.02)
     ap.add_argument("--logit-scale", type=float, default=8.0)
-    ap.add_argument("--planted", default="auto", help="strength S of the planted signal, or auto")
-    ap.add_argument("--preempt-blocks", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap)
+    ap.add_argument("--work", default="/tmp/nvllm_parity")
+    ap.add_argument("--arch", default="qwen3,llama")
+    ap.add_argument("--planted", default="auto", help="strength S of the planted signal, or auto")
+    ap.add_argument("--preempt-blocks", type=int, default=64)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     results = []
