@@ -434,15 +434,19 @@ int64_t FirstLineOfId::find_or_add(std::string_view id, int64_t line) {
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const uint64_t slot = slots_[i];
     if (slot == 0) {
-      entries_.push_back({hash, text_.size(), id.size(), line});
+      entries_.push_back({text_.size(), line});
       text_.append(id);
       slots_[i] = tag | entries_.size();
       return 0;
     }
-    if ((slot >> 32 << 32) != tag) continue;
-    const Entry& e = entries_[(slot & 0xFFFFFFFFu) - 1];
-    if (e.hash == hash && std::string_view(text_).substr(e.offset, e.size) == id) return e.line;
+    const size_t k = (slot & 0xFFFFFFFFu) - 1;
+    if ((slot >> 32 << 32) == tag && text_of(k) == id) return entries_[k].line;
   }
+}
+
+std::string_view FirstLineOfId::text_of(size_t k) const {
+  const uint64_t end = k + 1 < entries_.size() ? entries_[k + 1].offset : text_.size();
+  return std::string_view(text_).substr(entries_[k].offset, end - entries_[k].offset);
 }
 
 void FirstLineOfId::grow() {
@@ -450,9 +454,11 @@ void FirstLineOfId::grow() {
   slots_.assign(std::max<size_t>(1024, 2 * slots_.size()), 0);
   const size_t mask = slots_.size() - 1;
   for (size_t k = 0; k < entries_.size(); ++k) {
-    size_t i = entries_[k].hash & mask;
+    const std::string_view id = text_of(k);
+    const uint64_t hash = XXH3_64bits(id.data(), id.size());
+    size_t i = hash & mask;
     while (slots_[i] != 0) i = (i + 1) & mask;
-    slots_[i] = (entries_[k].hash >> 32 << 32) | (k + 1);
+    slots_[i] = (hash >> 32 << 32) | (k + 1);
   }
 }
 
