@@ -446,7 +446,8 @@ TEST_CASE("engine: planned admission runs a workload greedy preempts many times 
       CHECK(greedy.stats.computed_tokens > planned.stats.computed_tokens);
     }
     // Identical tokens, request by request (both also equal the reference above).
-    for (const auto& [id, done] : planned.done) {
+    for (const auto& [key, done] : planned.done) {
+      const auto& id = key;  // clang 14 cannot capture a structured binding (CAPTURE is a lambda)
       CAPTURE(id);
       REQUIRE(greedy.done.at(id).outputs.size() == done.outputs.size());
       for (size_t i = 0; i < done.outputs.size(); ++i)
