@@ -21,15 +21,16 @@
 #include "engine/data_parallel.h"
 #include "io/progress.h"
 #include "io/request.h"
+#include "runtime/device.h"
 
 #include "git_rev.h"  // NVLLM_GIT_REV, written at build time
 
 namespace nvllm {
 namespace {
 
-// The roofline on the GPU uses the H100's measured ceilings (kH100Bandwidth, kH100Flops in
-// lib/analysis/workload.h); override with --peak-bandwidth / --peak-flops on another card. On
-// the CPU there is no default: the roofline is left out unless both are given.
+// The roofline on the GPU uses the card's own ceilings, measured at start (gpu_ceilings below);
+// --peak-bandwidth / --peak-flops override them. On the CPU there is no default: the roofline is
+// left out unless both are given.
 
 struct BenchFlags {
   ModelFlags model;
@@ -50,19 +51,43 @@ struct BenchFlags {
   bool quiet = false;
 };
 
+// One GPU's ceilings for the roofline and where they came from: the flags when both are given,
+// else measured on the first GPU of the run (once a process), else, when that measurement fails,
+// the H100's measured figures. None on the CPU unless the flags give them.
+struct Ceilings {
+  double bandwidth = 0, flops = 0;
+  std::string source;
+};
+
+const Ceilings& gpu_ceilings(const BenchFlags& f, const LoadedModel& m) {
+  static const Ceilings c = [&] {
+    Ceilings out;
+    if (m.device != "cuda") {
+      out = {f.peak_bandwidth, f.peak_flops, "--peak-bandwidth/--peak-flops"};
+      return out;
+    }
+    try {
+      const GpuCeilings measured = measure_gpu_ceilings(0);
+      out = {measured.copy_bytes_per_s, measured.bf16_flops, "measured on this GPU: device copy, bf16 GEMM 8192^3"};
+    } catch (const Error& e) {
+      log_warn("could not measure this GPU's ceilings (", e.what(), "); the roofline uses the H100's");
+      out = {kH100Bandwidth, kH100Flops, "the H100's measured figures (this GPU's could not be measured)"};
+    }
+    if (f.peak_bandwidth > 0) out.bandwidth = f.peak_bandwidth;
+    if (f.peak_flops > 0) out.flops = f.peak_flops;
+    if (f.peak_bandwidth > 0 || f.peak_flops > 0) out.source += "; overridden by --peak-bandwidth/--peak-flops";
+    return out;
+  }();
+  return c;
+}
+
 // The roofline's ceilings for this run, or {0, 0} when there are none (the CPU without flags):
-// one GPU's (the flags', else the H100's) times the GPUs it uses (data x tensor parallel), whose
-// bandwidths and FLOP/s add up.
+// one GPU's times the GPUs it uses (data x tensor parallel), whose bandwidths and FLOP/s add up.
 std::pair<double, double> peaks(const BenchFlags& f, const LoadedModel& m) {
-  if (f.peak_bandwidth > 0 && f.peak_flops > 0) {
-    const double gpus = std::max(1, m.num_gpus());
-    return {f.peak_bandwidth * gpus, f.peak_flops * gpus};
-  }
-  if (m.device == "cuda") {
-    return {m.num_gpus() * (f.peak_bandwidth > 0 ? f.peak_bandwidth : kH100Bandwidth),
-            m.num_gpus() * (f.peak_flops > 0 ? f.peak_flops : kH100Flops)};
-  }
-  return {0, 0};
+  if (m.device != "cuda" && !(f.peak_bandwidth > 0 && f.peak_flops > 0)) return {0, 0};
+  const Ceilings& c = gpu_ceilings(f, m);
+  const double gpus = std::max(1, m.num_gpus());
+  return {c.bandwidth * gpus, c.flops * gpus};
 }
 
 using Clock = std::chrono::steady_clock;
@@ -189,6 +214,10 @@ int64_t kv_cache_tokens(const LoadedModel& m) { return int64_t{m.runner().num_kv
 void print_device(const BenchFlags& f, const LoadedModel& m) {
   std::printf("device            %s (KV cache %s, %lld tokens)\n", m.device_name.c_str(),
               kv_cache_dtype_name(f.model, m.device).c_str(), static_cast<long long>(kv_cache_tokens(m)));
+  if (peaks(f, m).first <= 0) return;
+  const Ceilings& c = gpu_ceilings(f, m);
+  std::printf("ceilings          %.2f TB/s, %.0f TFLOP/s%s (%s)\n", c.bandwidth / 1e12, c.flops / 1e12,
+              m.device == "cuda" ? " a GPU" : "", c.source.c_str());
 }
 
 nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mode) {
@@ -198,7 +227,11 @@ nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mod
           {"max_num_batched_tokens", m.engine.max_num_batched_tokens}, {"num_kv_blocks", m.runner().num_kv_blocks()},
           {"kv_cache_tokens", kv_cache_tokens(m)}, {"kv_cache_dtype", kv_cache_dtype_name(f.model, m.device)},
           {"admission", f.model.admission}, {"data_parallel_size", m.runners.size()},
-          {"tensor_parallel_size", m.tensor_parallel_size}};
+          {"tensor_parallel_size", m.tensor_parallel_size},
+          {"ceilings", peaks(f, m).first > 0 ? nlohmann::json{{"bandwidth_per_gpu", gpu_ceilings(f, m).bandwidth},
+                                                              {"flops_per_gpu", gpu_ceilings(f, m).flops},
+                                                              {"source", gpu_ceilings(f, m).source}}
+                                             : nlohmann::json(nullptr)}};
 }
 
 // The requests of a throughput run: --input's, or random ones from the length flags; in
@@ -247,7 +280,7 @@ nlohmann::json report_roofline_warnings(const std::vector<RooflineCheck>& checks
 
 // Likely causes of a figure faster than its bound, by what bounds it.
 constexpr const char* kCeilingCause =
-    "the ceilings (--peak-bandwidth, --peak-flops; by default the H100's measured ones) may be below this card's";
+    "the ceilings (--peak-bandwidth, --peak-flops; by default measured on this GPU at start) may be below what it can do";
 const std::string kTimingCause =
     std::string("a step may have been timed before its GPU work finished, or ") + kCeilingCause;
 
@@ -518,12 +551,12 @@ void add_common(CLI::App& cmd, BenchFlags& f) {
       ->capture_default_str();
   cmd.add_option("--output-json", f.output_json, "Write every figure, the command, the GPU and git revision as JSON");
   cmd.add_option("--peak-bandwidth", f.peak_bandwidth,
-                 str_cat("Memory bandwidth ceiling for the roofline, bytes/s (default on the GPU: the H100's measured ",
-                         kH100Bandwidth, "; on the CPU none: no roofline)"))
+                 "Memory bandwidth ceiling for the roofline, bytes/s a GPU (default on the GPU: this GPU's device-to-device "
+                 "copy rate, measured at start; on the CPU none: no roofline)")
       ->check(number_at_least(0, /*exclusive=*/true));
   cmd.add_option("--peak-flops", f.peak_flops,
-                 str_cat("Matrix FLOP/s ceiling for the roofline (default on the GPU: the H100's bf16 measured ",
-                         kH100Flops, ")"))
+                 "Matrix FLOP/s ceiling for the roofline, a GPU (default on the GPU: this GPU's bf16 GEMM rate, measured "
+                 "at start)")
       ->check(number_at_least(0, /*exclusive=*/true));
   cmd.add_flag("--no-warmup", f.no_warmup, "Skip the untimed warm-up run");
   cmd.add_flag("-q,--quiet", f.quiet, "Print only the results and errors (no progress, no info lines)");

@@ -4,5 +4,6 @@
 #ifndef NVLLM_HAVE_CUDA
 namespace nvllm {
 GpuInfo query_gpu(int) { return {}; }
+GpuCeilings measure_gpu_ceilings(int) { return {}; }
 }  // namespace nvllm
 #endif

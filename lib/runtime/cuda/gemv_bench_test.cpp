@@ -25,6 +25,7 @@
 #include "kernels/kernels.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/gemm.h"
+#include "runtime/device.h"
 
 namespace nvllm {
 namespace {
@@ -133,27 +134,6 @@ double time_graph(cudaStream_t s, const std::function<void()>& record) {
   return ms[ms.size() / 2] * 1e3;
 }
 
-// Device-to-device copy rate of 1 GiB (read + write counted), bytes per second: the median of 10
-// cudaMemcpyAsync calls on the stream (a copy in a graph may go to a copy engine, which is slower).
-double copy_rate(cudaStream_t s) {
-  const size_t bytes = size_t{1} << 30;
-  DeviceBuffer a(bytes), b(bytes);
-  CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, s));
-  CudaEvent e0, e1;
-  std::vector<float> ms;
-  for (int i = 0; i < 11; ++i) {
-    CUDA_CHECK(cudaEventRecord(e0.get(), s));
-    CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
-    CUDA_CHECK(cudaEventRecord(e1.get(), s));
-    CUDA_CHECK(cudaEventSynchronize(e1.get()));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, e0.get(), e1.get()));
-    if (i > 0) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3);
-}
-
 }  // namespace
 
 TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" * doctest::skip()) {
@@ -224,7 +204,7 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
   CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  const double copy = copy_rate(s);
+  const double copy = measure_gpu_ceilings(0).copy_bytes_per_s;
   std::printf("gemv_bench device %s, %d SMs, copy rate %.0f GB/s; %% below: of 3.03 TB/s / of the copy rate\n",
               prop.name, prop.multiProcessorCount, copy / 1e9);
   for (const ModelShape& m : models) {

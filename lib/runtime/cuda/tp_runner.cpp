@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/cuda/nccl_api.h"
 #include "runtime/tp_split.h"
 
 namespace nvllm::cuda_detail {
@@ -163,7 +164,7 @@ TpRunner::TpRunner(const ModelConfig& config, const ModelWeights& weights, const
     ranks_[r] = std::make_unique<CudaRunner>(rank_config(config, split[r]), w, o, std::move(mine));
   });
   int version = 0;
-  ncclGetVersion(&version);
+  nccl().GetVersion(&version);
   const TpRank& t = split[0];
   log_info("tensor parallel: ", n, " ranks on GPUs ", options.device, "..", options.device + n - 1, " (NCCL ",
            version / 10000, ".", version / 100 % 100, ".", version % 100, "); each holds ", t.q_heads, " of ", config.num_heads, " heads, ", t.kv_heads, " of ", config.num_kv_heads,

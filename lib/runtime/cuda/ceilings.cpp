@@ -1,0 +1,78 @@
+// The card's own ceilings for bench's roofline, measured rather than looked up by name: the same
+// two figures bench/NOTES.md has used for the H100 (device copy 3.03 TB/s, bf16 GEMM 854 TFLOP/s),
+// taken on whatever card runs (an H200's HBM3e is 1.4x an H100's; an H100 PCIe's is 0.6x).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/gemm.h"
+#include "runtime/device.h"
+
+namespace nvllm {
+namespace {
+
+// The median of `reps` timed runs of `work` on `stream`, after one untimed run, in seconds.
+template <typename Work>
+double median_seconds(cudaStream_t stream, int reps, Work&& work) {
+  CudaEvent start, stop;
+  std::vector<float> ms;
+  for (int i = 0; i <= reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(start.get(), stream));
+    work();
+    CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, start.get(), stop.get()));
+    if (i > 0) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e-3;
+}
+
+}  // namespace
+
+GpuCeilings measure_gpu_ceilings(int index) {
+  int previous = 0;
+  CUDA_CHECK(cudaGetDevice(&previous));
+  CUDA_CHECK(cudaSetDevice(index));
+  GpuCeilings c;
+  {
+    cudaStream_t stream = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // Copy: 256 MiB, five times the largest L2 (50 MB), read + write counted, as a plain
+    // cudaMemcpyAsync (an SM copy kernel; a copy captured in a graph may go to a slower engine).
+    {
+      const size_t bytes = size_t{256} << 20;
+      DeviceBuffer a(bytes), b(bytes);
+      CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, stream));
+      const double s = median_seconds(stream, 10, [&] {
+        CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream));
+      });
+      c.copy_bytes_per_s = 2.0 * bytes / s;
+    }
+    // bf16 GEMM with fp32 accumulation, 8192^3 (1.1 TFLOP, about 1.3 ms on an H100), through the
+    // runner's own cuBLASLt plan; four back to back a timed run so launch gaps do not count.
+    {
+      constexpr int n = 8192;
+      const size_t elems = size_t{n} * n;
+      DeviceBuffer x(elems * 2), w(elems * 2), y(elems * 2);
+      CUDA_CHECK(cudaMemsetAsync(x.get(), 0, elems * 2, stream));
+      CUDA_CHECK(cudaMemsetAsync(w.get(), 0, elems * 2, stream));
+      Gemm gemm;
+      const auto* xp = static_cast<const __nv_bfloat16*>(x.get());
+      const auto* wp = static_cast<const __nv_bfloat16*>(w.get());
+      const double s = median_seconds(stream, 5, [&] {
+        for (int i = 0; i < 4; ++i) gemm.matmul(xp, wp, y.get(), n, n, n, /*out_f32=*/false, stream);
+      });
+      c.bf16_flops = 4 * 2.0 * n * n * double(n) / s;
+    }
+    CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+  CUDA_CHECK(cudaSetDevice(previous));
+  return c;
+}
+
+}  // namespace nvllm
