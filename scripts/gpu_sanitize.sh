@@ -4,7 +4,8 @@
 # whole log goes to $OUT/cs_<tool>.log, and one summary line a tool to stdout and $OUT/summary.txt:
 #   gpu_sanitize: memcheck: 0 errors; leaks: 0 bytes in 0 allocations | doctest: 18 passed, 0 failed | exit 0 | 212 s
 # Usage: scripts/gpu_sanitize.sh [TOOL...]     TOOL: memcheck racecheck synccheck (default: all three)
-#   BIN (.device/bin), OUT (/tmp/nvllm_out), COMPUTE_SANITIZER, and per tool <TOOL>_TC / <TOOL>_TIME_S
+#   PARALLEL=1 runs the tools at the same time (one device call for all three).
+#   BIN (.device/bin), OUT (/tmp/nvllm_out), COMPUTE_SANITIZER, and per tool <TOOL>_TC / <TOOL>_TCE / <TOOL>_TIME_S
 #   (e.g. RACECHECK_TC='gpu.kernels.gemv*' RACECHECK_TIME_S=300) override the defaults below.
 # Exit status: 0 when every tool ran to the end with no error, hazard or failed test; 1 otherwise.
 #
@@ -54,8 +55,9 @@ run_tool() {
     synccheck) tc="gpu.*" ;;
     *) echo "gpu_sanitize: unknown tool $tool (memcheck, racecheck, synccheck)" >&2; return 1 ;;
   esac
-  local tc_var="${upper}_TC" time_var="${upper}_TIME_S"
+  local tc_var="${upper}_TC" tce_var="${upper}_TCE" time_var="${upper}_TIME_S"
   tc=${!tc_var:-$tc}
+  tce=${!tce_var:-$tce}
   limit=${!time_var:-420}
   log="$out/cs_$tool.log"
   start=$(date +%s)
@@ -75,7 +77,18 @@ tools=("$@")
 ((${#tools[@]})) || tools=(memcheck racecheck synccheck)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$out/summary.txt" 2>&1
 status=0
-for tool in "${tools[@]}"; do
-  run_tool "$tool" || status=1
-done
+if [[ ${PARALLEL:-0} == 1 ]]; then
+  # All tools at once on the one GPU (each test binary takes little of its memory; the sanitizers
+  # are bound by the host's cores): one device call instead of one a tool.
+  pids=()
+  for tool in "${tools[@]}"; do
+    run_tool "$tool" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+else
+  for tool in "${tools[@]}"; do
+    run_tool "$tool" || status=1
+  done
+fi
 exit $status
