@@ -7,6 +7,10 @@ Run from the repository root: python3 fuzz/make_seeds.py. The seeds are derived 
 import json
 import os
 import struct
+import sys
+
+sys.path.insert(0, os.path.join("testdata", "tokenizers"))
+import sp_proto as sp  # noqa: E402
 
 ROOT = os.path.join("testdata", "fuzz")
 
@@ -99,6 +103,30 @@ def tokenizer_inputs():
         put("tokenizer_fuzz", f"dec{kind}", bytes([kind]) + struct.pack(f"<{len(ids)}i", *ids))
 
 
+def sentencepiece_models():
+    put("sentencepiece_fuzz", "tiny-sp", open("testdata/tokenizers/tiny-sp/tokenizer.model", "rb").read())
+    specials = sp.piece("<unk>", 0, sp.UNKNOWN) + sp.piece("<s>", 0, sp.CONTROL) + sp.piece("</s>", 0, sp.CONTROL)
+    chars = b"".join(sp.piece(c, -2.0) for c in ["\u2581", "a", "b", "c", "f", "i", "x", "y", "z", "H", "e", "l", "o"])
+    more = (sp.piece("ab", -3.0) + sp.piece("\u2581a", -3.0) + sp.piece("bc", -1.0) + sp.piece("lo", -2.5) +
+            sp.piece("<tool>", 0, sp.USER_DEFINED) + sp.piece("zz", -1.0, sp.UNUSED))
+    charsmap = open("testdata/tokenizers/sp-rules/charsmap.bin", "rb").read()
+
+    def normalizer(dummy, remove, rules=b""):
+        return sp.string(3, sp.string(1, "rules" if rules else "identity") + sp.string(2, rules) +
+                         sp.field(3, 0, sp.varint(dummy)) + sp.field(4, 0, sp.varint(remove)) +
+                         sp.field(5, 0, sp.varint(1)))
+
+    def trainer(model_type, byte_fallback=0):
+        return sp.string(2, sp.field(3, 0, sp.varint(model_type)) + sp.field(35, 0, sp.varint(byte_fallback)))
+
+    put("sentencepiece_fuzz", "unigram-rules", specials + chars + more + trainer(sp.UNIGRAM) +
+        normalizer(1, 1, charsmap) + b"\n---\nabcab \uff21 x")
+    put("sentencepiece_fuzz", "bpe-user", specials + chars + more + trainer(sp.BPE) + normalizer(1, 0))
+    byte_pieces = b"".join(sp.piece(f"<0x{b:02X}>", 0, sp.BYTE) for b in range(256))
+    put("sentencepiece_fuzz", "bpe-bytes", specials + byte_pieces + chars + more + trainer(sp.BPE, 1) +
+        normalizer(1, 0) + "\n---\n\u00e9\U0001F600 ab".encode())
+
+
 # testdata/fuzz/chat_template_fuzz/ holds hand-written templates (template, "\n---\n", messages);
 # they are not generated here.
 
@@ -109,3 +137,4 @@ if __name__ == "__main__":
     checkpoints()
     tokenizer_jsons()
     tokenizer_inputs()
+    sentencepiece_models()

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache git pkg-config
           libcli11-dev nlohmann-json3-dev doctest-dev libxxhash-dev libpcre2-dev
-          libutf8proc-dev libsentencepiece-dev
+          libutf8proc-dev
           parallel python3-yaml
           clang libclang-rt-14-dev llvm)  # the last three: sanitizer and fuzz builds (scripts/test_hardening.sh)
 missing=()

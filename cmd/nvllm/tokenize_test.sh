@@ -56,8 +56,8 @@ out=$("$nvllm" tokenize --model "$model" --text "Hello, world!")
 out=$("$nvllm" tokenize --model "$model" --decode --skip-special-tokens --text "[151644, 872, 198, 6023, 151645]")
 [[ $out == '{"text":"user\nhi"}' ]] || { echo "--skip-special-tokens gave $out"; exit 1; }
 
-# tokenizer.model through the shared libsentencepiece (the GPU machine has another version of
-# it than the build machine): ids worked out by hand in lib/tokenizer/sentencepiece_test.cpp.
+# tokenizer.model, read natively (lib/tokenizer/sentencepiece_*.cpp): ids worked out by hand in
+# lib/tokenizer/sentencepiece_test.cpp.
 out=$("$nvllm" tokenize --model "$testdata/tokenizers/tiny-sp" --text "hello world" --add-special-tokens)
 [[ $out == '{"ids":[1,15,3,17,6,10],"count":6}' ]] || { echo "SentencePiece encode gave $out"; exit 1; }
 out=$("$nvllm" tokenize --model "$testdata/tokenizers/tiny-sp" --decode --skip-special-tokens --text "[1,15,3,17,6,10]")

@@ -1,12 +1,13 @@
-// SpTokenizer: a checkpoint's tokenizer.model run through libsentencepiece, for folders that
-// ship no tokenizer.json. BOS/EOS on add_special_tokens follow tokenizer_config.json's
+// SpTokenizer: a checkpoint's tokenizer.model (SentencePiece, read natively by sp::Processor),
+// for folders that ship no tokenizer.json. BOS/EOS on add_special_tokens follow tokenizer_config.json's
 // add_bos_token / add_eos_token (defaults true / false, as for Llama's slow tokenizer).
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
-#include <sentencepiece_processor.h>
 
 #include "core/error.h"
+#include "tokenizer/sentencepiece_processor.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -16,18 +17,14 @@ namespace {
 class SpTokenizer : public Tokenizer {
  public:
   SpTokenizer(const std::filesystem::path& file, bool add_bos, bool add_eos)
-      : source_(file.string()), add_bos_(add_bos), add_eos_(add_eos) {
-    const auto status = sp_.Load(source_);
-    NVLLM_CHECK(status.ok(), source_, ": SentencePiece cannot load it: ", status.ToString());
-  }
+      : source_(file.string()), sp_(sp::parse_model_proto(read_file(file), source_), source_), add_bos_(add_bos),
+        add_eos_(add_eos) {}
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override {
     if (const auto bad = unicode::first_invalid_utf8(text)) {
       fail("the text is not valid UTF-8 (byte offset ", *bad, "); tokenizers need UTF-8 input");
     }
-    std::vector<int> pieces;
-    const auto status = sp_.Encode(std::string_view(text), &pieces);
-    NVLLM_CHECK(status.ok(), source_, ": SentencePiece encode failed: ", status.ToString());
+    const std::vector<int32_t> pieces = sp_.encode(text);
     std::vector<int32_t> ids;
     ids.reserve(pieces.size() + 2);
     if (add_special_tokens && add_bos_ && sp_.bos_id() >= 0) ids.push_back(sp_.bos_id());
@@ -41,15 +38,14 @@ class SpTokenizer : public Tokenizer {
     // tokenizer we write them as their piece unless asked to skip them. The ids between them
     // are decoded by SentencePiece in runs.
     std::string out, part;
-    std::vector<int> run;
+    std::vector<int32_t> run;
     bool text_before = false;  // a run was decoded already
     const auto flush = [&] {
       if (run.empty()) return;
-      const auto status = sp_.Decode(run, &part);
-      NVLLM_CHECK(status.ok(), source_, ": SentencePiece decode failed: ", status.ToString());
+      part = sp_.decode(run);
       // SentencePiece drops the dummy-prefix space of a run's first piece; only the text's
       // first run has one (a leading <s> does not count as text).
-      if (text_before && sp_.IdToPiece(run.front()).rfind("\xE2\x96\x81", 0) == 0 && part.rfind(' ', 0) != 0) {
+      if (text_before && sp_.id_to_piece(run.front()).rfind("\xE2\x96\x81", 0) == 0 && part.rfind(' ', 0) != 0) {
         out += ' ';
       }
       out += part;
@@ -57,11 +53,11 @@ class SpTokenizer : public Tokenizer {
       run.clear();
     };
     for (int32_t id : ids) {
-      if (id < 0 || id >= sp_.GetPieceSize()) continue;
+      if (id < 0 || id >= sp_.size()) continue;
       if (skip_special_tokens && is_special(id)) continue;
-      if (sp_.IsControl(id)) {
+      if (sp_.is_control(id)) {
         flush();
-        out += sp_.IdToPiece(id);
+        out += sp_.id_to_piece(id);
       } else {
         run.push_back(id);
       }
@@ -70,19 +66,27 @@ class SpTokenizer : public Tokenizer {
     return out;
   }
 
-  int32_t vocab_size() const override { return sp_.GetPieceSize(); }
+  int32_t vocab_size() const override { return sp_.size(); }
   bool is_special(int32_t id) const override {
-    return id >= 0 && id < sp_.GetPieceSize() && (sp_.IsControl(id) || sp_.IsUnknown(id));
+    return id >= 0 && id < sp_.size() && (sp_.is_control(id) || sp_.is_unknown(id));
   }
   std::optional<int32_t> token_to_id(std::string_view token) const override {
-    const int id = sp_.PieceToId(std::string_view(token));
-    if (sp_.IsUnknown(id) && sp_.IdToPiece(id) != token) return std::nullopt;
+    const int32_t id = sp_.piece_to_id(token);
+    if (sp_.is_unknown(id) && sp_.id_to_piece(id) != token) return std::nullopt;
     return id;
   }
 
  private:
+  static std::string read_file(const std::filesystem::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    NVLLM_CHECK(in, file.string(), ": cannot open it");
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    NVLLM_CHECK(!in.bad(), file.string(), ": cannot read it");
+    return bytes;
+  }
+
   std::string source_;
-  sentencepiece::SentencePieceProcessor sp_;
+  sp::Processor sp_;
   bool add_bos_, add_eos_;
 };
 
