@@ -155,18 +155,31 @@ TEST_CASE("chat template: the tokenizer's special tokens are variables, unset on
 }
 
 // Found by chat_template_fuzz in CI's smoke runs: a printf width past a C int overflowed the
-// parser's int (undefined behaviour), and one of 2^31 - 1 asked for 2 GB of padding. Widths and
-// precisions stop at 2^28 (as repetition does): an error for that request.
+// parser's int (undefined behaviour), and one of 2^31 - 1 asked for 2 GB of padding. Widths,
+// precisions, repetition and tojson's indent stop at 2^24 (16 MiB): an error past it, exactly.
 TEST_CASE("chat template: a printf width past a C int is an error, not an overflow") {
   ChatInputs in;
   in.messages = ChatJson::parse(R"([{"role": "user", "content": "hi"}])");
   const ChatTemplate huge("{{ '%7777777777d' % 1 }}", "t", "", "");
   CHECK_THROWS_WITH_AS(huge.render(in, ContentFormat::kString), doctest::Contains("width too big"), ChatTemplateError);
-  const ChatTemplate over("{{ '%268435457d' % 1 }}", "t", "", "");
+  const ChatTemplate over("{{ '%16777217d' % 1 }}", "t", "", "");
   CHECK_THROWS_WITH_AS(over.render(in, ContentFormat::kString), doctest::Contains("width too big"), ChatTemplateError);
+  const ChatTemplate at("{{ ('%16777216d' % 1) | length }}", "t", "", "");
+  CHECK(at.render(in, ContentFormat::kString) == "16777216");
+  const ChatTemplate repeat_at("{{ ('ab' * 8388608) | length }}", "t", "", "");
+  CHECK(repeat_at.render(in, ContentFormat::kString) == "16777216");
+  const ChatTemplate repeat_over("{{ 'ab' * 8388609 }}", "t", "", "");
+  CHECK_THROWS_WITH_AS(repeat_over.render(in, ContentFormat::kString), doctest::Contains("too large"), ChatTemplateError);
+  const ChatTemplate indent_over("{{ [1] | tojson(indent=16777217) }}", "t", "", "");
+  CHECK_THROWS_WITH_AS(indent_over.render(in, ContentFormat::kString), doctest::Contains("indent too big"),
+                       ChatTemplateError);
   const ChatTemplate precision("{{ '%.2147483647d' % 1 }}", "t", "", "");
   CHECK_THROWS_WITH_AS(precision.render(in, ContentFormat::kString), doctest::Contains("width too big"),
                        ChatTemplateError);
+  // Past the 511 characters a fixed buffer once cut numbers to: Python pads them in full.
+  const ChatTemplate wide("{{ ('%600d' % 7) | length }} {{ ('%-600.2f|' % 0.5) | length }} {{ ('%600d' % 7)[-2:] }}",
+                          "t", "", "");
+  CHECK(wide.render(in, ContentFormat::kString) == "600 601  7");
   const ChatTemplate ok("{{ '%05d|%.3f' % (42, 0.5) }}", "t", "", "");
   CHECK(ok.render(in, ContentFormat::kString) == "00042|0.500");
 }

@@ -11,6 +11,12 @@ namespace nvllm::jinja {
 
 class Interpreter;
 
+// The longest string one operation may make: printf widths and precisions, repetition
+// (`'x' * n`), tojson's indent. Python has no such limit; a chat prompt is bounded by a model's
+// context (a million tokens is 4-8 MB of text), so 16 MiB refuses only what no template means
+// and keeps a hostile one from asking for gigabytes.
+inline constexpr size_t kMaxStringBytes = size_t{1} << 24;
+
 bool has_filter(std::string_view name);
 bool has_test(std::string_view name);
 Value apply_filter(Interpreter& in, std::string_view name, const Value& v, Args& args);

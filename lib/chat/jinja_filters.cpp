@@ -29,7 +29,9 @@ Value f_tojson(Interpreter&, const Value& v, Args& a) {
   Value indent = a.get(1, "indent", Value::none());
   if (indent.kind() == Kind::kInt || indent.kind() == Kind::kBool) {
     o.has_indent = true;
-    o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
+    const int64_t n = std::max<int64_t>(0, indent.as_int());
+    if (static_cast<uint64_t>(n) > kMaxStringBytes) throw std::runtime_error("tojson: indent too big");
+    o.indent = std::string(static_cast<size_t>(n), ' ');
   } else if (indent.is_string()) {
     o.has_indent = true;
     o.indent = std::string(indent.str());

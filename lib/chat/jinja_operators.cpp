@@ -31,7 +31,7 @@ int64_t floor_div(int64_t a, int64_t b) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
-  if (n > 0 && (seq.is_string() ? seq.str().size() : seq.size()) * static_cast<uint64_t>(n) > (1u << 28)) {
+  if (n > 0 && (seq.is_string() ? seq.str().size() : seq.size()) * static_cast<uint64_t>(n) > kMaxStringBytes) {
     throw std::runtime_error("repetition result too large");
   }
   if (seq.is_string()) {

@@ -29,10 +29,16 @@ std::string c_format(const Spec& sp, const char* conv, double d, bool integral) 
   if (sp.width >= 0) f += std::to_string(sp.width);
   if (sp.precision >= 0 && !integral) f.append(".").append(std::to_string(sp.precision));
   f += integral ? std::string("ll") + conv : std::string(conv);
-  char buf[512];
-  if (integral) std::snprintf(buf, sizeof buf, f.c_str(), static_cast<long long>(d));
-  else std::snprintf(buf, sizeof buf, f.c_str(), d);
-  return buf;
+  // Sized by a first call: a width or precision may ask for up to kMaxStringBytes characters.
+  const auto print = [&](char* buf, size_t size) {
+    return integral ? std::snprintf(buf, size, f.c_str(), static_cast<long long>(d))
+                    : std::snprintf(buf, size, f.c_str(), d);
+  };
+  const int n = print(nullptr, 0);
+  if (n < 0) throw std::runtime_error("format failed");
+  std::string out(static_cast<size_t>(n), '\0');
+  print(out.data(), out.size() + 1);
+  return out;
 }
 
 std::string pad(std::string s, const Spec& sp) {
@@ -117,10 +123,11 @@ std::string py_printf(std::string_view fmt, const Value& args) {
     auto read_int = [&]() {
       int v = 0;
       while (i < fmt.size() && isdigit(static_cast<unsigned char>(fmt[i]))) {
-        // Python refuses a width or precision past a C int; we stop at 2^28, as repetition does,
-        // so that a template cannot ask for gigabytes of padding.
+        // Python refuses a width or precision past a C int; we stop at kMaxStringBytes.
         v = v * 10 + (fmt[i++] - '0');
-        if (v > (1 << 28)) throw std::runtime_error("width too big (at most 268435456)");
+        if (static_cast<size_t>(v) > kMaxStringBytes) {
+          throw std::runtime_error("width too big (at most " + std::to_string(kMaxStringBytes) + ")");
+        }
       }
       return v;
     };
