@@ -116,7 +116,8 @@ void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, siz
   if (graph)
     CUDA_CHECK(cudaGraphLaunch(graph.exec, st));
   else
-    forward(io_.step(packed.layout, packed.max_query_len, packed.max_context_len, b.decode_only, true));
+    forward(io_.step(packed.layout, packed.max_query_len, packed.max_context_len, b.decode_only, true,
+                     packed.decode_seqs));
   const bool token_ready = fused_.head() && fused_.applies(b.decode_only, graph ? graph.size : T);
   sampler_.launch(model_.act().logits.as<float>(), packed,
                   io_.device<kernels::SampleRow>(packed.layout.sample_params), graph ? S : R, token_ready, st);

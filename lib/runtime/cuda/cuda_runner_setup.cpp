@@ -69,7 +69,7 @@ void CudaRunner::capture_graphs() {
                  .layout;
     io_.copy_in(0, 0, layout.bytes, st);
   };
-  auto record = [&](int, int bound) { forward(io_.step(layout, 1, bound, true, false)); };
+  auto record = [&](int, int bound) { forward(io_.step(layout, 1, bound, true, false, layout.seqs)); };
   graphs_.capture(seq_cap_, opt_.max_model_len, st, stage, record);
 }
 

@@ -187,12 +187,27 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   kernels::qk_norm_rope_cache(qkv, st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), w.q_norm, w.k_norm, eps,
                               w_.inv_freq.as<float>(), cache, T, c_.num_heads, c_.num_kv_heads, c_.head_dim,
                               block_size_, s);
-  if (st.decode) {
-    kernels::attention_decode(qkv, c_.qkv_size(), cache, ab, attn, c_.num_heads, c_.num_kv_heads, c_.head_dim,
-                              block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s);
-  } else {
-    kernels::attention_prefill(qkv, c_.qkv_size(), cache, ab, attn, c_.num_heads, c_.num_kv_heads, c_.head_dim,
-                               block_size_, scale, s);
+  // Sequences with one query token (the decodes, which the scheduler puts first) take the decode
+  // kernel, which splits long contexts and reads a KV head once for its query heads; the rest
+  // (prompt chunks) the prefill kernel, its sequences and rows offset past the decodes. A mixed
+  // step of 160 decodes and one prompt would otherwise walk every decode's context in 16-row
+  // query tiles with one row used, once per query head pair.
+  const int D = st.decode ? L.seqs : st.decode_seqs;
+  if (D > 0) {
+    kernels::AttentionBatch decodes = ab;
+    decodes.num_seqs = D;
+    decodes.max_query_len = 1;
+    kernels::attention_decode(qkv, c_.qkv_size(), cache, decodes, attn, c_.num_heads, c_.num_kv_heads,
+                              c_.head_dim, block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s);
+  }
+  if (D < L.seqs) {
+    kernels::AttentionBatch prompts = ab;
+    prompts.query_start += D;  // absolute token rows: rows of the decodes are 0 .. D - 1
+    prompts.context_lens += D;
+    prompts.block_tables += static_cast<size_t>(D) * L.width;
+    prompts.num_seqs = L.seqs - D;
+    kernels::attention_prefill(qkv, c_.qkv_size(), cache, prompts, attn, c_.num_heads, c_.num_kv_heads,
+                               c_.head_dim, block_size_, scale, s);
   }
   linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
   all_reduce(x, T, s);

@@ -71,12 +71,17 @@ void pack_forward(const Batch& b, const StepLayout& l, int padded_seqs, int widt
   for (int s = seqs; s < padded_seqs; ++s) bt[static_cast<size_t>(s) * width] = 0;
 }
 
-// The longest query and context, padded rows (query 1, context 1) included.
+// The longest query and context, padded rows (query 1, context 1) included, and how many
+// sequences at the front have one query token each (the scheduler puts running decodes first).
 void step_shape(const Batch& b, int pad, PackedStep& p) {
+  bool leading = true;
   for (int s = 0; s < b.num_seqs(); ++s) {
     p.max_query_len = std::max(p.max_query_len, b.query_len(s));
     p.max_context_len = std::max(p.max_context_len, b.context_lens[s]);
+    leading = leading && b.query_len(s) == 1;
+    p.decode_seqs += leading;
   }
+  if (leading) p.decode_seqs += pad;
   if (pad > 0) {
     p.max_query_len = std::max(p.max_query_len, 1);
     p.max_context_len = std::max(p.max_context_len, 1);

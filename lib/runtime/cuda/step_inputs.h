@@ -50,6 +50,7 @@ struct PackedStep {
   bool all_greedy_plain = true;   // the argmax fast path applies
   bool any_top_logprobs = false;
   int max_query_len = 0, max_context_len = 0;
+  int decode_seqs = 0;  // leading sequences with one query token (all of them in a decode step)
 };
 
 // Writes `batch` into `host` (layout.bytes bytes) as a batch of `padded_seqs` sequences

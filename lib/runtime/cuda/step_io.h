@@ -20,7 +20,8 @@ struct ForwardStep {
   StepLayout layout;
   int max_query_len = 0, max_context_len = 0;
   bool decode = false;
-  bool gather = true;  // sample rows are gathered before the final norm (eager steps)
+  bool gather = true;   // sample rows are gathered before the final norm (eager steps)
+  int decode_seqs = 0;  // leading sequences with one query token: decode attention in a mixed step
   template <typename T>
   T* at(size_t offset) const {
     return reinterpret_cast<T*>(staging + offset);
@@ -30,8 +31,9 @@ struct ForwardStep {
 class StepIo {
  public:
   void allocate(size_t staging_bytes, size_t out_bytes);
-  ForwardStep step(const StepLayout& layout, int max_query_len, int max_context_len, bool decode, bool gather) const {
-    return {staging_dev_.as<std::byte>(), layout, max_query_len, max_context_len, decode, gather};
+  ForwardStep step(const StepLayout& layout, int max_query_len, int max_context_len, bool decode, bool gather,
+                   int decode_seqs) const {
+    return {staging_dev_.as<std::byte>(), layout, max_query_len, max_context_len, decode, gather, decode_seqs};
   }
   // The device address of a packed input.
   template <typename T>
