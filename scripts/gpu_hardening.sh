@@ -7,6 +7,11 @@
 #                                       --gpu-memory-utilization 0.1 (the KV cache does not fit), and
 #                                       --max-num-batched-tokens 1000000 (activation buffers do not fit);
 #                                       each must exit 1 with one message naming the MiB and the flags
+#   scripts/gpu_hardening.sh all        one device call for everything: the binary's dependencies
+#                                       (cmd/nvllm/ldd_test.sh) and --version with nothing beside it, a
+#                                       tensor-parallel size over the GPU count, bench's measured ceilings,
+#                                       the GPU tests, then oom alongside the three sanitizers at once
+#                                       (PARALLEL=1; the KV-sizing test, which reads free memory, left out)
 set -uo pipefail
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
@@ -47,8 +52,54 @@ oom() {
   return $status
 }
 
+# The binary alone: its own dependencies, and it starts.
+deps() {
+  bash cmd/nvllm/ldd_test.sh "$bin/nvllm" testdata
+  readelf -d "$bin/nvllm" | grep NEEDED
+  ls -l "$bin/nvllm"
+}
+
+# More ranks than GPUs: exit 1 with one message naming the GPU count, before any NCCL call.
+tp_over_count() {
+  local n
+  n=$(nvidia-smi -L | wc -l)
+  echo '{"id": "a", "prompt": "hello", "max_tokens": 4}' >/tmp/tp_in.jsonl
+  "$bin/nvllm" generate --model testdata/tiny-qwen3 --load-format dummy --tensor-parallel-size $((n + 1)) \
+    --input /tmp/tp_in.jsonl --output /tmp/tp_out.jsonl >"$out/tp_over.log" 2>&1
+  local rc=$?
+  echo "tensor parallel $((n + 1)) on $n GPU(s): exit $rc (want 1); message:"
+  grep -i "error" "$out/tp_over.log" | head -2
+  ((rc == 1))
+}
+
+# bench's ceilings line (measured on this GPU) and a batch-1 figure against them, Qwen3-0.6B shape.
+ceilings() {
+  local dir=/tmp/shape-qwen3-0.6b
+  mkdir -p $dir
+  cp testdata/configs/qwen3-0.6b.json $dir/config.json
+  cp testdata/tokenizers/qwen3/tokenizer.json testdata/tokenizers/qwen3/tokenizer_config.json $dir/
+  "$bin/nvllm" bench latency --model $dir --load-format dummy --batch-size 1 --input-len 128 --output-len 256 -q \
+    --output-json "$out/bench_b1.json"
+}
+
+all() {
+  local status=0
+  { deps && tp_over_count && ceilings; } >"$out/misc.log" 2>&1 || status=1
+  cat "$out/misc.log"
+  timeout 180 "$bin/nvllm_gpu_tests" >"$out/gpu_tests.log" 2>&1 || status=1
+  tail -3 "$out/gpu_tests.log"
+  oom >"$out/oom.txt" 2>&1 &
+  local oom_pid=$!
+  PARALLEL=1 MEMCHECK_TCE="bench.*,gpu.bench.*,*sizes the KV cache*" SYNCCHECK_TCE="bench.*,gpu.bench.*,*sizes the KV cache*" \
+    OUT=$out BIN=$bin "$(dirname "$0")/gpu_sanitize.sh" || status=1
+  wait $oom_pid || status=1
+  cat "$out/oom.txt"
+  return $status
+}
+
 case ${1:-} in
   sanitize) sanitize ;;
   oom) oom ;;
-  *) echo "usage: scripts/gpu_hardening.sh sanitize|oom" >&2; exit 2 ;;
+  all) all ;;
+  *) echo "usage: scripts/gpu_hardening.sh sanitize|oom|all" >&2; exit 2 ;;
 esac
