@@ -84,7 +84,11 @@ ceilings() {
 
 all() {
   local status=0
-  { deps && tp_over_count && ceilings; } >"$out/misc.log" 2>&1 || status=1
+  {
+    deps || status=1
+    tp_over_count || status=1
+    ceilings || status=1
+  } >"$out/misc.log" 2>&1
   cat "$out/misc.log"
   timeout 180 "$bin/nvllm_gpu_tests" >"$out/gpu_tests.log" 2>&1 || status=1
   tail -3 "$out/gpu_tests.log"
