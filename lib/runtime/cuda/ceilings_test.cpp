@@ -2,7 +2,8 @@
 // rate cannot pass the memory's peak (2 transfers a clock x bus width) and on a healthy card
 // reaches most of it; the bf16 GEMM rate cannot pass the tensor cores' peak (4,096 dense bf16
 // FLOP a clock an SM on sm_90, 2,048 on sm_80) and reaches most of it. A factor-of-two slip in
-// either figure (read + write, 2 FLOP a multiply-add) falls outside its window.
+// either figure (read + write, 2 FLOP a multiply-add) falls outside its window. Named gpu.bench.*:
+// a timing case, which the sanitizers (scripts/gpu_sanitize.sh) leave out, as they slow it 100x.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -12,7 +13,7 @@
 
 namespace nvllm {
 
-TEST_CASE("gpu.ceilings measured copy and GEMM rates sit under the card's peaks, near them") {
+TEST_CASE("gpu.bench.ceilings: measured copy and GEMM rates sit under the card's peaks, near them") {
   int device = 0, mem_khz = 0, bus_bits = 0, sm_khz = 0, sms = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
