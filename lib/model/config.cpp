@@ -200,6 +200,13 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   }
   NVLLM_CHECK(c.head_dim % 2 == 0, source, ": field \"head_dim\" must be even for rotary embeddings, found ",
               c.head_dim);
+  // The fused q/k/v width (num_attention_heads + 2 x num_key_value_heads) x head_dim is an int
+  // everywhere below; 2^24 is 900x the largest model's (Llama 3 405B: 18,432). Found by
+  // config_fuzz: head_dim 133,333,328 overflowed it.
+  const int64_t qkv_width = (int64_t{c.num_heads} + 2 * int64_t{c.num_kv_heads}) * c.head_dim;
+  NVLLM_CHECK(qkv_width <= kMaxQkvWidth, source, ": fields \"head_dim\" (", c.head_dim, ") x (\"num_attention_heads\" (",
+              c.num_heads, ") + 2 x \"num_key_value_heads\" (", c.num_kv_heads, ")) = ", qkv_width,
+              " is larger than any model's; at most ", kMaxQkvWidth);
   c.max_position_embeddings = get_positive_int(j, "max_position_embeddings", source);
   parse_rope(j, source, &c);
   if (has(j, "rms_norm_eps")) c.rms_norm_eps = get_positive_number(j, "rms_norm_eps", source);

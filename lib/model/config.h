@@ -1,6 +1,7 @@
 // ModelConfig: what config.json (and generation_config.json) of a checkpoint folder says.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -65,6 +66,9 @@ struct ModelConfig {
     return {num_layers, num_kv_heads, head_dim, block_size, dtype_bytes};
   }
 };
+
+// The largest (num_attention_heads + 2 x num_key_value_heads) x head_dim a config may give.
+inline constexpr int64_t kMaxQkvWidth = int64_t{1} << 24;
 
 // Reads DIR/config.json and, when present, DIR/generation_config.json. Throws nvllm::Error
 // naming the file and field for a missing folder, bad JSON, an unknown architecture or a

@@ -234,6 +234,19 @@ TEST_CASE("config: every bad or missing field names the file and the field") {
   expect(with("vocab_size", -3), {"vocab_size", "positive"});
   expect(with("num_key_value_heads", 3), {"num_key_value_heads", "multiple"});
   expect(with("head_dim", 15), {"head_dim", "even"});
+  {  // Found by config_fuzz: the q/k/v width overflowed an int. Exactly at the limit it parses.
+    json j = tiny();
+    j["num_attention_heads"] = 32;
+    j["num_key_value_heads"] = 8;
+    j["head_dim"] = 133333328;
+    expect(j, {"head_dim", "num_attention_heads", "num_key_value_heads", "at most 16777216"});
+    j["num_attention_heads"] = 64;
+    j["num_key_value_heads"] = 32;  // (64 + 2 x 32) x 131,072 = 2^24 exactly
+    j["head_dim"] = 131072;
+    CHECK(parse(j).qkv_size() == 16777216);
+    j["head_dim"] = 131074;  // 2^24 + 256
+    expect(j, {"head_dim", "at most"});
+  }
   expect(with("rope_theta", "big"), {"rope_theta", "number"});
   expect(with("rope_theta", 0), {"rope_theta", "positive"});
   expect(with("rms_norm_eps", -1e-6), {"rms_norm_eps", "positive"});
