@@ -236,8 +236,17 @@ void parse_decoder(const json& d, std::vector<DecoderStep>& steps, const std::st
     step.content = d.at("content").get<std::string>();
     NVLLM_CHECK(unicode::utf8_char_len(static_cast<unsigned char>(step.content[0])) == step.content.size(), source,
                 ": ", where, ": Strip content must be one character");
-    step.start = d.value("start", 0u);
-    step.stop = d.value("stop", 0u);
+    // Character counts: integers from 0 (found by tokenizer_json_fuzz: "stop": 8.9e45 was
+    // converted to unsigned, which is undefined).
+    for (const auto& [key, out] : {std::pair{"start", &step.start}, std::pair{"stop", &step.stop}}) {
+      if (!d.contains(key)) continue;
+      const json& v = d.at(key);
+      const bool count = (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t{INT32_MAX}) ||
+                         (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX);
+      NVLLM_CHECK(count, source, ": ", where, ": Strip \"", key, "\" must be an integer from 0 to ", INT32_MAX,
+                  ", got ", v.dump());
+      *out = static_cast<unsigned>(v.get<int64_t>());
+    }
   } else if (type == "Metaspace") {
     step.kind = DecoderStep::Kind::kMetaspace;
     step.content = d.value("replacement", "\xE2\x96\x81");

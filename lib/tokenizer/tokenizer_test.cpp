@@ -282,6 +282,16 @@ TEST_CASE("tokenizer: a Strip decoder removes start leading and stop trailing ch
   std::ofstream(dir / "tokenizer.json") << tiny_json(kTinyModel, R"(, "decoder": {"type": "Strip", "content": "b", "start": 0, "stop": 1})");
   // Every token keeps all but one trailing "b": "ab" -> "a", "a" -> "a", "b" -> "".
   CHECK(load_tokenizer(dir)->decode(std::vector<int32_t>{2, 0, 1}) == "aa");
+  // Found by tokenizer_json_fuzz: a count that is no integer in [0, 2^31) is an error naming it.
+  for (const char* bad : {"8.9e45", "-1", "1.5", "2147483648"}) {
+    CAPTURE(bad);
+    std::ofstream(dir / "tokenizer.json")
+        << tiny_json(kTinyModel, std::string(R"(, "decoder": {"type": "Strip", "content": "b", "start": 0, "stop": )") + bad + "}");
+    CHECK_THROWS_WITH_AS(load_tokenizer(dir), doctest::Contains("Strip \"stop\" must be an integer"), Error);
+  }
+  std::ofstream(dir / "tokenizer.json")
+      << tiny_json(kTinyModel, R"(, "decoder": {"type": "Strip", "content": "b", "start": 0, "stop": 2147483647})");
+  CHECK(load_tokenizer(dir)->decode(std::vector<int32_t>{2, 0, 1}) == "aa");
 }
 
 }  // namespace nvllm
