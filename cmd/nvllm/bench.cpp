@@ -10,6 +10,7 @@
 
 #include "analysis/prefix_tree.h"
 #include "analysis/workload.h"
+#include "cmd/nvllm/bench_ceilings.h"
 #include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/commands.h"
@@ -21,7 +22,6 @@
 #include "engine/data_parallel.h"
 #include "io/progress.h"
 #include "io/request.h"
-#include "runtime/device.h"
 
 #include "git_rev.h"  // NVLLM_GIT_REV, written at build time
 
@@ -51,33 +51,9 @@ struct BenchFlags {
   bool quiet = false;
 };
 
-// One GPU's ceilings for the roofline and where they came from: the flags when both are given,
-// else measured on the first GPU of the run (once a process), else, when that measurement fails,
-// the H100's measured figures. None on the CPU unless the flags give them.
-struct Ceilings {
-  double bandwidth = 0, flops = 0;
-  std::string source;
-};
-
+// One GPU's ceilings (bench_ceilings.h), resolved once a process: a run loads one model.
 const Ceilings& gpu_ceilings(const BenchFlags& f, const LoadedModel& m) {
-  static const Ceilings c = [&] {
-    Ceilings out;
-    if (m.device != "cuda") {
-      out = {f.peak_bandwidth, f.peak_flops, "--peak-bandwidth/--peak-flops"};
-      return out;
-    }
-    try {
-      const GpuCeilings measured = measure_gpu_ceilings(0);
-      out = {measured.copy_bytes_per_s, measured.bf16_flops, "measured on this GPU: device copy, bf16 GEMM 8192^3"};
-    } catch (const Error& e) {
-      log_warn("could not measure this GPU's ceilings (", e.what(), "); the roofline uses the H100's");
-      out = {kH100Bandwidth, kH100Flops, "the H100's measured figures (this GPU's could not be measured)"};
-    }
-    if (f.peak_bandwidth > 0) out.bandwidth = f.peak_bandwidth;
-    if (f.peak_flops > 0) out.flops = f.peak_flops;
-    if (f.peak_bandwidth > 0 || f.peak_flops > 0) out.source += "; overridden by --peak-bandwidth/--peak-flops";
-    return out;
-  }();
+  static const Ceilings c = resolve_ceilings(f.peak_bandwidth, f.peak_flops, m.device);
   return c;
 }
 
