@@ -57,6 +57,29 @@ void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int num_tokens, int h
 void add_rmsnorm(bf16* x, bf16* residual, const bf16* weight, int num_tokens, int hidden, float eps,
                  cudaStream_t stream);
 
+// The tensor-parallel sum over peer memory (peer_reduce.cu): the ranks of one process, one GPU
+// each, every GPU able to read the others' memory. Rank r's staging buffer and signals live on
+// GPU r; every rank holds the same pointers (set up by the runtime's TpComm).
+inline constexpr int kPeerMaxRanks = 8;
+inline constexpr int kPeerBlocks = 32;  // the grid of every call (the barrier is per block)
+struct PeerReduce {
+  bf16* buffers[kPeerMaxRanks] = {};       // rank r's staging: two halves of `capacity` elements
+  uint32_t* signals[kPeerMaxRanks] = {};   // rank r's [kPeerBlocks][kPeerMaxRanks] epochs, zeroed
+  uint32_t* epochs = nullptr;              // this rank's [kPeerBlocks] call counters, zeroed
+  const volatile uint32_t* abort = nullptr;  // host-mapped; non-zero: stop waiting for peers
+  size_t capacity = 0;
+  int rank = 0, ranks = 0;
+};
+// Whether peer_all_reduce takes [tokens, hidden] (staging capacity, hidden % 8 == 0).
+bool peer_reduce_fits(const PeerReduce& p, int tokens, int hidden);
+// x [tokens, hidden] = the sum of every rank's x, in the same rank order on every rank (identical
+// results everywhere). With `weight`: then add_rmsnorm's residual step on the sum (residual =
+// bf16(bf16(sum) + residual), x = rmsnorm(residual) * weight), as the all-reduce followed by
+// add_rmsnorm computes it. Every rank calls it with the same sizes, in the same order, as with
+// NCCL's collectives.
+void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
+                     float eps, cudaStream_t stream);
+
 // On the fused projection output qkv [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]
 // (q heads, then k heads, then v heads), in place: per-head RMSNorm of q and k when q_norm /
 // k_norm are non-null (Qwen3), then rotary embedding of q and k (neox style: the two halves of

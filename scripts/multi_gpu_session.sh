@@ -3,18 +3,24 @@
 # elsewhere: BIN=<folder with nvllm and nvllm_gpu_tests> OUT=<log folder> scripts/multi_gpu_session.sh [stage...]
 #   smoke       GPU tests of tensor parallelism (and the one-GPU runner), a short TP / DP generate,
 #               the GPU-count errors
-#   parity      greedy 64-token outputs of TP 2 vs TP 1 on 100 prompts (CUDA graphs, then --enforce-eager)
+#   parity      greedy 64-token outputs of each TP in TPS vs TP 1 on 100 prompts (CUDA graphs, then --enforce-eager)
 #               on a random-weight Qwen3-8B-shape checkpoint of 8 layers with a planted signal of strength
 #               PLANTED (default 64), and the log-probabilities of the chosen tokens over each pair's
 #               common prefix; the mean chosen log-probability says how peaked the model is (a greedy
 #               comparison means something only when it is near 0: at S = 16 it was -5.4 and TP 1 and
 #               TP 2 agreed on 3 of 100, their log-probabilities within 0.7%)
-#   allreduce   NCCL all-reduce: one decode token's hidden state from a CUDA graph, and bus bandwidth
-#   latency     bench latency, batch 1, 128 in / 512 out, Qwen3-8B shape (36 layers, dummy weights), TP 1 and 2;
-#               TP 1 on the separate kernels too when the fused batch-1 path served it (TP 2 always runs
-#               those), and TP 2 with NCCL_PROTO=LL (NCCL's low-latency protocol only), for comparison
+#   allreduce   NCCL all-reduce: one decode token's hidden state from a CUDA graph, and bus bandwidth; the
+#               decode residual step (sum + add_rmsnorm) through peer memory and through NCCL + kernel
+#   latency     bench latency, batch 1, 128 in / 512 out, Qwen3-8B shape (36 layers, dummy weights), TP 1 and
+#               each TP in TPS; TP 1 on the separate kernels too when the fused batch-1 path served it (TP
+#               always runs those), and each TP with NVLLM_PEER_ALL_REDUCE=0 (NCCL's all-reduce), for A/B
 #   throughput  bench throughput --preset nano-vllm, Qwen3-0.6B shape (dummy weights), DP 1 and 2
+#   big         a Llama-3-70B-class layer shape: parity of TP 4 (2 on a 2-GPU machine) against TP 1 on a
+#               planted checkpoint of BIG_LAYERS layers (default 4) with signal BIG_PLANTED (default 256:
+#               at 64 the mean chosen log-probability was -1.72 and greedy ties decided 57 of 100), and
+#               single-stream decode of all 80 layers (dummy weights), unless BIG_LATENCY=0
 #   summary     the table of what the stages measured (also printed after the others)
+# TPS: the tensor-parallel sizes of the parity and latency stages (default "2 4" on 4 GPUs, else "2").
 # No stage given: topology, then parity latency throughput allreduce summary. NVLink multicast stays
 # as the machine sets it (NCCL_NVLS_ENABLE is printed, never changed).
 set -uo pipefail
@@ -23,6 +29,13 @@ bin=${BIN:-.device/bin}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvllm=$bin/nvllm
+gpus=$(nvidia-smi -L | wc -l)
+if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then  # the GPUs this process sees
+  IFS=, read -ra visible <<<"$CUDA_VISIBLE_DEVICES"
+  gpus=${#visible[@]}
+fi
+max_tp=$((gpus >= 4 ? 4 : 2))
+TPS=${TPS:-$([[ $gpus -ge 4 ]] && echo "2 4" || echo 2)}  # the tensor-parallel sizes measured
 stages=("$@")
 [[ ${#stages[@]} -gt 0 ]] || stages=(parity latency throughput allreduce summary)
 
@@ -122,6 +135,64 @@ expect_error() {  # NAME PATTERN CMD...: exits 1 and says PATTERN
   fi
 }
 
+# A random-weight checkpoint (transformers' init, norms perturbed) with the planted bigram signal
+# of scripts/hf_parity.py, saved in bf16 with the tokenizer of its family.
+make_planted() {  # DIR STRENGTH ARCH(qwen3|llama) LAYERS HIDDEN INTERMEDIATE HEADS KV_HEADS VOCAB LOGNAME
+  [[ -f $1/config.json ]] && return 0
+  timeout -k 5 "$step_timeout" python3 - "$@" <<'PY' 2>&1 | tee "$out/${10}.log"
+import shutil, sys, time, torch, transformers
+sys.path.insert(0, "scripts")
+from hf_parity import plant
+t = time.time()
+out, strength, arch = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+layers, hidden, inter, heads, kv, vocab = map(int, sys.argv[4:10])
+common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+              num_attention_heads=heads, num_key_value_heads=kv, head_dim=128, tie_word_embeddings=False)
+if arch == "qwen3":
+    cfg = transformers.Qwen3Config(**common, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                                   bos_token_id=151643, eos_token_id=151645)
+    cls, tok = transformers.Qwen3ForCausalLM, "qwen3"
+else:
+    cfg = transformers.LlamaConfig(**common, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+                                   bos_token_id=128000, eos_token_id=128001)
+    cls, tok = transformers.LlamaForCausalLM, "llama3"
+torch.manual_seed(0)
+with torch.device("cuda"):
+    model = cls(cfg).to(torch.float32)
+with torch.no_grad():
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.add_(torch.randn_like(p) * 0.1)
+    embed = model.get_input_embeddings().weight.detach().clone()
+    head = model.get_output_embeddings().weight.detach().clone()
+    perm = torch.randperm(embed.shape[0], generator=torch.Generator().manual_seed(7)).cuda()
+    plant(model, embed, head, perm, strength)
+model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"testdata/tokenizers/{tok}/{f}", out)
+print(f"made {out} in {time.time() - t:.1f} s")
+PY
+}
+
+# Greedy 64-token outputs of 100 prompts at tensor parallel 1 and each TP given, CUDA graphs and
+# --enforce-eager, each compared with TP 1 (and TP 1 graphs with eager).
+parity_runs() {  # NAME MODEL TP...
+  local name=$1 model=$2
+  shift 2
+  [[ -f /tmp/parity.jsonl ]] || prompts /tmp/parity.jsonl 100 1 64
+  local gen=(generate --model "$model" --input /tmp/parity.jsonl --max-model-len 512 --max-num-seqs 128 --ordered)
+  local tp
+  for tp in 1 "$@"; do
+    run ${name}_tp$tp "$nvllm" "${gen[@]}" --output "$out/${name}_tp$tp.jsonl" -tp $tp
+    run ${name}_tp${tp}_eager "$nvllm" "${gen[@]}" --output "$out/${name}_tp${tp}_eager.jsonl" -tp $tp --enforce-eager
+  done
+  compare ${name}_tp1_graphs_vs_eager "$out/${name}_tp1.jsonl" "$out/${name}_tp1_eager.jsonl"
+  for tp in "$@"; do
+    compare ${name}_tp${tp}_vs_tp1_graphs "$out/${name}_tp$tp.jsonl" "$out/${name}_tp1.jsonl"
+    compare ${name}_tp${tp}_vs_tp1_eager "$out/${name}_tp${tp}_eager.jsonl" "$out/${name}_tp1_eager.jsonl"
+  done
+}
+
 for stage in "${stages[@]}"; do
   case $stage in
     smoke)
@@ -136,52 +207,49 @@ for stage in "${stages[@]}"; do
       compare smoke_tp2_vs_tp1 "$out/smoke_tp2.jsonl" "$out/smoke_tp1.jsonl"
       compare smoke_tp2_graphs_vs_eager "$out/smoke_tp2.jsonl" "$out/smoke_tp2_eager.jsonl"
       compare smoke_dp2_vs_dp1 "$out/smoke_dp2.jsonl" "$out/smoke_tp1.jsonl"
-      expect_error tp4_on_2 "needs 4 GPUs (one per rank) but 2 visible" "$nvllm" "${small[@]}" --output /tmp/x.jsonl -tp 4
-      expect_error dp3_on_2 "needs 3 GPUs (one per engine) but 2 visible" "$nvllm" "${small[@]}" --output /tmp/x.jsonl -dp 3
+      if [[ $gpus -ge 4 ]]; then
+        run smoke_tp4 "$nvllm" "${small[@]}" --output "$out/smoke_tp4.jsonl" -tp 4
+        compare smoke_tp4_vs_tp1 "$out/smoke_tp4.jsonl" "$out/smoke_tp1.jsonl"
+      fi
+      expect_error tp_over "needs $((2 * gpus)) GPUs (one per rank) but $gpus visible" "$nvllm" "${small[@]}" \
+        --output /tmp/x.jsonl -tp $((2 * gpus))
+      expect_error dp_over "needs $((gpus + 1)) GPUs (one per engine) but $gpus visible" "$nvllm" "${small[@]}" \
+        --output /tmp/x.jsonl -dp $((gpus + 1))
       ;;
     parity)
       # The Qwen3-8B shape with 8 layers, random weights (transformers' init) and the planted bigram
       # signal of scripts/hf_parity.py (LM head row pi(t) += embedding of t, embedding x S).
       planted=${PLANTED:-64}
       model=/tmp/qwen3-8b-8layers-planted-$planted
-      if [[ ! -f $model/config.json ]]; then
-        timeout -k 5 "$step_timeout" python3 - "$model" "$planted" <<'PY' 2>&1 | tee "$out/make_model.log"
-import shutil, sys, time, torch, transformers
-sys.path.insert(0, "scripts")
-from hf_parity import plant
-t = time.time()
-out = sys.argv[1]
-cfg = transformers.Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=8,
-    num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-    rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645)
-torch.manual_seed(0)
-with torch.device("cuda"):
-    model = transformers.Qwen3ForCausalLM(cfg).to(torch.float32)
-with torch.no_grad():
-    for name, p in model.named_parameters():
-        if name.endswith("norm.weight"):
-            p.add_(torch.randn_like(p) * 0.1)
-embed = model.get_input_embeddings().weight.detach().clone()
-head = model.get_output_embeddings().weight.detach().clone()
-perm = torch.randperm(embed.shape[0], generator=torch.Generator().manual_seed(7)).cuda()
-plant(model, embed, head, perm, float(sys.argv[2]))
-model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-for f in ("tokenizer.json", "tokenizer_config.json"):
-    shutil.copy(f"testdata/tokenizers/qwen3/{f}", out)
-print(f"made {out} in {time.time() - t:.1f} s")
+      make_planted "$model" "$planted" qwen3 8 4096 12288 32 8 151936 make_model
+      parity_runs parity "$model" ${TPS}
+      ;;
+    big)
+      # A 70B-class layer (Llama-3-70B: hidden 8192, 64 heads, 8 KV heads, intermediate 28672) with
+      # BIG_LAYERS layers (default 4), planted as above: TP 4 against TP 1 (one GPU holds it); then
+      # single-stream decode of the whole 80-layer shape at TP 4 (dummy weights, 35 GB a rank).
+      planted=${BIG_PLANTED:-256}
+      model=/tmp/llama3-70b-${BIG_LAYERS:-4}layers-planted-$planted
+      make_planted "$model" "$planted" llama ${BIG_LAYERS:-4} 8192 28672 64 8 128256 make_big_model
+      parity_runs big "$model" $max_tp
+      big_shape=/tmp/llama3-70b-shape
+      mkdir -p $big_shape
+      python3 - $big_shape <<'PY'
+import json, sys
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 8192,
+           "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+           "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+           "hidden_act": "silu", "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"},
+          open(f"{sys.argv[1]}/config.json", "w"))
 PY
-      fi
-      prompts /tmp/parity.jsonl 100 1 64
-      gen=(generate --model $model --input /tmp/parity.jsonl --max-model-len 512 --max-num-seqs 128 --ordered)
-      run parity_tp1 "$nvllm" "${gen[@]}" --output "$out/parity_tp1.jsonl"
-      run parity_tp2 "$nvllm" "${gen[@]}" --output "$out/parity_tp2.jsonl" -tp 2
-      run parity_tp1_eager "$nvllm" "${gen[@]}" --output "$out/parity_tp1_eager.jsonl" --enforce-eager
-      run parity_tp2_eager "$nvllm" "${gen[@]}" --output "$out/parity_tp2_eager.jsonl" -tp 2 --enforce-eager
-      compare parity_tp2_vs_tp1_graphs "$out/parity_tp2.jsonl" "$out/parity_tp1.jsonl"
-      compare parity_tp2_vs_tp1_eager "$out/parity_tp2_eager.jsonl" "$out/parity_tp1_eager.jsonl"
-      compare parity_tp1_graphs_vs_eager "$out/parity_tp1.jsonl" "$out/parity_tp1_eager.jsonl"
+      cp testdata/tokenizers/llama3/tokenizer.json testdata/tokenizers/llama3/tokenizer_config.json $big_shape/
+      [[ ${BIG_LATENCY:-1} == 0 ]] || run latency_big_tp$max_tp "$nvllm" bench latency --model $big_shape --load-format dummy --batch-size 1 \
+        --input-len 128 --output-len 256 --max-model-len 1024 --max-num-seqs 16 -tp $max_tp \
+        --output-json "$out/latency_big_tp$max_tp.json"
       ;;
     allreduce)
+      timeout -k 5 "$step_timeout" "$bin/nvllm_gpu_tests" -tc='gpu.bench.peer_all_reduce' --no-skip 2>&1 |
+        tee "$out/peer_allreduce.log" | grep "all-reduce + add_rmsnorm"
       timeout -k 5 "$step_timeout" "$bin/nvllm_gpu_tests" -tc='gpu.bench.nccl_all_reduce' --no-skip 2>&1 |
         tee "$out/allreduce.log" | grep "nccl all-reduce"
       NCCL_PROTO=LL timeout -k 5 "$step_timeout" "$bin/nvllm_gpu_tests" -tc='gpu.bench.nccl_all_reduce' --no-skip 2>&1 |
@@ -190,13 +258,15 @@ PY
     latency)
       lat=(bench latency --model $shape_8b --load-format dummy --batch-size 1 --input-len 128 --output-len 512
            --max-model-len 1024 --max-num-seqs 16)
-      for tp in 1 2; do
+      for tp in 1 $TPS; do
         run latency_tp$tp "$nvllm" "${lat[@]}" -tp $tp --output-json "$out/latency_tp$tp.json"
       done
       if ! grep -q "fused path does not apply" "$out/latency_tp1.log"; then
         NVLLM_FUSED_DECODE=0 run latency_tp1_separate "$nvllm" "${lat[@]}" --output-json "$out/latency_tp1_separate.json"
       fi
-      NCCL_PROTO=LL run latency_tp2_ll "$nvllm" "${lat[@]}" -tp 2 --output-json "$out/latency_tp2_ll.json"
+      for tp in $TPS; do  # the same binary with the decode sums through NCCL (then add_rmsnorm)
+        NVLLM_PEER_ALL_REDUCE=0 run latency_tp${tp}_nccl "$nvllm" "${lat[@]}" -tp $tp --output-json "$out/latency_tp${tp}_nccl.json"
+      done
       ;;
     throughput)
       for dp in 1 2; do
@@ -221,18 +291,31 @@ for name, c in compares.items():
     rows.append((name, f"{c['equal']}/{c['of']} equal; chosen-token logprob rel. error mean {c['logprob_rel_mean']:.4f}, "
                        f"max {c['logprob_rel_max']:.4f} (abs max {c['logprob_abs_max']:.4f}); mean chosen logprob "
                        f"{c.get('chosen_logprob_mean', float('nan')):.2f}", "TP: >= 95/100"))
-lat = {name: js(f"latency_{name}.json") for name in ("tp1", "tp2", "tp1_separate", "tp2_ll")}
+lat = {name: js(f"latency_{name}.json") for name in ("tp1", "tp2", "tp4", "tp1_separate", "tp2_nccl", "tp4_nccl")}
 def step(name):
     return lat[name]["decode_step_s"]["p50"], lat[name]["decode_step_device_s"]["p50"], lat[name]["decode_step_bound_s"]
-if lat["tp1"] and lat["tp2"]:
-    (s1, g1, b1), (s2, g2, b2) = step("tp1"), step("tp2")
-    rows.append(("latency 8B shape, batch 1, 128/512", f"TP1 {1e3*s1:.3f} ms/step (GPU {1e3*g1:.3f}), TP2 {1e3*s2:.3f} "
-                 f"(GPU {1e3*g2:.3f}): speedup {s1/s2:.2f}x; weights-read bound TP1 {1e3*b1:.3f}, TP2 {1e3*b2:.3f}",
-                 ">= 1.7x"))
-    for name, what in (("tp1_separate", "TP1, separate kernels (NVLLM_FUSED_DECODE=0)"), ("tp2_ll", "TP2, NCCL_PROTO=LL")):
+targets = {2: ">= 1.7x", 4: ">= 2.8x"}
+if lat["tp1"]:
+    s1, g1, b1 = step("tp1")
+    rows.append(("latency 8B shape, batch 1, 128/512", f"TP1 {1e3*s1:.3f} ms/step (GPU {1e3*g1:.3f}); weights-read "
+                 f"bound {1e3*b1:.3f} ms ({100*b1/s1:.0f}%)", "-"))
+    for tp in (2, 4):
+        if lat[f"tp{tp}"]:
+            s, g, b = step(f"tp{tp}")
+            rows.append((f"  TP{tp}", f"{1e3*s:.3f} ms/step (GPU {1e3*g:.3f}): speedup {s1/s:.2f}x; weights-read bound "
+                         f"{1e3*b:.3f} ms ({100*b/s:.0f}%)", targets[tp]))
+    for name, what in (("tp1_separate", "TP1, separate kernels (NVLLM_FUSED_DECODE=0)"),
+                       ("tp2_nccl", "TP2, NCCL all-reduce (NVLLM_PEER_ALL_REDUCE=0)"),
+                       ("tp4_nccl", "TP4, NCCL all-reduce (NVLLM_PEER_ALL_REDUCE=0)")):
         if lat[name]:
             s, g, _ = step(name)
             rows.append((f"  {what}", f"{1e3*s:.3f} ms/step (GPU {1e3*g:.3f}): TP1 / this = {s1/s:.2f}x", "-"))
+for tp in (2, 4):
+    big = js(f"latency_big_tp{tp}.json")
+    if big:
+        s, g, b = big["decode_step_s"]["p50"], big["decode_step_device_s"]["p50"], big["decode_step_bound_s"]
+        rows.append((f"latency Llama-3-70B shape, TP{tp}", f"{1e3*s:.3f} ms/step (GPU {1e3*g:.3f}) = {1/s:.1f} tok/s; "
+                     f"weights-read bound {1e3*b:.3f} ms ({100*b/s:.0f}%)", "reported"))
 ar = {}
 if os.path.exists(f"{out}/allreduce.log"):
     for line in open(f"{out}/allreduce.log"):
@@ -250,6 +333,12 @@ if 8192 in ar:
     big = max(ar)
     rows.append(("NCCL all-reduce (graph)", f"8 KB (one 4096-wide token): {ar[8192][0]:.2f} us; x 74 a step = "
                  f"{per_step/1e3:.3f} ms; {big >> 20} MB: busbw {ar[big][1]:.1f} GB/s", "-"))
+if os.path.exists(f"{out}/peer_allreduce.log"):
+    for line in open(f"{out}/peer_allreduce.log"):
+        m = re.search(r"add_rmsnorm, (\d) GPUs, +(\d+) x +(\d+) .*?, (peer memory|NCCL \+ kernel): +([\d.]+) us", line)
+        if m:
+            rows.append((f"  sum + add_rmsnorm, {m.group(1)} GPUs", f"{m.group(2)} x {m.group(3)}: {m.group(4)} "
+                         f"{m.group(5)} us", "-"))
 if 8192 in ar_ll:
     rows.append(("  NCCL_PROTO=LL", f"8 KB: {ar_ll[8192]:.2f} us", "-"))
 thr = {dp: js(f"throughput_dp{dp}.json") for dp in (1, 2)}

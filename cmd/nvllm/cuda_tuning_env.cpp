@@ -20,6 +20,7 @@ CudaTuning cuda_tuning_from_env() {
   t.fused_decode = on_unless_zero("NVLLM_FUSED_DECODE", t.fused_decode);
   t.fused_head = on_unless_zero("NVLLM_FUSED_HEAD", t.fused_head);
   t.chain_decode = on_unless_zero("NVLLM_CHAIN_DECODE", true);
+  t.peer_all_reduce = on_unless_zero("NVLLM_PEER_ALL_REDUCE", t.peer_all_reduce);
   if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) t.fused_trace = trace;
   return t;
 }

@@ -1,8 +1,9 @@
 // CudaTuning: every switch of the CUDA runner that exists for timing and A/B checks, in one
 // place. The defaults are what nvllm runs with; cmd/ fills the struct once from the environment
 // (cmd/nvllm/cuda_tuning_env.cpp, the NVLLM_* names beside each field) and passes it down in
-// CudaRunnerOptions. Nothing below cmd/ reads the environment. No switch changes results:
-// tokens and logprobs are the same either way (the tests check it for the fused path and chaining).
+// CudaRunnerOptions. Nothing below cmd/ reads the environment. No switch changes results beyond
+// rounding: tokens and logprobs are the same either way (the tests check it for the fused path
+// and chaining), except peer_all_reduce's different order of additions (below).
 #pragma once
 
 #include <string>
@@ -24,6 +25,11 @@ struct CudaTuning {
   // The CLI turns it on (NVLLM_CHAIN_DECODE=0: off); off by default because
   // cuda_runner_last_logits may then see the next step's logits.
   bool chain_decode = false;
+  // Tensor parallelism: small sums (decode steps) through peer memory in one kernel with the
+  // add + RMSNorm after them (kernels/peer_reduce.cu) where every GPU pair has peer access.
+  // NVLLM_PEER_ALL_REDUCE=0: NCCL's all-reduce, then add_rmsnorm. Sums agree to bf16 rounding,
+  // not bit for bit (the order of the additions differs), so tokens may differ where greedy ties.
+  bool peer_all_reduce = true;
   // NVLLM_FUSED_TRACE=FILE: the fused kernels' per-CTA timestamps of the latest batch-1 step,
   // rewritten to FILE after each one (scripts/fused_trace.py reads it). Empty: off. A timing
   // tool: it turns chaining off.

@@ -136,15 +136,15 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
   bf16* x = act_.x.as<bf16>();
   bf16* res = act_.residual.as<bf16>();
   const float eps = static_cast<float>(c_.rms_norm_eps);
-  if (tp_.comm) {  // vocabulary-parallel: each rank looks up the ids in its rows, the sum is the lookup
-    const int r = tp_rank();
-    kernels::embedding_slice(st.at<int32_t>(L.token_ids), w_.embed, x, T, H, tp_.vocab_first[r], tp_.vocab_rows[r], s);
-    all_reduce(x, T, s);
-  } else {
+  if (tp_.comm)  // vocabulary-parallel: each rank looks up the ids in its rows, the sum is the lookup
+    kernels::embedding_slice(st.at<int32_t>(L.token_ids), w_.embed, x, T, H, tp_.vocab_first[tp_rank()],
+                             tp_.vocab_rows[tp_rank()], s);
+  else
     kernels::embedding(st.at<int32_t>(L.token_ids), w_.embed, x, T, H, s);
-  }
-  // The first add_rmsnorm then sets residual = embedding (0 + x is exact in bf16).
+  // The first residual step then sets residual = embedding (0 + x is exact in bf16) and normalises
+  // it for layer 0; each layer ends with the next one's (layer()).
   CUDA_CHECK(cudaMemsetAsync(res, 0, static_cast<size_t>(T) * H * sizeof(bf16), s));
+  reduce_add_rmsnorm(x, res, w_.layers[0].input_norm, T, s);
   for (int l = 0; l < c_.num_layers; ++l) layer(l, st, s);
   // Final norm and LM head only over the rows that sample.
   bf16 *fx = x, *fr = res;
@@ -180,7 +180,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
                                    st.at<int32_t>(L.block_tables), L.width, L.seqs, st.max_query_len,
                                    st.max_context_len};
   const DeviceLayer& w = w_.layers[l];
-  kernels::add_rmsnorm(x, res, w.input_norm, T, H, eps, s);
+  // x arrives normalised by this layer's input norm (forward() or the layer before).
   linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
   if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
   const kernels::KvCache& cache = kv_.layers[l];
@@ -210,8 +210,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
                                c_.head_dim, block_size_, scale, s);
   }
   linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
-  all_reduce(x, T, s);
-  kernels::add_rmsnorm(x, res, w.post_norm, T, H, eps, s);
+  reduce_add_rmsnorm(x, res, w.post_norm, T, s);
   linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
   // The down projection on cuBLASLt at every batch, after silu_mul: its K (the intermediate size)
   // is 3-5x its N. gemv with the activation computed on load (silu(gate) * up recomputed for every
@@ -219,13 +218,19 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   // of the five shapes measured, by 0.8 ms a step on Llama-3-8B (bench/NOTES.md, twelfth session).
   kernels::silu_mul(gate_up, act_.act.as<bf16>(), T, I, s);
   gemm_.matmul(act_.act.as<bf16>(), w.down, x, T, H, I, false, s);
-  all_reduce(x, T, s);
+  // The next layer's input norm; after the last, only the sum (the final norm follows the rows'
+  // gather in forward()).
+  reduce_add_rmsnorm(x, res, l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr, T, s);
 }
 
 int DeviceModel::tp_rank() const { return tp_.comm ? tp_.comm->rank() : 0; }
 
-void DeviceModel::all_reduce(bf16* x, int tokens, cudaStream_t s) {
-  if (tp_.comm) tp_.comm->all_reduce_sum(x, static_cast<size_t>(tokens) * c_.hidden_size, s);
+void DeviceModel::reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, int tokens, cudaStream_t s) {
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  if (tp_.comm)
+    tp_.comm->all_reduce_add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s);
+  else if (norm != nullptr)
+    kernels::add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s);
 }
 
 // Each rank writes its [rows, vocab_pad] logits at its place in logits_parts and gathers the

@@ -99,8 +99,10 @@ class DeviceModel {
   bool use_gemv(int m, int k) const;
   // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt.
   void linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream);
-  // The sum over ranks of each rank's partial x [tokens, hidden] (tensor parallel; else nothing).
-  void all_reduce(bf16* x, int tokens, cudaStream_t stream);
+  // The residual step after a sublayer: x (each rank's partial output under tensor parallelism)
+  // summed over the ranks, then residual += x and x = rmsnorm(residual) * norm (add_rmsnorm);
+  // norm == nullptr: the sum only. One kernel over peer memory where TpComm can.
+  void reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, int tokens, cudaStream_t stream);
   // Tensor parallel: this rank's vocabulary slice of the logits of `rows` rows of x, gathered
   // from every rank into act().logits [rows, vocab].
   void lm_head_parallel(const bf16* x, int rows, cudaStream_t stream);

@@ -14,8 +14,15 @@
   } while (0)
 
 namespace nvllm::cuda_detail {
+namespace {
 
-std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size) {
+// Elements a staging half holds: a decode step of 64 tokens at hidden 4096 (512 KiB); larger
+// sums are bandwidth, not latency, and go to NCCL.
+constexpr size_t kPeerCapacity = size_t{1} << 18;
+
+}  // namespace
+
+std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, bool peer) {
   std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), first_device);
   std::vector<ncclComm_t> comms(static_cast<size_t>(size), nullptr);
@@ -26,7 +33,77 @@ std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size) 
   }
   std::vector<std::unique_ptr<TpComm>> out;
   for (int i = 0; i < size; ++i) out.push_back(std::unique_ptr<TpComm>(new TpComm(comms[i], i, size)));
+  if (peer) set_up_peer(out, first_device);
   return out;
+}
+
+// Peer access from every GPU to every other, then each rank's staging, signals and epochs on its
+// own GPU (zeroed), and every rank given all ranks' pointers. Not set up (NCCL only) when some
+// pair of GPUs cannot reach each other's memory.
+void TpComm::set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_device) {
+  const int n = static_cast<int>(comms.size());
+  if (n < 2 || n > kernels::kPeerMaxRanks) return;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      int can = 0;
+      if (i != j && (cudaDeviceCanAccessPeer(&can, first_device + i, first_device + j) != cudaSuccess || !can)) {
+        (void)cudaGetLastError();
+        return;
+      }
+    }
+  }
+  int previous = 0;
+  CUDA_CHECK(cudaGetDevice(&previous));
+  auto flag = std::make_shared<PinnedBuffer>(sizeof(uint32_t));
+  *flag->as<volatile uint32_t>() = 0;
+  void* flag_device = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&flag_device, flag->get(), 0));
+  kernels::PeerReduce shared;
+  shared.capacity = kPeerCapacity;
+  shared.ranks = n;
+  shared.abort = static_cast<const volatile uint32_t*>(flag_device);
+  for (int i = 0; i < n; ++i) {
+    CUDA_CHECK(cudaSetDevice(first_device + i));
+    for (int j = 0; j < n; ++j) {
+      if (j == i) continue;
+      const cudaError_t err = cudaDeviceEnablePeerAccess(first_device + j, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled)
+        (void)cudaGetLastError();
+      else
+        CUDA_CHECK(err);
+    }
+    TpComm& c = *comms[i];
+    c.staging_ = DeviceBuffer(2 * kPeerCapacity * sizeof(__nv_bfloat16));
+    c.signals_ = DeviceBuffer(sizeof(uint32_t) * kernels::kPeerBlocks * kernels::kPeerMaxRanks);
+    c.epochs_ = DeviceBuffer(sizeof(uint32_t) * kernels::kPeerBlocks);
+    CUDA_CHECK(cudaMemset(c.signals_.get(), 0, c.signals_.bytes()));
+    CUDA_CHECK(cudaMemset(c.epochs_.get(), 0, c.epochs_.bytes()));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    shared.buffers[i] = c.staging_.as<__nv_bfloat16>();
+    shared.signals[i] = c.signals_.as<uint32_t>();
+  }
+  for (int i = 0; i < n; ++i) {
+    TpComm& c = *comms[i];
+    c.peer_ = shared;
+    c.peer_.rank = i;
+    c.peer_.epochs = c.epochs_.as<uint32_t>();
+    c.abort_flag_ = flag;
+  }
+  CUDA_CHECK(cudaSetDevice(previous));
+}
+
+bool TpComm::uses_peer(int tokens, int hidden) const {
+  return peer_.ranks > 0 && kernels::peer_reduce_fits(peer_, tokens, hidden);
+}
+
+void TpComm::all_reduce_add_rmsnorm(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight,
+                                    int tokens, int hidden, float eps, cudaStream_t stream) {
+  if (uses_peer(tokens, hidden)) {
+    kernels::peer_all_reduce(peer_, x, residual, weight, tokens, hidden, eps, stream);
+    return;
+  }
+  all_reduce_sum(x, static_cast<size_t>(tokens) * hidden, stream);
+  if (weight != nullptr) kernels::add_rmsnorm(x, residual, weight, tokens, hidden, eps, stream);
 }
 
 TpComm::~TpComm() {
@@ -54,6 +131,7 @@ int TpComm::min_over_ranks(int value, cudaStream_t stream) {
 void TpComm::abort() {
   if (aborted_) return;
   aborted_ = true;
+  if (abort_flag_) *abort_flag_->as<volatile uint32_t>() = 1;  // peers' kernels stop waiting
   nccl().CommAbort(comm_);
 }
 

@@ -3,6 +3,10 @@
 // projections' partial outputs (bf16, in place), the gather of the vocabulary-parallel logits
 // (fp32, in place), and the minimum of a number over the ranks (the KV blocks they all have room
 // for). NCCL picks its transport; nothing here asks for NVLink multicast.
+//
+// Small sums (a decode step's hidden states: kilobytes, where NCCL's time is all latency) go
+// instead through peer memory when every GPU can read the others' (kernels::peer_all_reduce:
+// one kernel, which also does the add + RMSNorm that follows the row-parallel projections).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "runtime/cuda/device_buffer.h"
 
 namespace nvllm::cuda_detail {
@@ -20,7 +25,8 @@ class TpComm {
  public:
   // One communicator per GPU first_device .. first_device + size - 1, rank r on the r-th
   // (ncclCommInitAll: one process holds them all). Throws nvllm::Error with NCCL's message.
-  static std::vector<std::unique_ptr<TpComm>> create(int first_device, int size);
+  // `peer`: also set up the peer-memory sum where every pair of GPUs has peer access.
+  static std::vector<std::unique_ptr<TpComm>> create(int first_device, int size, bool peer = true);
   ~TpComm();  // ncclCommDestroy; call with every rank's at once (each on its rank's thread)
   TpComm(const TpComm&) = delete;
   TpComm& operator=(const TpComm&) = delete;
@@ -29,6 +35,13 @@ class TpComm {
   int size() const { return size_; }
   // x[0, count) = the sum of every rank's x (bf16, in place), enqueued on `stream`.
   void all_reduce_sum(__nv_bfloat16* x, size_t count, cudaStream_t stream);
+  // x [tokens, hidden] = the sum of every rank's x; with `weight`, then kernels::add_rmsnorm's
+  // residual step on it. Through peer memory where it fits (one kernel), else NCCL (and
+  // add_rmsnorm). Every rank gets the same values either way.
+  void all_reduce_add_rmsnorm(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens,
+                              int hidden, float eps, cudaStream_t stream);
+  // Whether sums of [tokens, hidden] go through peer memory.
+  bool uses_peer(int tokens, int hidden) const;
   // buf[r * count, (r + 1) * count) = rank r's part, for every r; this rank's part is already at
   // its place (in place), enqueued on `stream`.
   void all_gather(float* buf, size_t count, cudaStream_t stream);
@@ -40,11 +53,17 @@ class TpComm {
 
  private:
   TpComm(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  static void set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_device);
 
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   bool aborted_ = false;
   DeviceBuffer scratch_;  // min_over_ranks' one int
+  // The peer-memory sum (ranks == 0: not set up): this rank's staging, signals and epochs on its
+  // GPU, and the host flag that abort() raises, shared by all ranks.
+  kernels::PeerReduce peer_;
+  DeviceBuffer staging_, signals_, epochs_;
+  std::shared_ptr<PinnedBuffer> abort_flag_;
 };
 
 }  // namespace nvllm::cuda_detail

@@ -1,5 +1,6 @@
 // TpComm on 2 GPUs (skipped with fewer): the all-reduce sums, the all-gather places every rank's
-// part, min_over_ranks agrees, each on its rank's thread as TpRunner runs them; then a timing case
+// part, min_over_ranks agrees, each on its rank's thread as TpRunner runs them; the peer-memory
+// sum and its fused add + RMSNorm against a host reference on 2 and 4 GPUs; then timing cases
 // (--no-skip): an all-reduce of one decode token's hidden state (the size a batch-1 step reduces
 // 2 x layers + 1 times) replayed from a CUDA graph, and the bus bandwidth of large ones, to set
 // the all-reduce's share of a tensor-parallel step against what NCCL does on this machine.
@@ -8,7 +9,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -24,6 +28,44 @@ using bf16 = __nv_bfloat16;
 int gpu_count() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// Deterministic values in about [-2, 2), exact in bf16: a small generator per (seed, index).
+uint16_t test_value(uint32_t seed, size_t i) {
+  uint32_t h = seed * 2654435761u ^ static_cast<uint32_t>(i) * 2246822519u;
+  h ^= h >> 15;
+  h *= 2654435761u;
+  h ^= h >> 13;
+  return f32_to_bf16(static_cast<float>(static_cast<int>(h % 4096) - 2048) / 1024.0f);
+}
+
+// What all_reduce_add_rmsnorm computes, on the host: the sum in rank order in fp32, rounded to
+// bf16; with a weight, residual = bf16(sum + residual) and x = weight * bf16(residual * rstd).
+struct ReduceReference {
+  std::vector<float> x, residual;
+};
+ReduceReference reduce_reference(const std::vector<std::vector<uint16_t>>& xs, const std::vector<uint16_t>& residual,
+                                 const std::vector<uint16_t>* weight, int tokens, int hidden, float eps) {
+  const auto round = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
+  ReduceReference ref{std::vector<float>(xs[0].size()), std::vector<float>(residual.size())};
+  for (int t = 0; t < tokens; ++t) {
+    double sum_sq = 0;
+    for (int i = 0; i < hidden; ++i) {
+      const size_t k = static_cast<size_t>(t) * hidden + i;
+      float acc = 0.f;
+      for (const auto& x : xs) acc += bf16_to_f32(x[k]);
+      ref.x[k] = round(acc);
+      ref.residual[k] = weight ? round(round(acc) + bf16_to_f32(residual[k])) : bf16_to_f32(residual[k]);
+      sum_sq += static_cast<double>(ref.residual[k]) * ref.residual[k];
+    }
+    if (!weight) continue;
+    const float rstd = 1.0f / std::sqrt(static_cast<float>(sum_sq / hidden) + eps);
+    for (int i = 0; i < hidden; ++i) {
+      const size_t k = static_cast<size_t>(t) * hidden + i;
+      ref.x[k] = round(bf16_to_f32((*weight)[i]) * round(ref.residual[k] * rstd));
+    }
+  }
+  return ref;
 }
 
 // One rank's stream and buffer on its device.
@@ -83,6 +125,131 @@ TEST_CASE("gpu.tp_comm all-reduce, all-gather and min over 2 ranks") {
     CHECK(mins[r] == 1233);
   }
   threads.run([&](int r) { comms[r].reset(); }, abort_all);
+}
+
+// The peer-memory sum (and its fused add + RMSNorm) against the host reference, on 2 ranks and,
+// where the machine has them, 4: one token, a few, exactly the staging's capacity (peer) and one
+// token over it (NCCL and add_rmsnorm), eagerly three times in a row (the staging halves
+// alternate) and replayed from a CUDA graph with new inputs. Every rank must hold the same bits.
+TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eager and in graphs") {
+  const int gpus = gpu_count();
+  if (gpus < 2) {
+    MESSAGE("skipped: needs 2 GPUs");
+    return;
+  }
+  for (int n : {2, 4}) {
+    if (n > gpus) {
+      MESSAGE("4 ranks skipped: ", gpus, " GPUs");
+      continue;
+    }
+    auto comms = TpComm::create(0, n);
+    if (!comms[0]->uses_peer(1, 4096)) {
+      MESSAGE("skipped: no peer access between the GPUs (NCCL only)");
+      return;
+    }
+    // The staging holds 2^18 elements: 64 tokens at 4096 (peer), 65 (NCCL); 32 at 8192.
+    CHECK(comms[0]->uses_peer(64, 4096));
+    CHECK_FALSE(comms[0]->uses_peer(65, 4096));
+    CHECK(comms[0]->uses_peer(32, 8192));
+    CHECK_FALSE(comms[0]->uses_peer(33, 8192));
+    CHECK_FALSE(comms[0]->uses_peer(1, 4100));  // hidden % 8 != 0
+    RankThreads threads(n);
+    const std::function<void()> abort_all = [&] {
+      for (auto& c : comms) c->abort();
+    };
+    const float eps = 1e-6f;
+    struct Shape {
+      int tokens, hidden;
+    };
+    for (const Shape shape : {Shape{1, 4096}, Shape{3, 1024}, Shape{64, 4096}, Shape{65, 4096}, Shape{32, 8192}}) {
+      const int T = shape.tokens, H = shape.hidden;
+      const size_t count = static_cast<size_t>(T) * H;
+      for (const bool norm : {true, false}) {
+        // Five calls: three eager, then two replays of a captured call; call c's inputs: seed c.
+        constexpr int kCalls = 5;
+        std::vector<uint16_t> weight(H), residual(count);
+        for (int i = 0; i < H; ++i) weight[i] = test_value(999, i);
+        std::vector<std::vector<std::vector<uint16_t>>> got_x(kCalls, std::vector<std::vector<uint16_t>>(n)),
+            got_res = got_x;
+        threads.run(
+            [&](int r) {
+              CUDA_CHECK(cudaSetDevice(r));
+              cudaStream_t s = nullptr;
+              CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+              DeviceBuffer dx(count * 2), dres(count * 2), dw(H * 2);
+              CUDA_CHECK(cudaMemcpy(dw.get(), weight.data(), dw.bytes(), cudaMemcpyHostToDevice));
+              const auto call = [&] {
+                comms[r]->all_reduce_add_rmsnorm(dx.as<bf16>(), dres.as<bf16>(), norm ? dw.as<bf16>() : nullptr, T,
+                                                 H, eps, s);
+              };
+              cudaGraphExec_t exec = nullptr;
+              for (int c = 0; c < kCalls; ++c) {
+                std::vector<uint16_t> x(count), res(count);
+                for (size_t i = 0; i < count; ++i) {
+                  x[i] = test_value(100 * c + r, i);
+                  res[i] = test_value(100 * c + 50, i);  // the residual is the same on every rank
+                }
+                CUDA_CHECK(cudaMemcpyAsync(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice, s));
+                CUDA_CHECK(cudaMemcpyAsync(dres.get(), res.data(), dres.bytes(), cudaMemcpyHostToDevice, s));
+                if (c < 3) {
+                  call();
+                } else {
+                  if (!exec) {
+                    cudaGraph_t g = nullptr;
+                    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                    call();
+                    CUDA_CHECK(cudaStreamEndCapture(s, &g));
+                    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+                    CUDA_CHECK(cudaGraphDestroy(g));
+                  }
+                  CUDA_CHECK(cudaGraphLaunch(exec, s));
+                }
+                got_x[c][r].resize(count);
+                got_res[c][r].resize(count);
+                CUDA_CHECK(cudaMemcpyAsync(got_x[c][r].data(), dx.get(), dx.bytes(), cudaMemcpyDeviceToHost, s));
+                CUDA_CHECK(cudaMemcpyAsync(got_res[c][r].data(), dres.get(), dres.bytes(), cudaMemcpyDeviceToHost, s));
+                CUDA_CHECK(cudaStreamSynchronize(s));
+              }
+              if (exec) CUDA_CHECK(cudaGraphExecDestroy(exec));
+              CUDA_CHECK(cudaStreamDestroy(s));
+            },
+            abort_all);
+        const bool peer = comms[0]->uses_peer(T, H);
+        for (int c = 0; c < kCalls; ++c) {
+          const std::string what = str_cat(n, " ranks, ", T, " x ", H, norm ? " with" : " without", " the norm, call ",
+                                           c, peer ? " (peer)" : " (NCCL)");
+          INFO(what);
+          std::vector<std::vector<uint16_t>> xs(n);
+          std::vector<uint16_t> res(count);
+          for (int r = 0; r < n; ++r) {
+            xs[r].resize(count);
+            for (size_t i = 0; i < count; ++i) xs[r][i] = test_value(100 * c + r, i);
+          }
+          for (size_t i = 0; i < count; ++i) res[i] = test_value(100 * c + 50, i);
+          const ReduceReference ref = reduce_reference(xs, res, norm ? &weight : nullptr, T, H, eps);
+          for (int r = 1; r < n; ++r) {
+            REQUIRE(got_x[c][r] == got_x[c][0]);
+            REQUIRE(got_res[c][r] == got_res[c][0]);
+          }
+          int off = 0;
+          for (size_t i = 0; i < count; ++i) {
+            const float x = bf16_to_f32(got_x[c][0][i]), rs = bf16_to_f32(got_res[c][0][i]);
+            // The peer sum is the reference's to the bit; NCCL's (4 ranks) rounds partial sums:
+            // two bf16 steps at the largest magnitudes here (|sum + residual| < 16: 0.0625 each).
+            // The norm's statistics are summed in another order: one bf16 step at most.
+            const float tol_sum = peer ? 0.f : 0.125f;
+            REQUIRE(std::abs(rs - ref.residual[i]) <= tol_sum);
+            if (norm)
+              off += std::abs(x - ref.x[i]) > 0.0079f * std::abs(ref.x[i]) + 1e-6f + tol_sum;
+            else
+              REQUIRE(std::abs(x - ref.x[i]) <= tol_sum);
+          }
+          CHECK(off == 0);
+        }
+      }
+    }
+    threads.run([&](int r) { comms[r].reset(); }, abort_all);
+  }
 }
 
 TEST_CASE("gpu.bench.nccl_all_reduce" * doctest::skip()) {
@@ -155,6 +322,74 @@ TEST_CASE("gpu.bench.nccl_all_reduce" * doctest::skip()) {
         comms[r].reset();
       },
       abort_all);
+}
+
+}  // namespace nvllm::cuda_detail
+
+namespace nvllm::cuda_detail {
+
+// The residual step of a tensor-parallel decode step: the sum of one token's hidden state over
+// the ranks and add_rmsnorm, through peer memory (one kernel) and through NCCL then add_rmsnorm,
+// each replayed 200 times from a CUDA graph, on 2 and (where present) 4 GPUs.
+TEST_CASE("gpu.bench.peer_all_reduce" * doctest::skip()) {
+  const int gpus = gpu_count();
+  if (gpus < 2) {
+    MESSAGE("skipped: needs 2 GPUs");
+    return;
+  }
+  for (int n : {2, 4}) {
+    if (n > gpus) continue;
+    for (const bool peer : {true, false}) {
+      auto comms = TpComm::create(0, n, peer);
+      RankThreads threads(n);
+      const std::function<void()> abort_all = [&] {
+        for (auto& c : comms) c->abort();
+      };
+      for (const auto& [tokens, hidden] : {std::pair{1, 1024}, std::pair{1, 4096}, std::pair{1, 8192},
+                                          std::pair{64, 4096}}) {
+        constexpr int kReps = 200;
+        std::vector<float> ms(n);
+        const int t = tokens, h = hidden;
+        threads.run(
+            [&](int r) {
+              CUDA_CHECK(cudaSetDevice(r));
+              CudaStream stream;
+              cudaStream_t s = stream.get();
+              const size_t count = static_cast<size_t>(t) * h;
+              DeviceBuffer x(count * 2), res(count * 2), w(h * 2);
+              CUDA_CHECK(cudaMemset(x.get(), 0, x.bytes()));
+              CUDA_CHECK(cudaMemset(res.get(), 0, res.bytes()));
+              CUDA_CHECK(cudaMemset(w.get(), 0, w.bytes()));
+              const auto call = [&] {
+                comms[r]->all_reduce_add_rmsnorm(x.as<bf16>(), res.as<bf16>(), w.as<bf16>(), t, h, 1e-6f, s);
+              };
+              for (int i = 0; i < 3; ++i) call();
+              CUDA_CHECK(cudaStreamSynchronize(s));
+              cudaGraph_t g = nullptr;
+              CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+              for (int i = 0; i < kReps; ++i) call();
+              CUDA_CHECK(cudaStreamEndCapture(s, &g));
+              cudaGraphExec_t exec = nullptr;
+              CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+              CUDA_CHECK(cudaGraphLaunch(exec, s));  // first replay untimed
+              CUDA_CHECK(cudaStreamSynchronize(s));
+              CudaEvent a, b;
+              CUDA_CHECK(cudaEventRecord(a.get(), s));
+              CUDA_CHECK(cudaGraphLaunch(exec, s));
+              CUDA_CHECK(cudaEventRecord(b.get(), s));
+              CUDA_CHECK(cudaEventSynchronize(b.get()));
+              CUDA_CHECK(cudaEventElapsedTime(&ms[r], a.get(), b.get()));
+              cudaGraphExecDestroy(exec);
+              cudaGraphDestroy(g);
+            },
+            abort_all);
+        std::printf("all-reduce + add_rmsnorm, %d GPUs, %3d x %4d bf16 (%6zu bytes), %s: %7.2f us each\n", n, t, h,
+                    static_cast<size_t>(t) * h * 2, comms[0]->uses_peer(t, h) ? "peer memory" : "NCCL + kernel",
+                    1e3 * ms[0] / kReps);
+      }
+      threads.run([&](int r) { comms[r].reset(); }, abort_all);
+    }
+  }
 }
 
 }  // namespace nvllm::cuda_detail

@@ -149,7 +149,7 @@ TpRunner::TpRunner(const ModelConfig& config, const ModelWeights& weights, const
     shard.vocab_rows.push_back(split.back().vocab);
     shard.vocab_pad = std::max(shard.vocab_pad, split.back().vocab);
   }
-  comms_ = TpComm::create(options.device, n);
+  comms_ = TpComm::create(options.device, n, options.tuning.peer_all_reduce);
   ranks_.resize(n);
   outs_.resize(n);
   on_every_rank([&](int r) {
@@ -169,7 +169,8 @@ TpRunner::TpRunner(const ModelConfig& config, const ModelWeights& weights, const
   log_info("tensor parallel: ", n, " ranks on GPUs ", options.device, "..", options.device + n - 1, " (NCCL ",
            version / 10000, ".", version / 100 % 100, ".", version % 100, "); each holds ", t.q_heads, " of ", config.num_heads, " heads, ", t.kv_heads, " of ", config.num_kv_heads,
            " KV heads", config.num_kv_heads < n ? " (replicated)" : "", ", ", t.inter, " of ", config.intermediate_size,
-           " MLP columns, ~", shard.vocab_pad, " of ", config.vocab_size, " vocabulary rows");
+           " MLP columns, ~", shard.vocab_pad, " of ", config.vocab_size, " vocabulary rows; decode sums ",
+           comms_[0]->uses_peer(1, config.hidden_size) ? "over peer memory (NVLink)" : "through NCCL");
 }
 
 TpRunner::~TpRunner() {
