@@ -236,11 +236,13 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
             const float x = bf16_to_f32(got_x[c][0][i]), rs = bf16_to_f32(got_res[c][0][i]);
             // The peer sum is the reference's to the bit; NCCL's (4 ranks) rounds partial sums:
             // two bf16 steps at the largest magnitudes here (|sum + residual| < 16: 0.0625 each).
-            // The norm's statistics are summed in another order: one bf16 step at most.
+            // The norm's statistics are summed in another order, so bf16(residual * rstd) may round
+            // one step the other way (up to 2^-7 relative) before the weight and the last rounding
+            // (2^-8): 1.2% of the value at most. (A wrong rstd, weight or row is off by far more.)
             const float tol_sum = peer ? 0.f : 0.125f;
             REQUIRE(std::abs(rs - ref.residual[i]) <= tol_sum);
             if (norm)
-              off += std::abs(x - ref.x[i]) > 0.0079f * std::abs(ref.x[i]) + 1e-6f + tol_sum;
+              off += std::abs(x - ref.x[i]) > 0.012f * std::abs(ref.x[i]) + 1e-6f + tol_sum;
             else
               REQUIRE(std::abs(x - ref.x[i]) <= tol_sum);
           }
