@@ -54,7 +54,7 @@ def check(arch, strength, args, log):
     model.to(torch.bfloat16).save_pretrained(work, safe_serialization=True)
     del model, embed, head
     torch.cuda.empty_cache()
-    tok_dir = os.path.join(args.testdata, "tokenizers", "qwen3" if arch == "qwen3" else "llama3")
+    tok_dir = hf_parity.tokenizer_dir(args.testdata, arch)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         subprocess.run(["cp", os.path.join(tok_dir, f), work], check=True)
 

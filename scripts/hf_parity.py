@@ -3,9 +3,10 @@
 architectures. Runs on the GPU machine (torch + transformers, no network).
 
 For each architecture it:
-  1. builds a random-weight model with transformers (the Qwen3-0.6B shape, or a Llama-3-style
-     model with llama3 RoPE scaling and its own LM head) and saves it in bf16 with a real
-     tokenizer;
+  1. builds a random-weight model with transformers (--arch, make_config: the Qwen3-0.6B shape, a
+     Llama-3-style model with llama3 RoPE scaling, the head_dim-64 Qwen2.5-0.5B shape, a few
+     Llama-3-8B layers; on request Qwen3-8B or Llama-3-70B layers) with its own LM head and saves
+     it in bf16 with a real tokenizer;
   2. runs transformers greedily for 64 tokens on N prompts of random token ids, twice: in fp32
      on the bf16 weights as saved (the reference: no rounding but the checkpoint's) and in
      plain bf16 (what a transformers user gets; the "floor" says how often transformers' own
@@ -25,7 +26,7 @@ the LM head is untied and row pi(t) gets token t's embedding added (pi a random 
 the embedding is multiplied by S so that it carries through the residual stream, where 28 random
 layers add about 1.6 RMS against the embedding's 0.02. The model then prefers pi(t) after t, while
 the layers still shape every other logit (the top-20 log-probabilities compared in step 4 are
-mostly theirs). `--planted auto` takes the smallest S of 4, 8, ..., 128 for which transformers' bf16
+mostly theirs). `--planted auto` takes the smallest S of 4, 8, ..., 256 for which transformers' bf16
 path agrees with its fp32 path on at least 99% of the continuations: confident enough that greedy
 decoding is a fair test of a bf16 engine, and no more. The report gives S, the mean top-2 gap,
 the repeat rate and the number of distinct tokens generated, so a reader can judge how easy it was.
@@ -43,31 +44,64 @@ import time
 import torch
 
 
-def make_config(arch):
+def make_config(arch, layers=None):
+    """The transformers config and model class of an --arch; `layers` overrides the layer count.
+      qwen3      the Qwen3-0.6B shape (head_dim 128, QK norm)
+      llama      a Llama-3-style model with llama3 RoPE scaling (hidden 1024, 8 layers)
+      qwen2      the Qwen2.5-0.5B shape: head_dim 64 (896 / 14 heads), 2 KV heads, q/k/v bias
+      llama8b    Llama-3-8B layers (hidden 4096, 32 heads, 8 KV heads, intermediate 14336), 4 of them
+      qwen3-8b   Qwen3-8B layers (hidden 4096, 32 heads, 8 KV heads, intermediate 12288), 8 of them
+      llama70b   Llama-3-70B layers (hidden 8192, 64 heads, 8 KV heads, intermediate 28672), 4 of them
+    The last three are too large for transformers' fp32 reference at 36-80 layers; fewer layers of
+    the same shape exercise the same kernels (tiles, splits, GQA groups) as the whole model."""
     import transformers
+    qwen = dict(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645)
+    llama3 = dict(vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+                  tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001)
     if arch == "qwen3":
-        cfg = transformers.Qwen3Config(
-            vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-            num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-            rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
-            bos_token_id=151643, eos_token_id=151645)
-        return cfg, transformers.Qwen3ForCausalLM
-    if arch == "llama":
-        cfg = transformers.LlamaConfig(
-            vocab_size=128256, hidden_size=1024, intermediate_size=4096, num_hidden_layers=8,
-            num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=8192,
-            rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        cfg, cls = transformers.Qwen3Config(
+            hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+            num_key_value_heads=8, head_dim=128, **qwen), transformers.Qwen3ForCausalLM
+    elif arch == "qwen3-8b":
+        cfg, cls = transformers.Qwen3Config(
+            hidden_size=4096, intermediate_size=12288, num_hidden_layers=8, num_attention_heads=32,
+            num_key_value_heads=8, head_dim=128, **qwen), transformers.Qwen3ForCausalLM
+    elif arch == "qwen2":
+        cfg, cls = transformers.Qwen2Config(
+            hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+            num_key_value_heads=2, **dict(qwen, max_position_embeddings=32768)), transformers.Qwen2ForCausalLM
+    elif arch == "llama":
+        cfg, cls = transformers.LlamaConfig(
+            hidden_size=1024, intermediate_size=4096, num_hidden_layers=8, num_attention_heads=16,
+            num_key_value_heads=4,
             rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-            bos_token_id=128000, eos_token_id=128001)
-        return cfg, transformers.LlamaForCausalLM
-    raise SystemExit(f"unknown --arch {arch}")
+            **llama3), transformers.LlamaForCausalLM
+    elif arch == "llama8b":
+        cfg, cls = transformers.LlamaConfig(
+            hidden_size=4096, intermediate_size=14336, num_hidden_layers=4, num_attention_heads=32,
+            num_key_value_heads=8, **llama3), transformers.LlamaForCausalLM
+    elif arch == "llama70b":
+        cfg, cls = transformers.LlamaConfig(
+            hidden_size=8192, intermediate_size=28672, num_hidden_layers=4, num_attention_heads=64,
+            num_key_value_heads=8, **llama3), transformers.LlamaForCausalLM
+    else:
+        raise SystemExit(f"unknown --arch {arch}")
+    if layers:
+        cfg.num_hidden_layers = layers
+    return cfg, cls
 
 
-def build_base(arch, init_std, logit_scale, seed):
+def tokenizer_dir(testdata, arch):
+    """The real tokenizer a checkpoint of `arch` is saved with (both Qwen vocabularies are 151,936)."""
+    return os.path.join(testdata, "tokenizers", "qwen3" if arch.startswith("qwen") else "llama3")
+
+
+def build_base(arch, init_std, logit_scale, seed, layers=None):
     """A random-weight model of the architecture, fp32 on the GPU, untied LM head; also the
     pieces the planted signal is made of."""
-    cfg, cls = make_config(arch)
+    cfg, cls = make_config(arch, layers)
     cfg.initializer_range = init_std
     torch.manual_seed(seed)
     with torch.device("cuda"):
@@ -93,6 +127,16 @@ def plant(model, embed, head, perm, strength):
     if strength > 0:
         w[perm] += embed
     model.get_output_embeddings().weight.copy_(w)
+
+
+def save_planted(arch, out, strength, layers=None, logit_scale=1.0, seed=0, testdata="testdata"):
+    """A planted checkpoint saved in bf16 with its tokenizer, for runs that compare nvllm with
+    itself (tensor parallel against one GPU: scripts/multi_gpu_session.sh)."""
+    model, embed, head, perm = build_base(arch, 0.02, logit_scale, seed, layers)
+    plant(model, embed, head, perm, strength)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokenizer_dir(testdata, arch), f), out)
 
 
 def hf_pair(model):
@@ -173,7 +217,7 @@ def same(a, b):
 def choose_strength(model, embed, head, perm, prompts, args):
     """The planted strength, and the reference and bf16 continuations under it."""
     tried = []
-    candidates = [4.0, 8.0, 16.0, 32.0, 64.0, 128.0] if args.planted == "auto" else [float(args.planted)]
+    candidates = [4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0] if args.planted == "auto" else [float(args.planted)]
     for s in candidates:
         plant(model, embed, head, perm, s)
         hf16, ref = hf_pair(model)
@@ -197,9 +241,8 @@ def compare(arch, args, log):
     strength, tried, hf16, ref, ref_tokens, hf16_tokens = choose_strength(model, embed, head, perm, prompts, args)
     del model, embed, head
     hf16.save_pretrained(work, safe_serialization=True)
-    tok_dir = os.path.join(args.testdata, "tokenizers", "qwen3" if arch == "qwen3" else "llama3")
     for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(tok_dir, f), work)
+        shutil.copy(os.path.join(tokenizer_dir(args.testdata, arch), f), work)
 
     result = {"arch": arch, "init_std": args.init_std, "logit_scale": args.logit_scale, "planted": strength,
               "strengths_tried": tried, "num_prompts": len(prompts), "max_tokens": args.max_tokens,
@@ -272,7 +315,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(ap)
     ap.add_argument("--work", default="/tmp/nvllm_parity")
-    ap.add_argument("--arch", default="qwen3,llama")
+    ap.add_argument("--arch", default="qwen3,llama,qwen2,llama8b",
+                    help="comma-separated: qwen3, llama, qwen2 (head_dim 64), llama8b, qwen3-8b, llama70b (make_config)")
     ap.add_argument("--planted", default="auto", help="strength S of the planted signal, or auto")
     ap.add_argument("--preempt-blocks", type=int, default=64)
     args = ap.parse_args()

@@ -135,41 +135,17 @@ expect_error() {  # NAME PATTERN CMD...: exits 1 and says PATTERN
   fi
 }
 
-# A random-weight checkpoint (transformers' init, norms perturbed) with the planted bigram signal
-# of scripts/hf_parity.py, saved in bf16 with the tokenizer of its family.
-make_planted() {  # DIR STRENGTH ARCH(qwen3|llama) LAYERS HIDDEN INTERMEDIATE HEADS KV_HEADS VOCAB LOGNAME
+# A random-weight checkpoint with the planted bigram signal (scripts/hf_parity.py, save_planted),
+# saved in bf16 with the tokenizer of its family.
+make_planted() {  # DIR STRENGTH ARCH LAYERS LOGNAME   (ARCH: an hf_parity.py --arch)
   [[ -f $1/config.json ]] && return 0
-  timeout -k 5 "$step_timeout" python3 - "$@" <<'PY' 2>&1 | tee "$out/${10}.log"
-import shutil, sys, time, torch, transformers
+  timeout -k 5 "$step_timeout" python3 - "$@" <<'PY' 2>&1 | tee "$out/$5.log"
+import sys, time
 sys.path.insert(0, "scripts")
-from hf_parity import plant
+from hf_parity import save_planted
 t = time.time()
-out, strength, arch = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-layers, hidden, inter, heads, kv, vocab = map(int, sys.argv[4:10])
-common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-              num_attention_heads=heads, num_key_value_heads=kv, head_dim=128, tie_word_embeddings=False)
-if arch == "qwen3":
-    cfg = transformers.Qwen3Config(**common, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                                   bos_token_id=151643, eos_token_id=151645)
-    cls, tok = transformers.Qwen3ForCausalLM, "qwen3"
-else:
-    cfg = transformers.LlamaConfig(**common, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
-                                   bos_token_id=128000, eos_token_id=128001)
-    cls, tok = transformers.LlamaForCausalLM, "llama3"
-torch.manual_seed(0)
-with torch.device("cuda"):
-    model = cls(cfg).to(torch.float32)
-with torch.no_grad():
-    for name, p in model.named_parameters():
-        if name.endswith("norm.weight"):
-            p.add_(torch.randn_like(p) * 0.1)
-    embed = model.get_input_embeddings().weight.detach().clone()
-    head = model.get_output_embeddings().weight.detach().clone()
-    perm = torch.randperm(embed.shape[0], generator=torch.Generator().manual_seed(7)).cuda()
-    plant(model, embed, head, perm, strength)
-model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-for f in ("tokenizer.json", "tokenizer_config.json"):
-    shutil.copy(f"testdata/tokenizers/{tok}/{f}", out)
+out, strength, arch, layers = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+save_planted(arch, out, strength, layers=layers)
 print(f"made {out} in {time.time() - t:.1f} s")
 PY
 }
@@ -221,7 +197,7 @@ for stage in "${stages[@]}"; do
       # signal of scripts/hf_parity.py (LM head row pi(t) += embedding of t, embedding x S).
       planted=${PLANTED:-64}
       model=/tmp/qwen3-8b-8layers-planted-$planted
-      make_planted "$model" "$planted" qwen3 8 4096 12288 32 8 151936 make_model
+      make_planted "$model" "$planted" qwen3-8b 8 make_model
       parity_runs parity "$model" ${TPS}
       ;;
     big)
@@ -230,7 +206,7 @@ for stage in "${stages[@]}"; do
       # single-stream decode of the whole 80-layer shape at TP 4 (dummy weights, 35 GB a rank).
       planted=${BIG_PLANTED:-256}
       model=/tmp/llama3-70b-${BIG_LAYERS:-4}layers-planted-$planted
-      make_planted "$model" "$planted" llama ${BIG_LAYERS:-4} 8192 28672 64 8 128256 make_big_model
+      make_planted "$model" "$planted" llama70b ${BIG_LAYERS:-4} make_big_model
       parity_runs big "$model" $max_tp
       big_shape=/tmp/llama3-70b-shape
       mkdir -p $big_shape
