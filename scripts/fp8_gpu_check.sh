@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # For the GPU machine (CUDA build): on --device cuda an FP8 KV cache (fp8, fp8_e4m3) runs and says
-# so, while FP8 weights are CPU-only for now, so --quantization fp8 and an FP8 checkpoint must each
-# fail at load with one clear message and exit 1, never crash or run.
+# so; an FP8 checkpoint runs dequantised to bf16 and says so; --quantization fp8 (no FP8 GEMMs on
+# the GPU yet) fails at load with one clear message and exit 1, never crashes or runs.
 # Usage: scripts/fp8_gpu_check.sh [build/bin/nvllm]
 set -euo pipefail
 nvllm=${1:-build/bin/nvllm}
@@ -37,5 +37,9 @@ for dt in fp8 fp8_e4m3; do
   echo "ok: --kv-cache-dtype $dt runs: $(grep -m1 'KV cache:' "$tmp/err")"
 done
 check "--quantization fp8" "$root/testdata/tiny-qwen3" --quantization fp8
-check "FP8 checkpoint" "$tmp/fp8"
+"$nvllm" generate --model "$tmp/fp8" --device cuda --load-format dummy --input "$tmp/in.jsonl" \
+  --output "$tmp/out.jsonl" 2>"$tmp/err" || { cat "$tmp/err"; echo "FAIL: FP8 checkpoint"; exit 1; }
+grep -q '"token_ids": \?\[[0-9]*, *[0-9]*\]' "$tmp/out.jsonl" || { cat "$tmp/out.jsonl"; echo "FAIL: FP8 checkpoint: no 2 tokens"; exit 1; }
+grep -q "dequantised to bfloat16" "$tmp/err" || { cat "$tmp/err"; echo "FAIL: FP8 checkpoint: no warning"; exit 1; }
+echo "ok: FP8 checkpoint runs: $(grep -m1 'dequantised to bfloat16' "$tmp/err")"
 echo "fp8_gpu_check: ok"

@@ -11,8 +11,8 @@ namespace {
 bool fp8_kv(const ModelFlags& f) { return f.kv_cache_dtype == "fp8" || f.kv_cache_dtype == "fp8_e4m3"; }
 
 constexpr const char* kNoGpuFp8 =
-    "FP8 weights on the GPU runner are not implemented yet (an FP8 KV cache is: --kv-cache-dtype fp8); run with "
-    "--device cpu, or use a bf16 checkpoint";
+    "FP8 weights on the GPU runner are not implemented yet (an FP8 KV cache is: --kv-cache-dtype fp8); quantising "
+    "at load pays only with FP8 GEMMs; run with --device cpu for the quantised model's numerics";
 
 }  // namespace
 
@@ -28,8 +28,11 @@ void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string
     return;
   }
   NVLLM_CHECK(f.quantization.empty(), "--quantization ", f.quantization, ": ", kNoGpuFp8);
-  NVLLM_CHECK(!config.quant.quantized(), f.model, "/config.json: an FP8 checkpoint (quantization_config ",
-              config.quant.method, "): ", kNoGpuFp8);
+  if (config.quant.quantized()) {
+    log_warn(f.model, "/config.json: an FP8 checkpoint (quantization_config ", config.quant.method,
+             "): its weights are dequantised to bfloat16 at load, since the GPU runner has no FP8 GEMMs yet: the "
+             "quantised model's outputs at bfloat16 speed, with twice the FP8 weights' memory");
+  }
 }
 
 void apply_quantization(const ModelFlags& f, const ModelConfig& config, ModelWeights& weights) {

@@ -12,8 +12,9 @@
 
 namespace nvllm {
 
-// Throws nvllm::Error for FP8 where it is not implemented (the CUDA runner: FP8 weights or
-// checkpoints) and for --quantization fp8 over a checkpoint quantised otherwise.
+// Throws nvllm::Error for FP8 where it is not implemented (the CUDA runner: --quantization fp8)
+// and for --quantization fp8 over a checkpoint quantised otherwise; warns that the CUDA runner
+// loads an FP8 checkpoint dequantised to bf16.
 void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string& device);
 
 // --quantization fp8 on the CPU runner's float32 weights (a no-op for a checkpoint already FP8).

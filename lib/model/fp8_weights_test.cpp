@@ -147,8 +147,10 @@ TEST_CASE("fp8 checkpoint loads through load_weights: linear layers dequantised,
   std::ofstream(dir / "config.json") << j.dump();
   const ModelConfig c = load_model_config(dir.path());
   std::map<std::string, HostTensor> tensors;
-  std::map<std::string, float> first_scale;  // each weight's block scales: first * (1 + block index)
-  float next = 0.25f;
+  // Each weight's block scales: first * (1 + block index), stored in bf16. 0.3 is not a short
+  // binary fraction (bf16: 0.30078125), so code * scale needs more than bf16's 8 bits.
+  std::map<std::string, float> first_scale;
+  float next = 0.3f;
   for (const CheckpointTensor& s : checkpoint_tensors(c)) {
     const bool linear = s.slot == WeightSlot::kQkv || s.slot == WeightSlot::kOProj || s.slot == WeightSlot::kGateUp ||
                         s.slot == WeightSlot::kDown;
@@ -162,7 +164,7 @@ TEST_CASE("fp8 checkpoint loads through load_weights: linear layers dequantised,
     const int64_t br = (s.shape[0] + 127) / 128, bc = (s.shape[1] + 127) / 128;
     std::vector<float> sc(static_cast<size_t>(br * bc));
     for (size_t i = 0; i < sc.size(); ++i) sc[i] = next * static_cast<float>(i + 1);
-    first_scale[s.name] = next;
+    first_scale[s.name] = bf16_to_f32(f32_to_bf16(next));
     next *= 2;
     tensors.emplace(s.name + "_scale_inv", bf16_tensor({br, bc}, sc));
   }
@@ -181,9 +183,26 @@ TEST_CASE("fp8 checkpoint loads through load_weights: linear layers dequantised,
   const float v_scale = first_scale.at("model.layers.0.self_attn.v_proj.weight");
   CHECK(w.layers[0].qkv.as<float>()[(384 + 127) * 64 + 63] == static_cast<float>(e4m3(code_at(127, 63)) * v_scale));
   CHECK(w.embed.as<float>()[17] == 0.5f);
-  // The GPU runner's dtype refuses FP8 with the documented message.
-  CHECK(error_of([&] { load_weights(dir.path(), c, DType::kBF16, LoadFormat::kAuto); })
-            .find("FP8 on the GPU runner is not implemented yet; run with --device cpu") != std::string::npos);
+  // The GPU runner's dtype: the same dequantised values, each rounded once to bf16.
+  const ModelWeights b = load_weights(dir.path(), c, DType::kBF16, LoadFormat::kAuto);
+  int rounded = 0;
+  const auto same_rounded = [&](const HostTensor& f32, const HostTensor& bf16) {
+    REQUIRE(bf16.dtype() == DType::kBF16);
+    REQUIRE(f32.numel() == bf16.numel());
+    for (int64_t i = 0; i < f32.numel(); ++i) {
+      const float v = f32.as<float>()[i];
+      REQUIRE(bf16.as<uint16_t>()[i] == f32_to_bf16(v));
+      rounded += bf16_to_f32(f32_to_bf16(v)) != v;
+    }
+  };
+  for (int l = 0; l < c.num_layers; ++l) {
+    same_rounded(w.layers[l].qkv, b.layers[l].qkv);
+    same_rounded(w.layers[l].o_proj, b.layers[l].o_proj);
+    same_rounded(w.layers[l].gate_up, b.layers[l].gate_up);
+    same_rounded(w.layers[l].down, b.layers[l].down);
+  }
+  same_rounded(w.embed, b.embed);
+  CHECK(rounded > 0);  // the rounding itself was exercised
 }
 
 TEST_CASE("--quantization fp8: per-row scale amax / 448, round to nearest even, zero rows stay zero") {

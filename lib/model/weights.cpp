@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <vector>
 #include <thread>
 
 #include "core/error.h"
@@ -137,7 +138,9 @@ void check_source(const TensorView& t, const CheckpointTensor& spec) {
 }
 
 // An F8_E4M3 tensor: a linear layer's weight of a checkpoint whose config.json declares the
-// quantization, dequantised with its scales into float32 (the CPU runner's dtype).
+// quantization, dequantised with its scales into float32 (the CPU runner's dtype), or into bf16
+// / f16 from those float32 values (the GPU runner, which has no FP8 GEMMs yet: one rounding of
+// the dequantised value, as transformers' dequantising loaders do).
 void load_fp8(const Checkpoint& ckpt, const TensorView& src, const CheckpointTensor& spec, const ModelConfig& config,
               HostTensor& dst, int64_t offset) {
   const std::string where = str_cat(src.file.string(), ": tensor \"", spec.name, "\" is F8_E4M3");
@@ -147,9 +150,15 @@ void load_fp8(const Checkpoint& ckpt, const TensorView& src, const CheckpointTen
                       spec.slot == WeightSlot::kGateUp || spec.slot == WeightSlot::kDown ||
                       spec.slot == WeightSlot::kLmHead;
   NVLLM_CHECK(linear, where, "; only linear layers' weights can be FP8");
-  NVLLM_CHECK(dst.dtype() == DType::kF32, where,
-              ": FP8 on the GPU runner is not implemented yet; run with --device cpu, or use a bf16 checkpoint");
-  dequantize_fp8_weight(ckpt, src, config.quant, dst.as<float>() + offset);
+  if (dst.dtype() == DType::kF32) {
+    dequantize_fp8_weight(ckpt, src, config.quant, dst.as<float>() + offset);
+    return;
+  }
+  std::vector<float> values(static_cast<size_t>(src.numel()));
+  dequantize_fp8_weight(ckpt, src, config.quant, values.data());
+  parallel_for(src.numel(), [&](int64_t b, int64_t e) {
+    store_range(dst.data(), dst.dtype(), offset, b, e, [&](int64_t i) { return values[static_cast<size_t>(i)]; });
+  });
 }
 
 // A bias we would silently drop (o_proj with attention_bias on Llama/Qwen3, Llama's mlp_bias)
