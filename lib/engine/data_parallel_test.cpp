@@ -130,9 +130,36 @@ TEST_CASE("data parallel: 2 and 3 engines give every request the outputs of one 
     }
     CHECK(finished == static_cast<int64_t>(reqs.size()));
     CHECK(dp.stats().requests == static_cast<int64_t>(reqs.size()));
-    int64_t per_engine = 0;
-    for (const EngineLoad& l : dp.loads()) per_engine += l.counts.output_tokens;
-    CHECK(per_engine == dp.stats().output_tokens);
+    // Every count of the merged stats is the engines' sum (bench prints them for -dp runs).
+    RunStats sum;
+    for (const EngineLoad& l : dp.loads()) {
+      const RunStats& e = l.counts;
+      sum.requests += e.requests;
+      sum.prompt_tokens += e.prompt_tokens;
+      sum.cached_tokens += e.cached_tokens;
+      sum.output_tokens += e.output_tokens;
+      sum.steps += e.steps;
+      sum.computed_tokens += e.computed_tokens;
+      sum.preemptions += e.preemptions;
+      sum.recomputed_tokens += e.recomputed_tokens;
+      sum.scheduled_seqs += e.scheduled_seqs;
+      sum.peak_blocks_in_use += e.peak_blocks_in_use;
+      sum.num_kv_blocks += e.num_kv_blocks;
+    }
+    const RunStats& m = dp.stats();
+    CHECK(m.requests == sum.requests);
+    CHECK(m.prompt_tokens == sum.prompt_tokens);
+    CHECK(m.cached_tokens == sum.cached_tokens);
+    CHECK(m.output_tokens == sum.output_tokens);
+    CHECK(m.steps == sum.steps);
+    CHECK(m.computed_tokens == sum.computed_tokens);
+    CHECK(m.preemptions == sum.preemptions);
+    CHECK(m.recomputed_tokens == sum.recomputed_tokens);
+    CHECK(m.scheduled_seqs == sum.scheduled_seqs);
+    CHECK(m.peak_blocks_in_use == sum.peak_blocks_in_use);
+    CHECK(m.num_kv_blocks == sum.num_kv_blocks);
+    CHECK(m.scheduled_seqs > 0);
+    CHECK(m.mean_batch_size() > 1.0);
     return out;
   };
   const auto one = run(1);

@@ -40,6 +40,8 @@ void RunStats::add_counts(const RunStats& o) {
   steps += o.steps;
   computed_tokens += o.computed_tokens;
   preemptions += o.preemptions;
+  recomputed_tokens += o.recomputed_tokens;
+  scheduled_seqs += o.scheduled_seqs;
   peak_blocks_in_use += o.peak_blocks_in_use;
   num_kv_blocks += o.num_kv_blocks;
 }
