@@ -68,6 +68,31 @@ ReduceReference reduce_reference(const std::vector<std::vector<uint16_t>>& xs, c
   return ref;
 }
 
+// Milliseconds of one CUDA-graph replay of `reps` calls of `call` on `s` (three eager calls first
+// to warm up, the first replay untimed): the timing cases' harness.
+float graph_replay_ms(cudaStream_t s, int reps, const std::function<void()>& call) {
+  for (int i = 0; i < 3; ++i) call();
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < reps; ++i) call();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CudaEvent a, b;
+  CUDA_CHECK(cudaEventRecord(a.get(), s));
+  CUDA_CHECK(cudaGraphLaunch(exec, s));
+  CUDA_CHECK(cudaEventRecord(b.get(), s));
+  CUDA_CHECK(cudaEventSynchronize(b.get()));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  return ms;
+}
+
 // One rank's stream and buffer on its device.
 struct RankBuffers {
   cudaStream_t stream = nullptr;
@@ -285,28 +310,7 @@ TEST_CASE("gpu.bench.nccl_all_reduce" * doctest::skip()) {
           cudaStream_t s = ranks[r].stream;
           bf16* x = ranks[r].buf.as<bf16>();
           const size_t count = bytes / sizeof(bf16);
-          for (int i = 0; i < 3; ++i) comms[r]->all_reduce_sum(x, count, s);  // warm-up, eagerly
-          CUDA_CHECK(cudaStreamSynchronize(s));
-          cudaGraph_t g = nullptr;
-          CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-          for (int i = 0; i < reps; ++i) comms[r]->all_reduce_sum(x, count, s);
-          CUDA_CHECK(cudaStreamEndCapture(s, &g));
-          cudaGraphExec_t exec = nullptr;
-          CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-          CUDA_CHECK(cudaGraphLaunch(exec, s));  // first replay untimed
-          CUDA_CHECK(cudaStreamSynchronize(s));
-          cudaEvent_t a, b;
-          CUDA_CHECK(cudaEventCreate(&a));
-          CUDA_CHECK(cudaEventCreate(&b));
-          CUDA_CHECK(cudaEventRecord(a, s));
-          CUDA_CHECK(cudaGraphLaunch(exec, s));
-          CUDA_CHECK(cudaEventRecord(b, s));
-          CUDA_CHECK(cudaEventSynchronize(b));
-          CUDA_CHECK(cudaEventElapsedTime(&ms[r], a, b));
-          cudaEventDestroy(a);
-          cudaEventDestroy(b);
-          cudaGraphExecDestroy(exec);
-          cudaGraphDestroy(g);
+          ms[r] = graph_replay_ms(s, reps, [&] { comms[r]->all_reduce_sum(x, count, s); });
         },
         abort_all);
     const double us = 1e3 * ms[0] / reps;
@@ -362,27 +366,10 @@ TEST_CASE("gpu.bench.peer_all_reduce" * doctest::skip()) {
               CUDA_CHECK(cudaMemset(x.get(), 0, x.bytes()));
               CUDA_CHECK(cudaMemset(res.get(), 0, res.bytes()));
               CUDA_CHECK(cudaMemset(w.get(), 0, w.bytes()));
-              const auto call = [&] {
+              CUDA_CHECK(cudaDeviceSynchronize());  // the memsets ran on the legacy stream, not on s
+              ms[r] = graph_replay_ms(s, kReps, [&] {
                 comms[r]->all_reduce_add_rmsnorm(x.as<bf16>(), res.as<bf16>(), w.as<bf16>(), t, h, 1e-6f, s);
-              };
-              for (int i = 0; i < 3; ++i) call();
-              CUDA_CHECK(cudaStreamSynchronize(s));
-              cudaGraph_t g = nullptr;
-              CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-              for (int i = 0; i < kReps; ++i) call();
-              CUDA_CHECK(cudaStreamEndCapture(s, &g));
-              cudaGraphExec_t exec = nullptr;
-              CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-              CUDA_CHECK(cudaGraphLaunch(exec, s));  // first replay untimed
-              CUDA_CHECK(cudaStreamSynchronize(s));
-              CudaEvent a, b;
-              CUDA_CHECK(cudaEventRecord(a.get(), s));
-              CUDA_CHECK(cudaGraphLaunch(exec, s));
-              CUDA_CHECK(cudaEventRecord(b.get(), s));
-              CUDA_CHECK(cudaEventSynchronize(b.get()));
-              CUDA_CHECK(cudaEventElapsedTime(&ms[r], a.get(), b.get()));
-              cudaGraphExecDestroy(exec);
-              cudaGraphDestroy(g);
+              });
             },
             abort_all);
         std::printf("all-reduce + add_rmsnorm, %d GPUs, %3d x %4d bf16 (%6zu bytes), %s: %7.2f us each\n", n, t, h,
