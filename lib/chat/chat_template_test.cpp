@@ -184,6 +184,41 @@ TEST_CASE("chat template: a printf width past a C int is an error, not an overfl
   CHECK(ok.render(in, ContentFormat::kString) == "00042|0.500");
 }
 
+// Found by chat_template_fuzz's long runs: a value holding another twice, nested k deep, prints
+// 2^k leaves (each operation within the 16 MiB limits above), and macros or loops nest to
+// billions of steps in a few lines. Printed text now stops at 16 MiB (the output or any one
+// string: an error one byte past it) and a render at 1,000,000 loop iterations and macro calls
+// (jinja_test.cpp).
+TEST_CASE("chat template: printed text is bounded: 16 MiB, however the value was built") {
+  ChatInputs in;
+  in.messages = ChatJson::parse(R"([{"role": "user", "content": "hi"}])");
+  const auto error_of = [&](const std::string& source) {
+    try {
+      (void)ChatTemplate(source, "t", "", "").render(in, ContentFormat::kString);
+    } catch (const ChatTemplateError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string doubling =
+      "{% set ns = namespace(v=0) %}{% for i in range(40) %}{% set ns.v = (ns.v, ns.v) %}{% endfor %}";
+  CHECK(error_of(doubling + "{{ ns.v }}").find("longer than 16 MiB") != std::string::npos);
+  CHECK(error_of(doubling + "{{ ns.v | tojson }}").find("longer than 16 MiB") != std::string::npos);
+  // (join, string and ~ print through the same append_str as {{ }}.)
+  // The same doubling, 10 deep: 1,024 leaves print.
+  const ChatTemplate small("{% set ns = namespace(v=0) %}{% for i in range(10) %}{% set ns.v = [ns.v, ns.v] %}"
+                           "{% endfor %}{{ (ns.v | string).count('0') }}",
+                           "t", "", "");
+  CHECK(small.render(in, ContentFormat::kString) == "1024");
+  // Exactly 16 MiB of output renders; one byte more, printed or literal, does not.
+  const ChatTemplate at("{{ 'x' * 16777216 }}", "t", "", "");
+  CHECK(at.render(in, ContentFormat::kString).size() == 16777216);
+  CHECK(error_of("{{ 'x' * 16777216 }}y").find("longer than 16 MiB") != std::string::npos);
+  CHECK(error_of("{{ 'x' * 16777216 }}{{ 'y' }}").find("longer than 16 MiB") != std::string::npos);
+  // Loops and macro calls stop at 1,000,000 a render: jinja_test.cpp checks that limit's boundary
+  // (with a small limit: a million steps take seconds under the sanitizers).
+}
+
 TEST_CASE("bench.chat_template qwen3 4-turn renders per second" * doctest::skip()) {
   ChatTemplate t = load("qwen3.jinja");
   ChatInputs in;

@@ -16,6 +16,10 @@ class Interpreter;
 // context (a million tokens is 4-8 MB of text), so 16 MiB refuses only what no template means
 // and keeps a hostile one from asking for gigabytes.
 inline constexpr size_t kMaxStringBytes = size_t{1} << 24;
+// The most loop iterations and macro calls one render may run. Nested loops and macros that call
+// themselves twice grow exponentially in a few lines; real chat templates run a few per message
+// and content part (thousands at most).
+inline constexpr int64_t kMaxRenderSteps = 1'000'000;
 
 bool has_filter(std::string_view name);
 bool has_test(std::string_view name);

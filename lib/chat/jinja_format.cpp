@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "chat/jinja_builtins.h"
 #include "chat/jinja_text.h"
 #include "chat/jinja_value.h"
 
@@ -88,6 +89,12 @@ void append_repr(std::string& out, const Value& v) {
   }
 }
 
+void check_length(const std::string& out) {
+  if (out.size() > kMaxStringBytes) {
+    throw std::runtime_error("text longer than " + std::to_string(kMaxStringBytes >> 20) + " MiB (nvllm's limit)");
+  }
+}
+
 void append_str(std::string& out, const Value& v) {
   switch (v.kind()) {
     case Kind::kUndefined: return;
@@ -95,13 +102,17 @@ void append_str(std::string& out, const Value& v) {
     case Kind::kBool: out += v.as_bool() ? "True" : "False"; return;
     case Kind::kInt: out += std::to_string(v.as_int()); return;
     case Kind::kFloat: out += py_float_repr(v.as_float()); return;
-    case Kind::kString: out += v.str(); return;
+    case Kind::kString:
+      out += v.str();
+      check_length(out);
+      return;
     case Kind::kList: case Kind::kTuple: {
       bool tuple = v.kind() == Kind::kTuple;
       out += tuple ? '(' : '[';
       for (size_t i = 0, n = v.size(); i < n; ++i) {
         if (i) out += ", ";
         append_repr(out, v.at(i));
+        check_length(out);  // a list that holds itself twice, k deep, prints 2^k items
       }
       if (tuple && v.size() == 1) out += ',';
       out += tuple ? ')' : ']';
@@ -116,6 +127,7 @@ void append_str(std::string& out, const Value& v) {
         append_repr_string(out, k);
         out += ": ";
         append_repr(out, e);
+        check_length(out);
       });
       out += '}';
       return;
@@ -235,6 +247,7 @@ void dump_dict(std::string& out, const Value& v, const DumpOptions& opt, int dep
     dump_string(out, items[i].first, opt.ensure_ascii);
     out += opt.key_sep;
     dump(out, items[i].second, opt, depth + 1);
+    check_length(out);
   }
   if (opt.has_indent) newline_indent(out, opt, depth);
   out += '}';
@@ -263,6 +276,7 @@ void dump(std::string& out, const Value& v, const DumpOptions& opt, int depth) {
         if (i) out += opt.item_sep;
         if (opt.has_indent) newline_indent(out, opt, depth + 1);
         dump(out, v.at(i), opt, depth + 1);
+        check_length(out);
       }
       if (opt.has_indent) newline_indent(out, opt, depth);
       out += ']';

@@ -8,7 +8,8 @@
 
 namespace nvllm::jinja {
 
-Interpreter::Interpreter(const std::string& template_name) : name_(template_name), frames_(8) {
+Interpreter::Interpreter(const std::string& template_name)
+    : name_(template_name), frames_(8), max_steps_(kMaxRenderSteps) {
   install_globals(*this);
 }
 
@@ -32,6 +33,7 @@ std::string Interpreter::render(const Template& tmpl) {
   std::string out;
   out.reserve(4096);
   out_ = &out;
+  steps_ = 0;
   try {
     push_frame();
     declare_undefined(tmpl.undefined_names);
@@ -49,6 +51,13 @@ std::string Interpreter::render(const Template& tmpl) {
 Value Interpreter::make_namespace(DictItems items) {
   mutables_.push_back(Value::namespace_(std::move(items)));
   return mutables_.back();
+}
+
+void Interpreter::count_step() {
+  if (++steps_ > max_steps_) {
+    throw std::runtime_error("more than " + std::to_string(max_steps_) +
+                             " loop iterations and macro calls in one render (nvllm's limit)");
+  }
 }
 
 void Interpreter::release_mutables() {
@@ -144,7 +153,10 @@ Interpreter::Flow Interpreter::exec_body(const Body& body) {
 Interpreter::Flow Interpreter::exec(const Node& n) {
   line_ = n.line;
   switch (n.kind) {
-    case NodeKind::kOutput: *out_ += n.value.str(); return Flow::kNormal;
+    case NodeKind::kOutput:
+      *out_ += n.value.str();
+      check_length(*out_);
+      return Flow::kNormal;
     case NodeKind::kPrint: append_str(*out_, eval(*n.a)); return Flow::kNormal;
     case NodeKind::kIf: return exec_body(eval(*n.a).truthy() ? n.body : n.else_body);  // elif: an If in else_body
     case NodeKind::kFor: return exec_for(n);
@@ -200,6 +212,7 @@ Interpreter::Flow Interpreter::exec_for(const Node& n) {
   Value loop = Value::loop(state);
   mutables_.push_back(loop);
   for (size_t i = 0; i < state->items.size(); ++i) {
+    count_step();
     state->index0 = i;
     push_frame();
     assign(*n.a, state->items[i]);
@@ -280,6 +293,7 @@ void Interpreter::exec_call_block(const Node& n) {
 }
 
 Value Interpreter::call_macro(const Node& macro, Args& args, int scope) {
+  count_step();
   push_frame(scope);
   List varargs;
   DictItems kwargs;

@@ -22,6 +22,9 @@ class Interpreter {
   void set_global(std::string name, Value v);
   // Renders the template and returns the text. Throws ChatTemplateError.
   std::string render(const Template& tmpl);
+  // The most loop iterations and macro calls a render may run (default kMaxRenderSteps; tests
+  // set a small one to check the boundary cheaply).
+  void set_max_steps(int64_t n) { max_steps_ = n; }
 
   // For filters, tests, methods and globals.
   Value call(const Value& fn, Args& args);
@@ -69,6 +72,8 @@ class Interpreter {
   bool lookup(std::string_view name, Value* out) const;
   // Empties every namespace and loop of mutables_ and forgets them.
   void release_mutables();
+  // One more loop iteration or macro call; throws past kMaxRenderSteps.
+  void count_step();
 
   std::string name_;
   std::deque<std::string> owned_names_;
@@ -78,6 +83,8 @@ class Interpreter {
   std::string* out_ = nullptr;
   Value filter_input_;  // the body text a {% filter %} block applies its chain to
   int line_ = 0;        // the line of the node being evaluated, for error messages
+  int64_t steps_ = 0;   // loop iterations and macro calls of this render
+  int64_t max_steps_;
   // Every namespace and loop this render made. They are the only values that change after they
   // are made (lists and dicts are immutable in the sandbox; a callable's captures are fixed), so
   // any other value refers only to values older than itself, and every reference cycle

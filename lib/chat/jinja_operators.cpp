@@ -1,6 +1,7 @@
 // Python's binary operators and `in` over jinja values, with Python's results and TypeErrors.
 #include "chat/jinja_operators.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -36,6 +37,7 @@ Value repeat(const Value& seq, int64_t n) {
   }
   if (seq.is_string()) {
     std::string out;
+    out.reserve(seq.str().size() * static_cast<size_t>(std::max<int64_t>(n, 0)));
     for (int64_t i = 0; i < n; ++i) out += seq.str();
     return Value(std::move(out));
   }

@@ -185,6 +185,35 @@ TEST_CASE("jinja: namespaces and loops that hold themselves are freed when the r
   CHECK(render("{% for x in [1, 1, 2] %}{{ loop.changed(loop, x) }}{% endfor %}") == "TrueFalseTrue");
 }
 
+// Loop iterations and macro calls count against the render's limit (kMaxRenderSteps, 1,000,000;
+// here 1,000 to check the boundary cheaply): exactly the limit runs, one more is an error, and
+// the count starts again with every render.
+TEST_CASE("jinja: a render stops at its limit of loop iterations and macro calls, exactly") {
+  const auto run = [](const std::string& source) {
+    Template tmpl = parse_template(source, "t.jinja");
+    Interpreter in("t.jinja");
+    in.set_max_steps(1000);
+    std::string first = in.render(tmpl);
+    CHECK(in.render(tmpl) == first);  // a second render has the whole budget again
+    return first;
+  };
+  const auto fails = [&](const std::string& source) {
+    try {
+      run(source);
+    } catch (const ChatTemplateError& e) {
+      return std::string(e.what()).find("more than 1000 loop iterations and macro calls") != std::string::npos;
+    }
+    return false;
+  };
+  CHECK(run("{% for i in range(1000) %}{% endfor %}ok") == "ok");
+  CHECK(fails("{% for i in range(1001) %}{% endfor %}"));
+  CHECK(run("{% for i in range(10) %}{% for j in range(99) %}{% endfor %}{% endfor %}ok") == "ok");  // 10 + 990
+  CHECK(fails("{% for i in range(10) %}{% for j in range(100) %}{% endfor %}{% endfor %}"));        // 10 + 1000
+  CHECK(run("{% macro f() %}{% endmacro %}{% for i in range(500) %}{{ f() }}{% endfor %}ok") == "ok");  // 500 + 500
+  CHECK(fails("{% macro f() %}{% endmacro %}{% for i in range(500) %}{{ f() }}{% endfor %}{{ f() }}"));
+  CHECK(fails("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) }}"));
+}
+
 TEST_CASE("jinja: tojson writes keys in request order and Python's float forms") {
   ChatJson vars = ChatJson::parse(R"({"v": {"zeta": 1, "alpha": [1.0, 1e20, 0.1, 1e-7, 100.0, 1.5e16, 1234567890123456789]}})");
   CHECK(render_with("{{ v | tojson }}", vars) ==

@@ -115,6 +115,10 @@ struct LoopState {
 // Python's str(): what `{{ x }}` prints. Undefined prints "".
 std::string to_str(const Value& v);
 void append_str(std::string& out, const Value& v);
+// Throws std::runtime_error once `out` is longer than kMaxStringBytes (jinja_builtins.h): every
+// printing path checks as it goes, so a value whose parts are shared (`(x, x)` nested k deep has
+// 2^k leaves) or a loop of literal text cannot grow the output without bound.
+void check_length(const std::string& out);
 // Python's repr(), used inside list/dict printing.
 void append_repr(std::string& out, const Value& v);
 std::string py_float_repr(double d);
