@@ -20,6 +20,9 @@ inline constexpr size_t kMaxStringBytes = size_t{1} << 24;
 // themselves twice grow exponentially in a few lines; real chat templates run a few per message
 // and content part (thousands at most).
 inline constexpr int64_t kMaxRenderSteps = 1'000'000;
+// The most bytes of strings one render may make (RenderBudget): 64 strings of the 16 MiB limit.
+// With the step limit alone, a loop could make a 16 MiB string a million times.
+inline constexpr int64_t kMaxRenderStringBytes = int64_t{1} << 30;
 
 bool has_filter(std::string_view name);
 bool has_test(std::string_view name);

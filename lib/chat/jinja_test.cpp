@@ -214,6 +214,35 @@ TEST_CASE("jinja: a render stops at its limit of loop iterations and macro calls
   CHECK(fails("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) }}"));
 }
 
+// Strings made during a render count against its byte budget (kMaxRenderStringBytes, 1 GiB; here
+// 1,000 bytes): exactly the budget passes, one byte more fails, summed over the render and
+// started again with the next; the template's own literals and the output buffer are not strings
+// made (the output has its own 16 MiB limit).
+TEST_CASE("jinja: a render stops at its budget of string bytes, exactly") {
+  const auto run = [](const std::string& source) {
+    Template tmpl = parse_template(source, "t.jinja");
+    Interpreter in("t.jinja");
+    in.set_max_string_bytes(1000);
+    std::string first = in.render(tmpl);
+    CHECK(in.render(tmpl) == first);
+    return first;
+  };
+  const auto fails = [&](const std::string& source) {
+    try {
+      run(source);
+    } catch (const ChatTemplateError& e) {
+      return std::string(e.what()).find("more than 1000 bytes of strings made in one render") != std::string::npos;
+    }
+    return false;
+  };
+  CHECK(run("{% set a = 'x' * 1000 %}{{ a | length }}") == "1000");
+  CHECK(fails("{% set a = 'x' * 1001 %}"));
+  CHECK(run("{% for i in range(4) %}{% set a = 'xy' * 125 %}{% endfor %}ok") == "ok");  // 4 x 250
+  CHECK(fails("{% for i in range(4) %}{% set a = 'xy' * 126 %}{% endfor %}"));         // 4 x 252
+  CHECK(run("{% for i in range(5) %}{{ ('%200d' % i) | length }}{% endfor %}x") == "200200200200200x");
+  CHECK(fails("{% for i in range(5) %}{{ ('%200d' % i) | length }}{% endfor %}x{{ 'y' * 1 }}"));
+}
+
 TEST_CASE("jinja: tojson writes keys in request order and Python's float forms") {
   ChatJson vars = ChatJson::parse(R"({"v": {"zeta": 1, "alpha": [1.0, 1e20, 0.1, 1e-7, 100.0, 1.5e16, 1234567890123456789]}})");
   CHECK(render_with("{{ v | tojson }}", vars) ==

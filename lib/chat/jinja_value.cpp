@@ -1,6 +1,7 @@
 #include "chat/jinja_value.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "chat/jinja_text.h"
 
@@ -26,7 +27,28 @@ const std::string& Value::undefined_hint() const {
   return obj_ && kind_ == Kind::kUndefined ? static_cast<UndefinedInfo*>(obj_.get())->hint : kEmpty;
 }
 
-Value::Value(std::string s) : kind_(Kind::kString), obj_(std::make_shared<std::string>(std::move(s))) {}
+namespace {
+thread_local RenderBudget* t_budget = nullptr;
+}  // namespace
+
+RenderBudget::RenderBudget(int64_t bytes) : limit_(bytes), left_(bytes), previous_(t_budget) { t_budget = this; }
+RenderBudget::~RenderBudget() { t_budget = previous_; }
+
+void charge_string_bytes(size_t n) {
+  RenderBudget* b = t_budget;
+  if (b == nullptr) return;
+  b->left_ -= static_cast<int64_t>(n);
+  if (b->left_ < 0) {
+    const std::string limit = b->limit_ >= (int64_t{1} << 20) ? std::to_string(b->limit_ >> 20) + " MiB"
+                                                               : std::to_string(b->limit_) + " bytes";
+    throw std::runtime_error("more than " + limit + " of strings made in one render (nvllm's limit)");
+  }
+}
+
+Value::Value(std::string s) : kind_(Kind::kString) {
+  charge_string_bytes(s.size());
+  obj_ = std::make_shared<std::string>(std::move(s));
+}
 
 Value Value::markup(std::string s) {
   Value v(std::move(s));

@@ -96,6 +96,24 @@ class Value {
   std::shared_ptr<void> obj_;       // owned std::string / List / DictItems / LoopState / Callable
 };
 
+// The bytes of strings one render may make, counted where a string Value is made (every string a
+// template builds passes there; the output buffer is bounded by check_length). Interpreter::render
+// holds one on its stack for the calling thread; outside a render nothing is counted. Throws
+// std::runtime_error past the limit.
+class RenderBudget {
+ public:
+  explicit RenderBudget(int64_t bytes);
+  ~RenderBudget();
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+
+ private:
+  int64_t limit_, left_;
+  RenderBudget* previous_;
+  friend void charge_string_bytes(size_t n);
+};
+void charge_string_bytes(size_t n);
+
 // Positional and keyword arguments of a call, filter or test.
 struct Args {
   std::vector<Value> pos;
