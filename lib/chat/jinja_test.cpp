@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <functional>
 
 #include "chat/chat_template.h"
 #include "chat/jinja_interpreter.h"
@@ -26,6 +27,30 @@ std::string render_with(const std::string& source, const ChatJson& vars) {
 }
 
 std::string render(const std::string& source) { return render_with(source, ChatJson::object()); }
+
+// Renders with a small render limit set: run() renders twice (the second render must have the
+// whole limit again and give the same text); fails() says whether it stops with `message`.
+struct Limited {
+  std::function<void(Interpreter&)> set;
+  std::string message;
+  Limited(std::function<void(Interpreter&)> s, std::string m) : set(std::move(s)), message(std::move(m)) {}
+  std::string run(const std::string& source) const {
+    Template tmpl = parse_template(source, "t.jinja");
+    Interpreter in("t.jinja");
+    set(in);
+    std::string first = in.render(tmpl);
+    CHECK(in.render(tmpl) == first);
+    return first;
+  }
+  bool fails(const std::string& source) const {
+    try {
+      run(source);
+    } catch (const ChatTemplateError& e) {
+      return std::string(e.what()).find(message) != std::string::npos;
+    }
+    return false;
+  }
+};
 
 TEST_CASE("jinja: every feature case renders as jinja2 renders it") {
   ChatJson data = load_json(std::string(NVLLM_TESTDATA) + "/chat/jinja_cases.json");
@@ -189,22 +214,10 @@ TEST_CASE("jinja: namespaces and loops that hold themselves are freed when the r
 // here 1,000 to check the boundary cheaply): exactly the limit runs, one more is an error, and
 // the count starts again with every render.
 TEST_CASE("jinja: a render stops at its limit of loop iterations and macro calls, exactly") {
-  const auto run = [](const std::string& source) {
-    Template tmpl = parse_template(source, "t.jinja");
-    Interpreter in("t.jinja");
-    in.set_max_steps(1000);
-    std::string first = in.render(tmpl);
-    CHECK(in.render(tmpl) == first);  // a second render has the whole budget again
-    return first;
-  };
-  const auto fails = [&](const std::string& source) {
-    try {
-      run(source);
-    } catch (const ChatTemplateError& e) {
-      return std::string(e.what()).find("more than 1000 loop iterations and macro calls") != std::string::npos;
-    }
-    return false;
-  };
+  const Limited limited([](Interpreter& in) { in.set_max_steps(1000); },
+                        "more than 1000 loop iterations and macro calls");
+  const auto run = [&](const std::string& source) { return limited.run(source); };
+  const auto fails = [&](const std::string& source) { return limited.fails(source); };
   CHECK(run("{% for i in range(1000) %}{% endfor %}ok") == "ok");
   CHECK(fails("{% for i in range(1001) %}{% endfor %}"));
   CHECK(run("{% for i in range(10) %}{% for j in range(99) %}{% endfor %}{% endfor %}ok") == "ok");  // 10 + 990
@@ -219,22 +232,10 @@ TEST_CASE("jinja: a render stops at its limit of loop iterations and macro calls
 // started again with the next; the template's own literals and the output buffer are not strings
 // made (the output has its own 16 MiB limit).
 TEST_CASE("jinja: a render stops at its budget of string bytes, exactly") {
-  const auto run = [](const std::string& source) {
-    Template tmpl = parse_template(source, "t.jinja");
-    Interpreter in("t.jinja");
-    in.set_max_string_bytes(1000);
-    std::string first = in.render(tmpl);
-    CHECK(in.render(tmpl) == first);
-    return first;
-  };
-  const auto fails = [&](const std::string& source) {
-    try {
-      run(source);
-    } catch (const ChatTemplateError& e) {
-      return std::string(e.what()).find("more than 1000 bytes of strings made in one render") != std::string::npos;
-    }
-    return false;
-  };
+  const Limited limited([](Interpreter& in) { in.set_max_string_bytes(1000); },
+                        "more than 1000 bytes of strings made in one render");
+  const auto run = [&](const std::string& source) { return limited.run(source); };
+  const auto fails = [&](const std::string& source) { return limited.fails(source); };
   CHECK(run("{% set a = 'x' * 1000 %}{{ a | length }}") == "1000");
   CHECK(fails("{% set a = 'x' * 1001 %}"));
   CHECK(run("{% for i in range(4) %}{% set a = 'xy' * 125 %}{% endfor %}ok") == "ok");  // 4 x 250
