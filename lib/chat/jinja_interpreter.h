@@ -74,7 +74,7 @@ class Interpreter {
   bool lookup(std::string_view name, Value* out) const;
   // Empties every namespace and loop of mutables_ and forgets them.
   void release_mutables();
-  // One more loop iteration or macro call; throws past kMaxRenderSteps.
+  // One more loop iteration or macro call; throws past max_steps_ (set_max_steps).
   void count_step();
 
   std::string name_;
