@@ -105,6 +105,16 @@ void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaSt
 // The same with fp32 output: the LM head's logits.
 void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream);
 
+// How E4M3 weights [N, K] are scaled (value = code * scale): one scale for the tensor; one per
+// output row (compressed-tensors channel scales, --quantization fp8); one per 128 x 128 block,
+// row-major [ceil(N / 128), ceil(K / 128)] (weight_block_size [128, 128], weight_scale_inv).
+enum class Fp8Scaling : uint8_t { kTensor, kRow, kBlock128 };
+// gemv with E4M3 weight codes w [N, K] and their fp32 scales (gemv_fp8.cu): y = x · (w * scale)^T
+// in fp32, bf16 out. K % 16 == 0, 16-byte aligned rows; 1 <= batch <= kGemvMaxBatch. A row's
+// result does not depend on the batch size.
+void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling scaling, bf16* y, int batch, int n,
+              int k, cudaStream_t stream);
+
 // Where attention finds its sequences: S sequences, the queries of sequence s are rows
 // query_start[s] .. query_start[s+1] of q and sit at the last positions of its context
 // (context_lens[s] tokens, all already in the paged cache, this step's included).

@@ -1,0 +1,142 @@
+// gemv_fp8 against a CPU reference in double on random E4M3 codes (every finite code, NaN codes
+// excluded) with tensor, row and 128 x 128 block scales: shapes whose N and K end inside a scale
+// block, K of one chunk and of strides that do not divide, every batch size 1..8, outputs poisoned
+// with NaN; and a row's bits at every batch size.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels::test {
+namespace {
+
+// Random finite E4M3 codes: 0x7f and 0xff are NaN in the "fn" format.
+std::vector<uint8_t> random_codes(std::mt19937& rng, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (auto& c : v) {
+    do {
+      c = static_cast<uint8_t>(rng());
+    } while ((c & 0x7f) == 0x7f);
+  }
+  return v;
+}
+
+// The scale of element (row, col) as the kernel reads it.
+double scale_at(const std::vector<float>& s, Fp8Scaling scaling, int k, int row, int col) {
+  switch (scaling) {
+    case Fp8Scaling::kTensor: return s[0];
+    case Fp8Scaling::kRow: return s[size_t(row)];
+    case Fp8Scaling::kBlock128: return s[size_t(row / 128) * size_t((k + 127) / 128) + size_t(col / 128)];
+  }
+  return 0;
+}
+
+size_t scale_count(Fp8Scaling scaling, int n, int k) {
+  switch (scaling) {
+    case Fp8Scaling::kTensor: return 1;
+    case Fp8Scaling::kRow: return size_t(n);
+    case Fp8Scaling::kBlock128: return size_t((n + 127) / 128) * size_t((k + 127) / 128);
+  }
+  return 0;
+}
+
+std::vector<double> reference(const std::vector<bf16>& x, const std::vector<uint8_t>& w, const std::vector<float>& s,
+                              Fp8Scaling scaling, int batch, int n, int k) {
+  std::vector<double> ref(size_t(batch) * n);
+  for (int b = 0; b < batch; ++b)
+    for (int r = 0; r < n; ++r) {
+      double acc = 0;
+      for (int i = 0; i < k; ++i)
+        acc += double(to_f(x[size_t(b) * k + i])) * f8e4m3_to_f32(w[size_t(r) * k + i]) * scale_at(s, scaling, k, r, i);
+      ref[size_t(b) * n + r] = acc;
+    }
+  return ref;
+}
+
+// Within one bf16 rounding of the reference plus 1e-4 of the outputs' RMS (fp32 sums; the block
+// scale applied before the FMAs rounds each product once more): as gemv_test.cu's bound.
+int outside_bf16(const std::vector<bf16>& y, const std::vector<double>& ref) {
+  double ss = 0;
+  for (double v : ref) ss += v * v;
+  const double rms = std::sqrt(ss / double(ref.size()));
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(double(to_f(y[i])) - ref[i]);
+    if (!(d <= std::ldexp(std::fabs(ref[i]), -8) * 1.001 + 1e-4 * rms)) ++bad;
+  }
+  return bad;
+}
+
+const char* name(Fp8Scaling s) {
+  return s == Fp8Scaling::kTensor ? "tensor" : s == Fp8Scaling::kRow ? "row" : "block 128";
+}
+
+}  // namespace
+
+TEST_CASE("gpu.kernels.gemv_fp8 matches the CPU reference for tensor, row and block scales") {
+  struct Shape {
+    int n, k;
+  };
+  // K: one chunk of 16, 129 chunks (no multiple of a block's 128 threads; the last 128-block of
+  // scales partial), 2064; N: below a block's rows, one past 128 (a second, one-row scale block),
+  // 1001, 4096.
+  for (const Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow, Fp8Scaling::kBlock128}) {
+    for (const Shape sh : {Shape{3, 16}, Shape{129, 2064}, Shape{1001, 144}, Shape{4096, 1024}, Shape{130, 4112}}) {
+      for (int batch = 1; batch <= kGemvMaxBatch; ++batch) {
+        std::mt19937 rng(uint32_t(sh.n * 31 + sh.k * 7 + batch * 3 + int(scaling)));
+        auto x = random_bf16(rng, size_t(batch) * sh.k);
+        auto w = random_codes(rng, size_t(sh.n) * sh.k);
+        std::vector<float> s(scale_count(scaling, sh.n, sh.k));
+        std::uniform_real_distribution<float> dist(1e-4f, 1e-2f);  // codes reach 448
+        for (float& v : s) v = dist(rng);
+        const std::vector<double> ref = reference(x, w, s, scaling, batch, sh.n, sh.k);
+        DeviceBuffer<bf16> d_x(x), d_y(ref.size());
+        DeviceBuffer<uint8_t> d_w(w);
+        DeviceBuffer<float> d_s(s);
+        d_y.poison();
+        gemv_fp8(d_x.get(), d_w.get(), d_s.get(), scaling, d_y.get(), batch, sh.n, sh.k, nullptr);
+        INFO(name(scaling), " scales, n=", sh.n, " k=", sh.k, " batch=", batch);
+        CHECK(outside_bf16(d_y.download(), ref) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("gpu.kernels.gemv_fp8 gives a row the same bits at every batch size") {
+  const int n = 1500, k = 2064, full = kGemvMaxBatch;
+  std::mt19937 rng(11);
+  auto x = random_bf16(rng, size_t(full) * k);
+  auto w = random_codes(rng, size_t(n) * k);
+  std::vector<float> s(scale_count(Fp8Scaling::kBlock128, n, k), 3e-3f);
+  DeviceBuffer<bf16> d_x(x), d_full(size_t(full) * n), d_y(size_t(full) * n);
+  DeviceBuffer<uint8_t> d_w(w);
+  DeviceBuffer<float> d_s(s);
+  gemv_fp8(d_x.get(), d_w.get(), d_s.get(), Fp8Scaling::kBlock128, d_full.get(), full, n, k, nullptr);
+  const std::vector<bf16> all = d_full.download();
+  for (int batch = 1; batch < full; ++batch) {
+    d_y.poison();
+    gemv_fp8(d_x.get(), d_w.get(), d_s.get(), Fp8Scaling::kBlock128, d_y.get(), batch, n, k, nullptr);
+    const std::vector<bf16> part = d_y.download();
+    int differ = 0;
+    for (size_t i = 0; i < size_t(batch) * n; ++i) differ += to_f(part[i]) != to_f(all[i]);
+    INFO("batch ", batch);
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("gpu.kernels.gemv_fp8 refuses a K that is not a multiple of 16 and a batch over 8") {
+  DeviceBuffer<bf16> x(9 * 24), y(9 * 4);
+  DeviceBuffer<uint8_t> w(4 * 24);
+  DeviceBuffer<float> s(1);
+  CHECK_THROWS_WITH(gemv_fp8(x.get(), w.get(), s.get(), Fp8Scaling::kTensor, y.get(), 1, 4, 24, nullptr),
+                    doctest::Contains("must be a multiple of 16"));
+  CHECK_THROWS_WITH(gemv_fp8(x.get(), w.get(), s.get(), Fp8Scaling::kTensor, y.get(), 9, 4, 32, nullptr),
+                    doctest::Contains("batch 9 is over 8"));
+}
+
+}  // namespace nvllm::kernels::test
