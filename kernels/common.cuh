@@ -196,6 +196,17 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+// The same for the maximum of values >= 0 (absolute values: 0 is the identity).
+__device__ __forceinline__ float block_max_abs(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.f;
+  return warp_max(v);
+}
+
 // --- Tensor-core and async-copy primitives (sm_80+), for the tiled attention kernels ---
 
 // An L2 policy for data read once per step (weights): evict these lines first, so that they do

@@ -26,7 +26,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
-template <int kBatch, int kRows, Fp8Scaling kScaling, int kUnroll = (kBatch >= 4 ? 2 : 4)>
+// kUnroll chunks of each row in flight per thread; fewer when the block holds more rows or
+// sequences (the registers of wv, wf and acc grow with both).
+template <int kBatch, int kRows, Fp8Scaling kScaling, int kUnroll = (kBatch >= 4 || kRows >= 4 ? 2 : 4)>
 __global__ void __launch_bounds__(kThreads)
     gemv_fp8_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
                     bf16* __restrict__ y, int batch, int n, int k) {
@@ -120,31 +122,44 @@ void launch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int ba
              scale, y, batch, n, k);
 }
 
-template <Fp8Scaling kScaling>
-void dispatch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
-              cudaStream_t stream) {
-  // Rows per block as the bf16 gemv (measured there): two for batch 1-2, four for 3-8.
+template <int kRows, Fp8Scaling kScaling>
+void dispatch_batch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
+                    cudaStream_t stream) {
   if (batch == 1)
-    launch<1, 2, kScaling>(x, w, scale, y, batch, n, k, stream);
+    launch<1, kRows, kScaling>(x, w, scale, y, batch, n, k, stream);
   else if (batch == 2)
-    launch<2, 2, kScaling>(x, w, scale, y, batch, n, k, stream);
+    launch<2, kRows, kScaling>(x, w, scale, y, batch, n, k, stream);
   else if (batch <= 4)
-    launch<4, 4, kScaling>(x, w, scale, y, batch, n, k, stream);
+    launch<4, kRows, kScaling>(x, w, scale, y, batch, n, k, stream);
   else
-    launch<8, 4, kScaling>(x, w, scale, y, batch, n, k, stream);
+    launch<8, kRows, kScaling>(x, w, scale, y, batch, n, k, stream);
+}
+
+template <Fp8Scaling kScaling>
+void dispatch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k, int rows,
+              cudaStream_t stream) {
+  if (rows == 2)
+    dispatch_batch<2, kScaling>(x, w, scale, y, batch, n, k, stream);
+  else
+    dispatch_batch<4, kScaling>(x, w, scale, y, batch, n, k, stream);
 }
 
 }  // namespace
 
 void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling scaling, bf16* y, int batch, int n,
-              int k, cudaStream_t stream) {
+              int k, cudaStream_t stream, int rows_per_block) {
   if (batch <= 0 || n <= 0) return;
   NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv_fp8: batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
   NVLLM_CHECK(k % kChunk == 0, "gemv_fp8: K = ", k, " must be a multiple of 16 (16-byte rows of codes)");
+  NVLLM_CHECK(rows_per_block == 0 || rows_per_block == 2 || rows_per_block == 4, "gemv_fp8: ", rows_per_block,
+              " rows a block; 2 or 4 (0: the default)");
+  // Four rows a block at every batch: a block then streams as many bytes as the bf16 gemv's two
+  // rows at batch 1-2 (measured: bench/NOTES.md, fifteenth session).
+  const int rows = rows_per_block == 0 ? 4 : rows_per_block;
   switch (scaling) {
-    case Fp8Scaling::kTensor: dispatch<Fp8Scaling::kTensor>(x, w, scale, y, batch, n, k, stream); break;
-    case Fp8Scaling::kRow: dispatch<Fp8Scaling::kRow>(x, w, scale, y, batch, n, k, stream); break;
-    case Fp8Scaling::kBlock128: dispatch<Fp8Scaling::kBlock128>(x, w, scale, y, batch, n, k, stream); break;
+    case Fp8Scaling::kTensor: dispatch<Fp8Scaling::kTensor>(x, w, scale, y, batch, n, k, rows, stream); break;
+    case Fp8Scaling::kRow: dispatch<Fp8Scaling::kRow>(x, w, scale, y, batch, n, k, rows, stream); break;
+    case Fp8Scaling::kBlock128: dispatch<Fp8Scaling::kBlock128>(x, w, scale, y, batch, n, k, rows, stream); break;
   }
 }
 

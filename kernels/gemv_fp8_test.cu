@@ -98,10 +98,12 @@ TEST_CASE("gpu.kernels.gemv_fp8 matches the CPU reference for tensor, row and bl
         DeviceBuffer<bf16> d_x(x), d_y(ref.size());
         DeviceBuffer<uint8_t> d_w(w);
         DeviceBuffer<float> d_s(s);
-        d_y.poison();
-        gemv_fp8(d_x.get(), d_w.get(), d_s.get(), scaling, d_y.get(), batch, sh.n, sh.k, nullptr);
-        INFO(name(scaling), " scales, n=", sh.n, " k=", sh.k, " batch=", batch);
-        CHECK(outside_bf16(d_y.download(), ref) == 0);
+        for (const int rows : {2, 4}) {  // both variants of rows per block
+          d_y.poison();
+          gemv_fp8(d_x.get(), d_w.get(), d_s.get(), scaling, d_y.get(), batch, sh.n, sh.k, nullptr, rows);
+          INFO(name(scaling), " scales, n=", sh.n, " k=", sh.k, " batch=", batch, ", ", rows, " rows a block");
+          CHECK(outside_bf16(d_y.download(), ref) == 0);
+        }
       }
     }
   }

@@ -111,9 +111,19 @@ void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, c
 enum class Fp8Scaling : uint8_t { kTensor, kRow, kBlock128 };
 // gemv with E4M3 weight codes w [N, K] and their fp32 scales (gemv_fp8.cu): y = x · (w * scale)^T
 // in fp32, bf16 out. K % 16 == 0, 16-byte aligned rows; 1 <= batch <= kGemvMaxBatch. A row's
-// result does not depend on the batch size.
+// result does not depend on the batch size. `rows_per_block` (2 or 4; 0: the measured default)
+// is for timing the kernel's variants only.
 void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling scaling, bf16* y, int batch, int n,
-              int k, cudaStream_t stream);
+              int k, cudaStream_t stream, int rows_per_block = 0);
+
+// E4M3 codes of each row of x [rows, cols] (fp8_quant.cu): scales[r] = amax(row r) / 448 and
+// codes[r, c] = e4m3(x[r, c] / scales[r]), rounded to nearest even (an all-zero row: scale 0,
+// zero codes), bit for bit as the CPU's --quantization fp8. Weights per output channel at load;
+// activations per token before an FP8 GEMM. cols % 8 == 0, 16-byte aligned rows.
+void quantize_rows_fp8(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t stream);
+// y [m, n] = bf16(y * row_scales[m] * col_scales[n]), in place: the per-token and per-channel
+// scales of an FP8 GEMM that ran with unit scales. n % 8 == 0.
+void scale_rows_cols(bf16* y, const float* row_scales, const float* col_scales, int m, int n, cudaStream_t stream);
 
 // Where attention finds its sequences: S sequences, the queries of sequence s are rows
 // query_start[s] .. query_start[s+1] of q and sit at the last positions of its context

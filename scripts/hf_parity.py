@@ -302,7 +302,7 @@ def compare(arch, args, log):
 
 def add_common_args(ap):
     """The flags of a run over these checkpoints (the binary, the checkpoint builder, the prompts,
-    where results go); scripts/fp8_kv_quality.py takes them too."""
+    where results go); scripts/fp8_quality.py takes them too."""
     ap.add_argument("--nvllm", default="build/bin/nvllm")
     ap.add_argument("--testdata", default="testdata")
     ap.add_argument("--num-prompts", type=int, default=100)

@@ -51,6 +51,10 @@ struct BenchFlags {
   bool quiet = false;
 };
 
+// FP8 weights run their GEMMs on the FP8 tensor cores, at twice the bf16 rate on Hopper (the
+// H100's dense peaks: 1,979 and 989 TFLOP/s); the roofline takes the measured bf16 rate twice.
+double fp8_flops_factor(const LoadedModel& m) { return m.fp8_weights && m.device == "cuda" ? 2.0 : 1.0; }
+
 // One GPU's ceilings (bench_ceilings.h), resolved once a process: a run loads one model.
 const Ceilings& gpu_ceilings(const BenchFlags& f, const LoadedModel& m) {
   static const Ceilings c = resolve_ceilings(f.peak_bandwidth, f.peak_flops, m.device);
@@ -63,7 +67,7 @@ std::pair<double, double> peaks(const BenchFlags& f, const LoadedModel& m) {
   if (m.device != "cuda" && !(f.peak_bandwidth > 0 && f.peak_flops > 0)) return {0, 0};
   const Ceilings& c = gpu_ceilings(f, m);
   const double gpus = std::max(1, m.num_gpus());
-  return {c.bandwidth * gpus, c.flops * gpus};
+  return {c.bandwidth * gpus, c.flops * gpus * fp8_flops_factor(m)};
 }
 
 using Clock = std::chrono::steady_clock;
@@ -192,8 +196,9 @@ void print_device(const BenchFlags& f, const LoadedModel& m) {
               kv_cache_dtype_name(f.model, m.device).c_str(), static_cast<long long>(kv_cache_tokens(m)));
   if (peaks(f, m).first <= 0) return;
   const Ceilings& c = gpu_ceilings(f, m);
-  std::printf("ceilings          %.2f TB/s, %.0f TFLOP/s%s (%s)\n", c.bandwidth / 1e12, c.flops / 1e12,
-              m.device == "cuda" ? " a GPU" : "", c.source.c_str());
+  std::printf("ceilings          %.2f TB/s, %.0f TFLOP/s%s (%s)%s\n", c.bandwidth / 1e12, c.flops / 1e12,
+              m.device == "cuda" ? " a GPU" : "", c.source.c_str(),
+              fp8_flops_factor(m) > 1 ? "; FP8 weights: GEMMs at twice that" : "");
 }
 
 nlohmann::json header(const BenchFlags& f, const LoadedModel& m, const char* mode) {
@@ -226,7 +231,12 @@ std::vector<EngineRequest> throughput_requests(const BenchFlags& f, const Loaded
   return requests;
 }
 
-int weight_bytes_of(const LoadedModel& m) { return m.device == "cuda" ? 2 : 4; }
+// FP8 weights (--quantization fp8): one byte a weight in the layers, the LM head bf16, on either
+// runner (the CPU runner's float32 values stand for the codes the GPU reads).
+WeightBytes weight_bytes_of(const LoadedModel& m) {
+  if (m.fp8_weights) return {1.0, 2.0};
+  return m.device == "cuda" ? 2 : 4;
+}
 
 // The least time the run (or its first `steps` steps, with `output_len` tokens a request) could
 // have taken (lib/analysis/workload.h). Prefix-cache hits count as attended, not computed.

@@ -10,11 +10,11 @@ namespace {
 
 bool fp8_kv(const ModelFlags& f) { return f.kv_cache_dtype == "fp8" || f.kv_cache_dtype == "fp8_e4m3"; }
 
-constexpr const char* kNoGpuFp8 =
-    "FP8 weights on the GPU runner are not implemented yet (an FP8 KV cache is: --kv-cache-dtype fp8); quantising "
-    "at load pays only with FP8 GEMMs; run with --device cpu for the quantised model's numerics";
-
 }  // namespace
+
+bool quantize_at_load(const ModelFlags& f, const ModelConfig& config) {
+  return f.quantization == "fp8" && !config.quant.quantized();
+}
 
 void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string& device) {
   if (!f.quantization.empty() && config.quant.quantized()) {
@@ -27,16 +27,16 @@ void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string
                                                 "float32; use --kv-cache-dtype auto or fp8");
     return;
   }
-  NVLLM_CHECK(f.quantization.empty(), "--quantization ", f.quantization, ": ", kNoGpuFp8);
   if (config.quant.quantized()) {
     log_warn(f.model, "/config.json: an FP8 checkpoint (quantization_config ", config.quant.method,
-             "): its weights are dequantised to bfloat16 at load, since the GPU runner has no FP8 GEMMs yet: the "
-             "quantised model's outputs at bfloat16 speed, with twice the FP8 weights' memory");
+             "): its weights are dequantised to bfloat16 at load, since the GPU runner keeps FP8 codes only for "
+             "--quantization fp8 so far: the quantised model's outputs at bfloat16 speed, with twice the FP8 "
+             "weights' memory");
   }
 }
 
 void apply_quantization(const ModelFlags& f, const ModelConfig& config, ModelWeights& weights) {
-  if (f.quantization.empty() || config.quant.quantized()) return;
+  if (!quantize_at_load(f, config)) return;
   quantize_weights_fp8(weights);
   log_info("--quantization fp8: linear weights quantised to E4M3 with one scale per output channel");
 }

@@ -1,6 +1,5 @@
 // FP8 in model setup: --quantization fp8 and --kv-cache-dtype (vLLM's names), FP8 checkpoints
-// detected from config.json, and the refusal of FP8 weights on the CUDA runner, which has an FP8
-// KV cache but no FP8 weight path yet.
+// detected from config.json (the CUDA runner loads those dequantised to bf16 so far).
 #pragma once
 
 #include <optional>
@@ -12,12 +11,17 @@
 
 namespace nvllm {
 
-// Throws nvllm::Error for FP8 where it is not implemented (the CUDA runner: --quantization fp8)
-// and for --quantization fp8 over a checkpoint quantised otherwise; warns that the CUDA runner
-// loads an FP8 checkpoint dequantised to bf16.
+// Throws nvllm::Error for --quantization fp8 over a checkpoint quantised otherwise and for
+// --kv-cache-dtype bfloat16 on the CPU; warns that the CUDA runner loads an FP8 checkpoint
+// dequantised to bf16.
 void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string& device);
 
-// --quantization fp8 on the CPU runner's float32 weights (a no-op for a checkpoint already FP8).
+// Whether --quantization fp8 quantises the weights at load: the flag, over a checkpoint that is
+// not FP8 already (whose own scales then rule).
+bool quantize_at_load(const ModelFlags& f, const ModelConfig& config);
+
+// --quantization fp8 on the CPU runner's float32 weights (a no-op for a checkpoint already FP8);
+// the CUDA runner quantises on the GPU (CudaRunnerOptions::fp8_weights), to the same codes.
 void apply_quantization(const ModelFlags& f, const ModelConfig& config, ModelWeights& weights);
 
 // The FP8 KV scales for --kv-cache-dtype fp8 / fp8_e4m3 (either runner); nullopt otherwise.

@@ -132,7 +132,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--quantization", f.quantization,
-                 "fp8: quantise linear weights to E4M3 at load, one scale per output channel (CPU runner). FP8 "
+                 "fp8: quantise linear weights to E4M3 at load, one scale per output channel. FP8 "
                  "checkpoints (quantization_config in config.json) are detected without it")
       ->check(CLI::IsMember({"fp8"}));
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
@@ -309,6 +309,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   const LoadFormat format = f.load_format == "dummy" ? LoadFormat::kDummy : LoadFormat::kAuto;
   const int engines = f.data_parallel_size;
   m.tensor_parallel_size = f.tensor_parallel_size;
+  m.fp8_weights = quantize_at_load(f, m.config);
   if (m.device == "cpu") {
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "float32",
                 "--dtype ", f.dtype, ": the CPU runner computes in float32; use --dtype auto or float32");
@@ -338,6 +339,9 @@ LoadedModel load_model(const ModelFlags& flags) {
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;
     options.fp8_kv = fp8_kv_scales(f, m.config);
+    options.fp8_weights = quantize_at_load(f, m.config);
+    if (options.fp8_weights)
+      log_info("--quantization fp8: linear weights quantised to E4M3 on the GPU, one scale per output channel");
     options.tensor_parallel_size = f.tensor_parallel_size;
     for (int e = 0; e < engines; ++e) {  // engine e on GPUs e * tp ..
       options.device = e * f.tensor_parallel_size;

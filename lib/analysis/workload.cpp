@@ -87,13 +87,18 @@ Shape shape_of(const ModelConfig& c) {
   return s;
 }
 
+double weight_bytes_of(const Shape& sh, const ModelConfig& c, WeightBytes b) {
+  return c.num_layers * sh.layer_params * b.layers + sh.lm_head_params * b.lm_head;
+}
+
 }  // namespace
 
 Roofline roofline(const ModelConfig& c, const std::vector<int>& prompt_lens, const std::vector<int>& output_lens,
-                  int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes, const std::vector<int>& cached_lens) {
+                  int64_t steps, WeightBytes weight_dtype_bytes, int kv_dtype_bytes,
+                  const std::vector<int>& cached_lens) {
   const Shape sh = shape_of(c);
   Roofline r;
-  r.weight_bytes = sh.matmul_params * weight_dtype_bytes;
+  r.weight_bytes = weight_bytes_of(sh, c, weight_dtype_bytes);
   r.kv_bytes_per_token = static_cast<double>(c.kv_layout(1, kv_dtype_bytes).bytes_per_token());
   double kv_reads = 0, pairs = 0, tokens = 0, sampled = 0;
   for (size_t i = 0; i < prompt_lens.size(); ++i) {
@@ -114,11 +119,11 @@ Roofline roofline(const ModelConfig& c, const std::vector<int>& prompt_lens, con
   return r;
 }
 
-Roofline decode_step_roofline(const ModelConfig& c, int batch, int context, int weight_dtype_bytes,
+Roofline decode_step_roofline(const ModelConfig& c, int batch, int context, WeightBytes weight_dtype_bytes,
                               int kv_dtype_bytes) {
   const Shape sh = shape_of(c);
   Roofline r;
-  r.weight_bytes = sh.matmul_params * weight_dtype_bytes;
+  r.weight_bytes = weight_bytes_of(sh, c, weight_dtype_bytes);
   r.kv_bytes_per_token = static_cast<double>(c.kv_layout(1, kv_dtype_bytes).bytes_per_token());
   const double rows = batch, keys = static_cast<double>(batch) * context;
   r.bytes = r.weight_bytes + keys * r.kv_bytes_per_token;
@@ -129,7 +134,7 @@ Roofline decode_step_roofline(const ModelConfig& c, int batch, int context, int 
 Roofline StepCostModel::step(const Batch& b) const {
   const Shape sh = shape_of(*config);
   Roofline r;
-  r.weight_bytes = sh.matmul_params * weight_dtype_bytes;
+  r.weight_bytes = weight_bytes_of(sh, *config, weight_dtype_bytes);
   r.kv_bytes_per_token = static_cast<double>(config->kv_layout(1, kv_dtype_bytes).bytes_per_token());
   double keys = 0, pairs = 0, sampled = 0;
   for (int s = 0; s < b.num_seqs(); ++s) {

@@ -50,11 +50,20 @@ struct Roofline {
   double min_time_s(double bandwidth, double flops_per_s) const;
 };
 
+// Bytes a weight takes: in the layers' projections and in the LM head (2 and 2 for bf16; FP8
+// weights keep a bf16 LM head: 1 and 2; the scales, under 0.1% of the codes, are left out).
+struct WeightBytes {
+  double layers = 2, lm_head = 2;
+  WeightBytes(int both = 2) : layers(both), lm_head(both) {}  // NOLINT: one dtype for all
+  WeightBytes(double layer_bytes, double lm_head_bytes) : layers(layer_bytes), lm_head(lm_head_bytes) {}
+};
+
 // `prompt_lens`/`output_lens` per request (n = 1), `steps` the engine steps the run took,
 // `weight_dtype_bytes` and `kv_dtype_bytes` 2 for bf16. `cached_lens` (empty: none) are the
 // prompt tokens each request took from the prefix cache: they are attended to, not computed.
 Roofline roofline(const ModelConfig& config, const std::vector<int>& prompt_lens, const std::vector<int>& output_lens,
-                  int64_t steps, int weight_dtype_bytes, int kv_dtype_bytes, const std::vector<int>& cached_lens = {});
+                  int64_t steps, WeightBytes weight_dtype_bytes, int kv_dtype_bytes,
+                  const std::vector<int>& cached_lens = {});
 
 // Measured ceilings of the H100 nvllm is tuned on (device copy, bf16 cuBLAS GEMM): the default
 // roofline of bench on the GPU and of inspect-cache's modelled time.
@@ -66,7 +75,7 @@ constexpr double kH100Flops = 854e12;
 // sampled) plus attention over each token's keys. Time at the ceilings: the larger of the two.
 struct StepCostModel {
   const ModelConfig* config = nullptr;
-  int weight_dtype_bytes = 2;
+  WeightBytes weight_dtype_bytes = 2;
   int kv_dtype_bytes = 2;
   double bandwidth = kH100Bandwidth;
   double flops = kH100Flops;
@@ -77,7 +86,7 @@ struct StepCostModel {
 // One decode step of `batch` sequences, each with `context` tokens in the cache after the step:
 // all weights read once, every sequence's K/V read once, 2 FLOPs per weight and row plus
 // attention, the LM head on every row.
-Roofline decode_step_roofline(const ModelConfig& config, int batch, int context, int weight_dtype_bytes,
+Roofline decode_step_roofline(const ModelConfig& config, int batch, int context, WeightBytes weight_dtype_bytes,
                               int kv_dtype_bytes);
 
 // A figure a bench report prints, against its roofline: the time it took and the least time the

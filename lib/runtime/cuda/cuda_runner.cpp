@@ -41,7 +41,7 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
       select_device_(options.device),
       stream_(),
       model_(checked(config, w, options), w, options.block_size, options.gemv_max_batch,
-             options.fp8_kv ? &*options.fp8_kv : nullptr, std::move(tp)),
+             options.fp8_kv ? &*options.fp8_kv : nullptr, options.fp8_weights, std::move(tp)),
       chain_(options.block_size, options.max_model_len) {
   seq_cap_ = opt_.max_num_seqs;
   token_cap_ = std::max(opt_.max_num_batched_tokens, seq_cap_);

@@ -37,6 +37,11 @@ struct CudaRunnerOptions {
   // Set: the KV cache holds E4M3 codes with these scales (--kv-cache-dtype fp8), the function the
   // CPU runner computes with the same scales; one byte an element, so twice the tokens of bf16.
   std::optional<KvScales> fp8_kv;
+  // Every layer's projections quantised to E4M3 at load, one scale per output channel, as the
+  // CPU runner's --quantization fp8: the FP8 gemv at small batches, FP8 GEMMs (activations
+  // quantised per token) at large ones; embedding, norms and LM head stay bf16. The fused
+  // batch-1 path does not apply.
+  bool fp8_weights = false;
   // Ranks of tensor parallelism, one GPU each (--tensor-parallel-size): every layer's heads and
   // MLP columns, and the vocabulary, split among them (runtime/tp_split.h); 1: one GPU.
   int tensor_parallel_size = 1;

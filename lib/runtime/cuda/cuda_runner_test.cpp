@@ -154,6 +154,33 @@ TEST_CASE("gpu.cuda_runner with an FP8 KV cache matches the CPU runner with the 
   }
 }
 
+TEST_CASE("gpu.cuda_runner with FP8 weights matches the CPU runner's --quantization fp8") {
+  // The CUDA runner quantises each projection per output channel to the CPU's codes and scales
+  // (fp8_quant_test.cu). With gemv_max_batch 8 every decode step of this test (3 rows) reads them
+  // through the FP8 gemv, with bf16 activations as the CPU's float32 ones; with 0 every step goes
+  // through the FP8 GEMM, whose activations are quantised per token (the CPU's are not), so its
+  // distance to the CPU's FP8 function is larger. Either way the logits must sit closer to the FP8
+  // function than to the unquantised model's, so the codes are really used.
+  for (Arch arch : {Arch::kQwen3, Arch::kLlama}) {
+    const std::string name = arch == Arch::kQwen3 ? "qwen3" : "llama";
+    const ModelConfig c = gpu_tiny_config(arch);
+    for (const int gemv_max : {8, 0}) {
+      for (bool eager : {false, true}) {
+        const std::string what = name + " gemv_max_batch " + std::to_string(gemv_max) + (eager ? " eager" : " graphs");
+        INFO(what);
+        double rel = 0;
+        int checked = 0;
+        const RunResult r = run_both(c, 42, eager, true, &rel, &checked, gemv_max, nullptr, 1, true);
+        MESSAGE(what,
+                ", fp8 weights: worst logits relative error vs the CPU runner's FP8 ", rel, ", mean ", mean(r.rel),
+                "; mean vs the CPU runner without FP8 ", mean(r.rel_unquantised), "; tokens checked ", checked);
+        CHECK(checked >= 4);
+        CHECK(mean(r.rel) < (gemv_max == 8 ? 0.8 : 1.0) * mean(r.rel_unquantised));
+      }
+    }
+  }
+}
+
 TEST_CASE("gpu.cuda_runner refuses a KV cache smaller than one max-model-len sequence") {
   const ModelConfig c = gpu_tiny_config(Arch::kQwen3);
   ModelWeights wf = test::random_weights(c, 3), wb;

@@ -50,6 +50,27 @@ const bf16* upload(const HostTensor& t, const char* what, std::vector<DeviceBuff
   return p;
 }
 
+// An [n, k] projection as E4M3 codes with one scale per row: the bf16 weight goes through a
+// temporary device buffer and quantize_rows_fp8 (the CPU's --quantization fp8, bit for bit).
+DeviceLinear upload_fp8(const HostTensor& t, const char* what, std::vector<DeviceBuffer>& buffers) {
+  NVLLM_CHECK(!t.empty() && t.dtype() == DType::kBF16 && t.shape().size() == 2, "internal: weight ", what,
+              " must be a 2-D BF16 tensor to quantise");
+  const int n = static_cast<int>(t.dim(0)), k = static_cast<int>(t.dim(1));
+  NVLLM_CHECK(k % 16 == 0, "FP8 weights: ", what, " has ", k, " inputs; the FP8 kernels need a multiple of 16");
+  DeviceBuffer staged(t.nbytes()), codes(static_cast<size_t>(n) * k), scales(static_cast<size_t>(n) * sizeof(float));
+  CUDA_CHECK(cudaMemcpy(staged.get(), t.data(), t.nbytes(), cudaMemcpyHostToDevice));
+  kernels::quantize_rows_fp8(staged.as<bf16>(), codes.as<uint8_t>(), scales.as<float>(), n, k, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  DeviceLinear d{nullptr, codes.as<uint8_t>(), scales.as<float>()};
+  buffers.push_back(std::move(codes));
+  buffers.push_back(std::move(scales));
+  return d;
+}
+
+DeviceLinear upload_linear(const HostTensor& t, const char* what, bool fp8, std::vector<DeviceBuffer>& buffers) {
+  return fp8 ? upload_fp8(t, what, buffers) : DeviceLinear{upload(t, what, buffers)};
+}
+
 }  // namespace
 
 void KvViews::point_at(char* k_base, char* v_base, size_t layer_stride, int num_layers, int num_kv_heads) {
@@ -68,7 +89,7 @@ void KvViews::point_at(char* k_base, char* v_base, size_t layer_stride, int num_
 }
 
 DeviceModel::DeviceModel(const ModelConfig& config, const ModelWeights& w, int block_size, int gemv_max_batch,
-                         const KvScales* fp8_kv, TpShard tp)
+                         const KvScales* fp8_kv, bool fp8_weights, TpShard tp)
     : c_(config), block_size_(block_size), gemv_max_batch_(gemv_max_batch), gemm_(), tp_(std::move(tp)) {
   NVLLM_CHECK(!tp_.comm || (w.embed.dim(0) == tp_.vocab_pad && w.lm_head_or_embed().dim(0) == tp_.vocab_pad),
               "internal: a tensor-parallel rank's embedding and LM head need ", tp_.vocab_pad, " rows");
@@ -82,20 +103,21 @@ DeviceModel::DeviceModel(const ModelConfig& config, const ModelWeights& w, int b
     CUDA_CHECK(cudaMemcpy(kv_.scales.as<float>() + n, fp8_kv->v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   }
   std::vector<DeviceBuffer>& bufs = w_.buffers;
+  w_.fp8 = fp8_weights;
   w_.embed = upload(w.embed, "embed_tokens", bufs);
   w_.lm_head = w.lm_head.empty() ? w_.embed : upload(w.lm_head, "lm_head", bufs);
   w_.final_norm = upload(w.final_norm, "norm", bufs);
   for (const LayerWeights& lw : w.layers) {
     DeviceLayer d;
     d.input_norm = upload(lw.input_norm, "input_layernorm", bufs);
-    d.qkv = upload(lw.qkv, "qkv_proj", bufs);
+    d.qkv = upload_linear(lw.qkv, "qkv_proj", fp8_weights, bufs);
     d.qkv_bias = lw.qkv_bias.empty() ? nullptr : upload(lw.qkv_bias, "qkv bias", bufs);
     d.q_norm = lw.q_norm.empty() ? nullptr : upload(lw.q_norm, "q_norm", bufs);
     d.k_norm = lw.k_norm.empty() ? nullptr : upload(lw.k_norm, "k_norm", bufs);
-    d.o_proj = upload(lw.o_proj, "o_proj", bufs);
+    d.o_proj = upload_linear(lw.o_proj, "o_proj", fp8_weights, bufs);
     d.post_norm = upload(lw.post_norm, "post_attention_layernorm", bufs);
-    d.gate_up = upload(lw.gate_up, "gate_up_proj", bufs);
-    d.down = upload(lw.down, "down_proj", bufs);
+    d.gate_up = upload_linear(lw.gate_up, "gate_up_proj", fp8_weights, bufs);
+    d.down = upload_linear(lw.down, "down_proj", fp8_weights, bufs);
     w_.layers.push_back(d);
   }
   const std::vector<float> inv = rope_inv_freq(c_);
@@ -115,6 +137,11 @@ void DeviceModel::allocate_activations(int tokens, int seqs, int max_model_len) 
   act_.residual_g = DeviceBuffer(S * H * sizeof(bf16));
   act_.logits = DeviceBuffer(S * vocab() * sizeof(float));
   if (tp_.comm) act_.logits_parts = DeviceBuffer(tp_.vocab_first.size() * S * tp_.vocab_pad * sizeof(float));
+  if (w_.fp8) {  // a projection's input: at most max(hidden, q heads' width, intermediate) wide
+    const size_t widest = std::max({H, static_cast<size_t>(c_.q_size()), static_cast<size_t>(c_.intermediate_size)});
+    act_.x8 = DeviceBuffer(T * widest);
+    act_.x8_scales = DeviceBuffer(T * sizeof(float));
+  }
   const size_t ws = kernels::attention_decode_workspace_bytes(seqs, c_.num_heads, c_.head_dim, max_model_len);
   act_.decode_ws = DeviceBuffer(std::max<size_t>(ws, 16));
 }
@@ -123,11 +150,20 @@ bool DeviceModel::use_gemv(int m, int k) const {
   return m <= std::min(gemv_max_batch_, kernels::kGemvMaxBatch) && k % 8 == 0;
 }
 
-void DeviceModel::linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream) {
-  if (use_gemv(m, k))
-    kernels::gemv(x, w, y, m, n, k, stream);
-  else
-    gemm_.matmul(x, w, y, m, n, k, false, stream);
+void DeviceModel::linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, int n, int k, cudaStream_t stream) {
+  if (!w.fp8()) {
+    if (use_gemv(m, k))
+      kernels::gemv(x, w.w, y, m, n, k, stream);
+    else
+      gemm_.matmul(x, w.w, y, m, n, k, false, stream);
+  } else if (use_gemv(m, k)) {
+    kernels::gemv_fp8(x, w.codes, w.scales, kernels::Fp8Scaling::kRow, y, m, n, k, stream);
+  } else {
+    uint8_t* x8 = act_.x8.as<uint8_t>();
+    float* x_scales = act_.x8_scales.as<float>();
+    kernels::quantize_rows_fp8(x, x8, x_scales, m, k, stream);
+    gemm_.matmul_fp8(x8, x_scales, w.codes, w.scales, y, m, n, k, stream);
+  }
 }
 
 void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
@@ -212,12 +248,16 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
   reduce_add_rmsnorm(x, res, w.post_norm, T, s);
   linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
-  // The down projection on cuBLASLt at every batch, after silu_mul: its K (the intermediate size)
-  // is 3-5x its N. gemv with the activation computed on load (silu(gate) * up recomputed for every
-  // two rows) streamed it at 30-56% of 3.03 TB/s at batch 1, cuBLASLt at 30-89%: faster on four
-  // of the five shapes measured, by 0.8 ms a step on Llama-3-8B (bench/NOTES.md, twelfth session).
+  // The bf16 down projection on cuBLASLt at every batch, after silu_mul: its K (the intermediate
+  // size) is 3-5x its N. gemv with the activation computed on load (silu(gate) * up recomputed for
+  // every two rows) streamed it at 30-56% of 3.03 TB/s at batch 1, cuBLASLt at 30-89%: faster on
+  // four of the five shapes measured, by 0.8 ms a step on Llama-3-8B (bench/NOTES.md, twelfth
+  // session). FP8 down goes where the other projections go (the FP8 gemv reads silu_mul's output).
   kernels::silu_mul(gate_up, act_.act.as<bf16>(), T, I, s);
-  gemm_.matmul(act_.act.as<bf16>(), w.down, x, T, H, I, false, s);
+  if (w.down.fp8())
+    linear(act_.act.as<bf16>(), w.down, x, T, H, I, s);
+  else
+    gemm_.matmul(act_.act.as<bf16>(), w.down.w, x, T, H, I, false, s);
   // The next layer's input norm; after the last, only the sum (the final norm follows the rows'
   // gather in forward()).
   reduce_add_rmsnorm(x, res, l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr, T, s);

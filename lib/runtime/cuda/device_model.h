@@ -23,9 +23,18 @@ namespace nvllm::cuda_detail {
 
 using bf16 = __nv_bfloat16;
 
+// One projection's weight [n, k]: bf16, or (FP8 weights) E4M3 codes with one fp32 scale per
+// output row, quantised at upload as the CPU's --quantization fp8 does.
+struct DeviceLinear {
+  const bf16* w = nullptr;
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;  // [n]
+  bool fp8() const { return codes != nullptr; }
+};
+
 struct DeviceLayer {
-  const bf16 *input_norm = nullptr, *qkv = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr,
-             *o_proj = nullptr, *post_norm = nullptr, *gate_up = nullptr, *down = nullptr;
+  const bf16 *input_norm = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr, *post_norm = nullptr;
+  DeviceLinear qkv, o_proj, gate_up, down;
 };
 
 class TpComm;
@@ -46,13 +55,15 @@ struct DeviceWeights {
   const bf16* final_norm = nullptr;
   std::vector<DeviceLayer> layers;
   DeviceBuffer inv_freq;  // RoPE frequencies [head_dim / 2], fp32
+  bool fp8 = false;       // the layers' projections are E4M3 (embedding, norms and LM head stay bf16)
 };
 
 // Activations for up to `tokens` tokens and `seqs` sequences; the *_g buffers hold the gathered
 // rows that sample, logits is fp32 [seqs, vocab]; logits_parts (tensor parallel) every rank's
-// [seqs, vocab_pad] slice of them, as gathered.
+// [seqs, vocab_pad] slice of them, as gathered. FP8 weights: x8 and x8_scales hold a projection's
+// input as E4M3 codes with one scale per token, for the FP8 GEMMs of large steps.
 struct Activations {
-  DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws, logits_parts;
+  DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws, logits_parts, x8, x8_scales;
 };
 
 // Per-layer K and V caches as the kernels take them: base pointers into one allocation (storage)
@@ -72,12 +83,13 @@ struct KvViews {
 
 class DeviceModel {
  public:
-  // Uploads the weights (BF16) and the RoPE frequencies; with `fp8_kv`, the KV cache is FP8 with
-  // these scales (uploaded here; the cache itself is placed later). Tensor parallel: `config` and
-  // `weights` are the rank's (rank_config, shard_weights with the vocabulary rows padded to
-  // tp.vocab_pad), and so are the scales.
+  // Uploads the weights (BF16) and the RoPE frequencies; with `fp8_weights`, every layer's
+  // projections are quantised to E4M3 per output channel on the GPU as they arrive; with `fp8_kv`,
+  // the KV cache is FP8 with these scales (uploaded here; the cache itself is placed later).
+  // Tensor parallel: `config` and `weights` are the rank's (rank_config, shard_weights with the
+  // vocabulary rows padded to tp.vocab_pad), and so are the scales.
   DeviceModel(const ModelConfig& config, const ModelWeights& weights, int block_size, int gemv_max_batch,
-              const KvScales* fp8_kv = nullptr, TpShard tp = {});
+              const KvScales* fp8_kv = nullptr, bool fp8_weights = false, TpShard tp = {});
   void allocate_activations(int tokens, int seqs, int max_model_len);
   // The layers of separate kernels, then the final norm and LM head into act().logits.
   void forward(const ForwardStep& step, cudaStream_t stream);
@@ -97,8 +109,9 @@ class DeviceModel {
   void layer(int l, const ForwardStep& step, cudaStream_t stream);
   // Whether an m-row projection with k inputs goes to the small-batch gemv.
   bool use_gemv(int m, int k) const;
-  // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt.
-  void linear(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t stream);
+  // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt; FP8 weights: the
+  // FP8 gemv for small m, else x quantised per token and cuBLASLt's FP8 GEMM.
+  void linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, int n, int k, cudaStream_t stream);
   // The residual step after a sublayer: x (each rank's partial output under tensor parallelism)
   // summed over the ranks, then residual += x and x = rmsnorm(residual) * norm (add_rmsnorm);
   // norm == nullptr: the sum only. One kernel over peer memory where TpComm can.

@@ -20,6 +20,10 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
                "(an all-reduce follows o_proj and down)");
     return;
   }
+  if (model.weights().fp8) {  // its kernels read bf16 weights
+    log_info("batch-1 decode runs as separate kernels: the fused path reads bf16 weights, and these are FP8");
+    return;
+  }
   const ModelConfig& c = model.config();
   plan_ = kernels::fused_decode_plan({c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim,
                                      model.block_size(), model.kv().dtype});
@@ -30,8 +34,8 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   const KvViews& kv = model.kv();
   for (int l = 0; l < c.num_layers; ++l) {
     const DeviceLayer& d = model.weights().layers[l];
-    layers_.push_back({d.input_norm, d.qkv, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj, d.post_norm, d.gate_up, d.down,
-                       kv.layers[l]});
+    layers_.push_back({d.input_norm, d.qkv.w, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj.w, d.post_norm, d.gate_up.w,
+                       d.down.w, kv.layers[l]});
   }
   ss_ = DeviceBuffer(2 * kernels::kFusedSsParts * sizeof(float));
   head_ = kernels::decode_head_supported(c.hidden_size) && tuning.fused_head;

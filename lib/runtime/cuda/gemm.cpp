@@ -1,6 +1,7 @@
 #include "runtime/cuda/gemm.h"
 
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 #define CUBLASLT_CHECK(call) CUBLAS_CHECK(call)
 
@@ -18,27 +19,13 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-// cuBLASLt is column-major. A row-major [rows, cols] matrix is a column-major [cols, rows] one,
-// so y^T [n, m] = w [n, k] · x^T [k, m]: A = w seen as column-major [k, n] and transposed,
-// B = x seen as column-major [k, m], C = y seen as column-major [n, m].
-const Gemm::Plan& Gemm::plan(int m, int n, int k, bool out_f32) {
-  const auto key = std::make_tuple(m, n, k, out_f32);
-  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-
-  Plan p;
-  CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-  CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-  CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k));
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k));
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
-
-  p.algo = bucket_algo(p, m, n, k, out_f32);
-  return plans_.emplace(key, p).first->second;
-}
-
 namespace {
+
+cudaDataType_t input_type(bool fp8) { return fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
+
+const char* kind_name(bool fp8, bool out_f32) {
+  return fp8 ? "E4M3 GEMM with per-row scales (bf16 output)" : out_f32 ? "bf16 GEMM (fp32 output)" : "bf16 GEMM";
+}
 
 int pow2_bucket(int m) {
   int b = 1;
@@ -48,8 +35,30 @@ int pow2_bucket(int m) {
 
 }  // namespace
 
+// cuBLASLt is column-major. A row-major [rows, cols] matrix is a column-major [cols, rows] one, so
+// y^T [n, m] = w [n, k] · x^T [k, m]: A = w seen as column-major [k, n] and transposed, B = x seen
+// as column-major [k, m], C = y seen as column-major [n, m]: the "TN" form the FP8 tensor-core
+// kernels require.
+const Gemm::Plan& Gemm::plan(int m, int n, int k, Kind kind) {
+  const Key key{m, n, k, kind};
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+
+  const bool fp8 = kind == Kind::kFp8, out_f32 = kind == Kind::kBf16OutF32;
+  Plan p;
+  CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+  CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.a, input_type(fp8), k, n, k));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.b, input_type(fp8), k, m, k));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
+
+  p.algo = bucket_algo(p, m, n, k, kind);
+  return plans_.emplace(key, p).first->second;
+}
+
 cublasLtMatmulAlgo_t Gemm::heuristic(const Plan& p, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, int m, int n,
-                                     int k, bool out_f32) {
+                                     int k, Kind kind) {
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const size_t ws = workspace_.bytes();
@@ -59,41 +68,56 @@ cublasLtMatmulAlgo_t Gemm::heuristic(const Plan& p, cublasLtMatrixLayout_t b, cu
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, b, c, c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    fail("cuBLASLt found no algorithm for a ", m, "x", n, "x", k, " bf16 GEMM (", out_f32 ? "fp32" : "bf16",
-         " output); this GPU or cuBLAS version does not support the model's shapes");
+    fail("cuBLASLt found no algorithm for a ", m, "x", n, "x", k, " ",
+         kind_name(kind == Kind::kFp8, kind == Kind::kBf16OutF32),
+         "; this GPU or cuBLAS version does not support the model's shapes", kind == Kind::kFp8 ? " in FP8" : "");
   }
   return result.algo;
 }
 
-cublasLtMatmulAlgo_t Gemm::bucket_algo(const Plan& p, int m, int n, int k, bool out_f32) {
+cublasLtMatmulAlgo_t Gemm::bucket_algo(const Plan& p, int m, int n, int k, Kind kind) {
   const int bucket = pow2_bucket(m);
-  const auto key = std::make_tuple(bucket, n, k, out_f32);
+  const Key key{bucket, n, k, kind};
   auto it = bucket_algos_.find(key);
   if (it == bucket_algos_.end()) {
     cublasLtMatrixLayout_t b = nullptr, c = nullptr;
-    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, bucket, k));
-    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, bucket, n));
-    const cublasLtMatmulAlgo_t algo = heuristic(p, b, c, bucket, n, k, out_f32);
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&b, input_type(kind == Kind::kFp8), k, bucket, k));
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&c, kind == Kind::kBf16OutF32 ? CUDA_R_32F : CUDA_R_16BF, n, bucket, n));
+    const cublasLtMatmulAlgo_t algo = heuristic(p, b, c, bucket, n, k, kind);
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);
     it = bucket_algos_.emplace(key, algo).first;
   }
-  // The bucket's algorithm nearly always runs every m of the bucket; where it does not, this
-  // shape gets its own (and loses batch invariance, which only costs bit-exactness).
+  // The bucket's algorithm nearly always runs every m of the bucket; where it does not, this shape
+  // gets its own (and loses batch invariance, which only costs bit-exactness).
   cublasLtMatmulHeuristicResult_t check{};
   if (cublasLtMatmulAlgoCheck(handle_, p.op, p.a, p.b, p.c, p.c, &it->second, &check) == CUBLAS_STATUS_SUCCESS) {
     return it->second;
   }
-  return heuristic(p, p.b, p.c, m, n, k, out_f32);
+  return heuristic(p, p.b, p.c, m, n, k, kind);
 }
 
 void Gemm::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, int m, int n, int k, bool out_f32,
                   cudaStream_t stream) {
   if (m <= 0) return;
-  const Plan& p = plan(m, n, k, out_f32);
+  const Plan& p = plan(m, n, k, out_f32 ? Kind::kBf16OutF32 : Kind::kBf16);
   const float alpha = 1.0f, beta = 0.0f;
-  CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
-                                workspace_.get(), workspace_.bytes(), stream));
+  CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(),
+                                workspace_.bytes(), stream));
+}
+
+void Gemm::matmul_fp8(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, __nv_bfloat16* y,
+                      int m, int n, int k, cudaStream_t stream) {
+  if (m <= 0) return;
+  NVLLM_CHECK(k % 16 == 0, "matmul_fp8: K = ", k, " must be a multiple of 16");
+  const Plan& p = plan(m, n, k, Kind::kFp8);
+  // cuBLASLt 13.1 on sm_90 offers FP8 kernels for scalar scales only (no outer-vector, 128-block or
+  // alpha-vector modes: measured on the H100, bench/NOTES.md): the product of the codes in bf16,
+  // then the scales of its rows and columns in one pass.
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(),
+                                workspace_.bytes(), stream));
+  kernels::scale_rows_cols(y, x_scale, w_scale, m, n, stream);
 }
 
 }  // namespace nvllm

@@ -1,12 +1,13 @@
-// Dense projections through cuBLASLt: y[m, n] = x[m, k] · w[n, k]^T with bf16 inputs, fp32
-// accumulation, and bf16 (activations) or fp32 (LM-head logits) output.
+// Dense projections through cuBLASLt: y[m, n] = x[m, k] · w[n, k]^T with fp32 accumulation; bf16
+// inputs with bf16 (activations) or fp32 (LM-head logits) output, or E4M3 inputs with one scale per
+// row of each (FP8 weights: per output channel; activations: per token) and bf16 output.
 //
-// cuBLASLt's heuristic picks a kernel (tile shape, split-K) per shape, and another kernel rounds
-// a row differently. We pick one algorithm per power-of-two bucket of m, with the heuristic at
-// the bucket's top, and use it for every m in the bucket: a row then comes out the same whether
-// it is multiplied with 100 others or 111 (a CUDA-graph replay pads the batch to its captured
-// size; every power of two is a captured size, so padding never leaves the bucket). Plans are
-// cached per (m, n, k, output type), so graph capture never calls the heuristic.
+// cuBLASLt's heuristic picks a kernel (tile shape, split-K) per shape, and another kernel rounds a
+// row differently. We pick one algorithm per power-of-two bucket of m, with the heuristic at the
+// bucket's top, and use it for every m in the bucket: a row then comes out the same whether it is
+// multiplied with 100 others or 111 (a CUDA-graph replay pads the batch to its captured size; every
+// power of two is a captured size, so padding never leaves the bucket). Plans are cached per (m, n,
+// k, kind), so graph capture never calls the heuristic.
 #pragma once
 
 #include <cublasLt.h>
@@ -32,22 +33,29 @@ class Gemm {
   // bf16 when out_f32 is false, else fp32. m == 0 is a no-op.
   void matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, int m, int n, int k, bool out_f32,
               cudaStream_t stream);
+  // y [m, n] bf16 = (x [m, k] * x_scale[m]) · (w [n, k] * w_scale[n])^T: E4M3 codes, one fp32 scale
+  // per row of each; the codes' product on the FP8 tensor cores, rounded to bf16, then scaled
+  // (kernels::scale_rows_cols). k % 16 == 0, n % 8 == 0.
+  void matmul_fp8(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, __nv_bfloat16* y,
+                  int m, int n, int k, cudaStream_t stream);
 
  private:
+  enum class Kind : uint8_t { kBf16, kBf16OutF32, kFp8 };
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  const Plan& plan(int m, int n, int k, bool out_f32);
-  cublasLtMatmulAlgo_t bucket_algo(const Plan& p, int m, int n, int k, bool out_f32);
-  cublasLtMatmulAlgo_t heuristic(const Plan& p, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, int m, int n,
-                                 int k, bool out_f32);
+  using Key = std::tuple<int, int, int, Kind>;
+  const Plan& plan(int m, int n, int k, Kind kind);
+  cublasLtMatmulAlgo_t bucket_algo(const Plan& p, int m, int n, int k, Kind kind);
+  cublasLtMatmulAlgo_t heuristic(const Plan& p, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, int m, int n, int k,
+                                 Kind kind);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
-  std::map<std::tuple<int, int, int, bool>, Plan> plans_;
-  std::map<std::tuple<int, int, int, bool>, cublasLtMatmulAlgo_t> bucket_algos_;  // (bucket, n, k, f32)
+  std::map<Key, Plan> plans_;
+  std::map<Key, cublasLtMatmulAlgo_t> bucket_algos_;  // (bucket, n, k, kind)
 };
 
 }  // namespace nvllm

@@ -12,7 +12,10 @@
 // block repeated: 15 GB for the 8B shape, far past the 50 MB L2). Paths: "gemv" is the runner at
 // batch <= gemv_max_batch (gemv; the down projection silu_mul then cuBLASLt; the LM head with
 // fp32 logits), "gemv/down-gemv" the same with down on gemv too, "cublaslt" the GEMMs alone and
-// "cublaslt+silu" the runner at larger batches (with the silu_mul kernel before down).
+// "cublaslt+silu" the runner at larger batches (with the silu_mul kernel before down); FP8
+// weights (one byte a weight, LM head bf16): "fp8-gemv" the runner at small batches (gemv_fp8 for
+// every projection, down included; "fp8-gemv-r2" with two rows a block instead of four) and
+// "fp8-gemm+silu" the runner at larger ones (activations quantised per token, FP8 GEMM, scales).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -75,14 +78,21 @@ std::vector<Matrix> step_matrices(const ModelShape& m) {
   return out;
 }
 
-double weight_bytes(const std::vector<Matrix>& ms) {
+// Bytes of a matrix's weights: bf16, or E4M3 codes for the FP8 paths' projections (the LM head
+// stays bf16 there, as in the runner).
+double matrix_bytes(const Matrix& m, bool fp8) { return (fp8 && m.kind != Kind::kHead ? 1.0 : 2.0) * m.n * m.k; }
+
+double weight_bytes(const std::vector<Matrix>& ms, bool fp8) {
   double b = 0;
-  for (const Matrix& x : ms) b += 2.0 * x.n * x.k;
+  for (const Matrix& x : ms) b += matrix_bytes(x, fp8);
   return b;
 }
 
 struct Buffers {
-  bf16* w;
+  bf16* w;              // bf16 weights; the FP8 paths read the same bytes as E4M3 codes, same offsets
+  const float* scales;  // [max n] per-row scales of the FP8 paths
+  uint8_t* x8;          // [16, 2 * max intermediate] a projection's input as codes (FP8 GEMM path)
+  float* xs;            // [16] their per-token scales
   bf16* x;      // [16, 2 * max intermediate]: every projection's input (gate | up before down)
   bf16* act;    // [16, max intermediate]: silu_mul's output, down's input
   void* y;      // [16, max vocab] fp32: every projection's output
@@ -102,6 +112,22 @@ Enqueue gemv_path(const Enqueue& down) {
       case Kind::kHead: kernels::gemv_f32(b.x, w, static_cast<float*>(b.y), batch, m.n, m.k, s); break;
       default: kernels::gemv(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s); break;
     }
+  };
+}
+
+const uint8_t* codes(const Matrix& m, const Buffers& b) { return reinterpret_cast<const uint8_t*>(b.w) + m.offset; }
+
+// FP8 weights, batch <= 8: the FP8 gemv for every projection but the LM head (bf16 gemv, fp32
+// logits), `rows` rows a block (0: the default). The down projection reads silu_mul's output.
+Enqueue fp8_gemv_path(int rows) {
+  return [rows](const Matrix& m, const Buffers& b, int batch, cudaStream_t s) {
+    if (m.kind == Kind::kHead) {
+      kernels::gemv_f32(b.x, b.w + m.offset, static_cast<float*>(b.y), batch, m.n, m.k, s);
+      return;
+    }
+    const bf16* in = m.kind == Kind::kDown ? b.act : b.x;
+    kernels::gemv_fp8(in, codes(m, b), b.scales, kernels::Fp8Scaling::kRow, static_cast<bf16*>(b.y), batch, m.n, m.k,
+                      s, rows);
   };
 }
 
@@ -156,7 +182,8 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
   CudaStream stream;
   const cudaStream_t s = stream.get();
   DeviceBuffer w(max_w * sizeof(bf16)), x(size_t(16) * 2 * max_i * sizeof(bf16)), act(size_t(16) * max_i * sizeof(bf16)),
-      y(size_t(16) * max_v * sizeof(float)), resid(size_t(16) * max_h * sizeof(bf16)), norm(max_h * sizeof(bf16));
+      y(size_t(16) * max_v * sizeof(float)), resid(size_t(16) * max_h * sizeof(bf16)), norm(max_h * sizeof(bf16)),
+      scales(size_t(2) * max_i * sizeof(float)), x8(size_t(16) * 2 * max_i), xs(16 * sizeof(float));
   {
     // 64 MB of random bf16 in [-0.05, 0.05), repeated over the weights; x, residual and norm weights random too.
     const size_t block = size_t{32} << 20;
@@ -173,8 +200,11 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
     CUDA_CHECK(cudaMemcpy(resid.get(), host.data() + 12345, resid.bytes(), cudaMemcpyHostToDevice));
     for (int i = 0; i < max_h; ++i) host[i] = __float2bfloat16(1.f + dist(rng));
     CUDA_CHECK(cudaMemcpy(norm.get(), host.data(), norm.bytes(), cudaMemcpyHostToDevice));
+    const std::vector<float> row_scales(size_t(2) * max_i, 1e-3f);
+    CUDA_CHECK(cudaMemcpy(scales.get(), row_scales.data(), scales.bytes(), cudaMemcpyHostToDevice));
   }
-  const Buffers buf{w.as<bf16>(), x.as<bf16>(), act.as<bf16>(), y.get(), resid.as<bf16>(), norm.as<bf16>()};
+  const Buffers buf{w.as<bf16>(),   scales.as<float>(), x8.as<uint8_t>(), xs.as<float>(),   x.as<bf16>(),
+                    act.as<bf16>(), y.get(),            resid.as<bf16>(), norm.as<bf16>()};
 
   Gemm gemm;
   const Enqueue cublas = [&gemm](const Matrix& m, const Buffers& b, int batch, cudaStream_t st) {
@@ -190,15 +220,30 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
   const Enqueue gemv_down = [](const Matrix& m, const Buffers& b, int batch, cudaStream_t st) {
     kernels::gemv(b.act, b.w + m.offset, static_cast<bf16*>(b.y), batch, m.n, m.k, st);
   };
+  // FP8 weights at larger batches: the input quantised per token, cuBLASLt's FP8 GEMM and its
+  // scale pass (Gemm::matmul_fp8); the LM head bf16.
+  const Enqueue fp8_gemm = [&gemm](const Matrix& m, const Buffers& b, int batch, cudaStream_t st) {
+    if (m.kind == Kind::kHead) {
+      gemm.matmul(b.x, b.w + m.offset, b.y, batch, m.n, m.k, true, st);
+      return;
+    }
+    const bf16* in = m.kind == Kind::kDown ? b.act : b.x;
+    kernels::quantize_rows_fp8(in, b.x8, b.xs, batch, m.k, st);
+    gemm.matmul_fp8(b.x8, b.xs, codes(m, b), b.scales, static_cast<bf16*>(b.y), batch, m.n, m.k, st);
+  };
   struct Path {
     std::string label;
     Enqueue enqueue;
     bool gemv;  // takes batch <= kGemvMaxBatch
+    bool fp8;   // E4M3 projections (bytes counted at one a weight)
   };
-  const std::vector<Path> paths = {{"gemv", gemv_path(silu_then(cublas)), true},
-                                   {"gemv/down-gemv", gemv_path(silu_then(gemv_down)), true},
-                                   {"cublaslt", cublas, false},
-                                   {"cublaslt+silu", silu_then(cublas), false}};
+  const std::vector<Path> paths = {{"gemv", gemv_path(silu_then(cublas)), true, false},
+                                   {"gemv/down-gemv", gemv_path(silu_then(gemv_down)), true, false},
+                                   {"cublaslt", cublas, false, false},
+                                   {"cublaslt+silu", silu_then(cublas), false, false},
+                                   {"fp8-gemv", silu_then(fp8_gemv_path(0)), true, true},
+                                   {"fp8-gemv-r2", silu_then(fp8_gemv_path(2)), true, true},
+                                   {"fp8-gemm+silu", silu_then(fp8_gemm), false, true}};
 
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -209,11 +254,14 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
               prop.name, prop.multiProcessorCount, copy / 1e9);
   for (const ModelShape& m : models) {
     const std::vector<Matrix> ms = step_matrices(m);
-    const double bytes = weight_bytes(ms);
-    std::printf("\n%s: %.3f GB of projection weights, bound %.0f us at 3.03 TB/s, %.0f us at the copy rate\n", m.name,
-                bytes / 1e9, bytes / 3.03e12 * 1e6, bytes / copy * 1e6);
+    const double bf16_bytes = weight_bytes(ms, false);
+    std::printf("\n%s: %.3f GB of projection weights, bound %.0f us at 3.03 TB/s, %.0f us at the copy rate "
+                "(FP8 paths: %.3f GB)\n",
+                m.name, bf16_bytes / 1e9, bf16_bytes / 3.03e12 * 1e6, bf16_bytes / copy * 1e6,
+                weight_bytes(ms, true) / 1e9);
     for (int batch : {1, 2, 4, 8, 16}) {
       for (const Path& p : paths) {
+        const double bytes = weight_bytes(ms, p.fp8);
         if (p.gemv && batch > kernels::kGemvMaxBatch) {
           std::printf("  batch %2d %-14s n/a (gemv takes batch <= %d)\n", batch, p.label.c_str(), kernels::kGemvMaxBatch);
           continue;
@@ -226,7 +274,7 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
           });
           double kbytes = 0;
           for (const Matrix& mat : ms)
-            if (mat.kind == kind) kbytes += 2.0 * mat.n * mat.k;
+            if (mat.kind == kind) kbytes += matrix_bytes(mat, p.fp8);
           char cell[96];
           std::snprintf(cell, sizeof cell, " %s %.0f us %.0f%%", kind_name(kind), us, 100.0 * kbytes / (us * 1e-6) / 3.03e12);
           kinds += cell;

@@ -1,0 +1,108 @@
+// quantize_rows_fp8 against the CPU's E4M3 conversion (core/dtype.h, what --quantization fp8 uses
+// on the CPU runner): scales and codes bit for bit on random rows, a row with exact rounding ties
+// (scale 1: amax 448), an all-zero row, widths below and past one pass of the block.
+// scale_rows_cols (an FP8 GEMM's scales) against the same products in float.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels::test {
+namespace {
+
+struct Expected {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+
+Expected reference(const std::vector<bf16>& x, int rows, int cols) {
+  Expected e{std::vector<uint8_t>(x.size()), std::vector<float>(rows)};
+  for (int r = 0; r < rows; ++r) {
+    float amax = 0;
+    for (int c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(to_f(x[size_t(r) * cols + c])));
+    const float scale = amax / 448.f;
+    e.scales[r] = scale;
+    for (int c = 0; c < cols; ++c)
+      e.codes[size_t(r) * cols + c] = amax == 0 ? 0 : f32_to_f8e4m3(to_f(x[size_t(r) * cols + c]) / scale);
+  }
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "gpu.kernels.quantize_rows_fp8 gives the CPU's codes and scales bit "
+    "for bit") {
+  for (const int cols : {8, 2056, 14336}) {
+    const int rows = 5;
+    std::mt19937 rng{static_cast<uint32_t>(cols)};
+    std::vector<bf16> x = random_bf16(rng, size_t(rows) * cols, -3.f, 3.f);
+    // Row 1: all zero. Row 2: scale exactly 1 (amax 448) and values on E4M3 rounding ties, which
+    // round to the even code: 1 + 1/16 (between 1 and 1.125) to 1, 1 + 3/16 to 1.25, 2^-10 (half
+    // the subnormal step) to 0, 3 * 2^-10 to 2^-8; and -0.
+    for (int c = 0; c < cols; ++c) x[size_t(cols) + c] = to_bf(0.f);
+    const float ties[] = {448.f, 1.0625f, 1.1875f, 0x1p-10f, 3 * 0x1p-10f, -1.0625f, -0.f, 17.f};
+    for (int c = 0; c < cols; ++c) x[size_t(2) * cols + c] = to_bf(ties[c % 8]);
+    const Expected e = reference(x, rows, cols);
+    CHECK(e.scales[2] == 1.f);
+    CHECK(e.codes[size_t(2) * cols + 1] == f32_to_f8e4m3(1.f));
+    CHECK(e.codes[size_t(2) * cols + 2] == f32_to_f8e4m3(1.25f));
+    CHECK(e.codes[size_t(2) * cols + 3] == 0);
+    DeviceBuffer<bf16> d_x(x);
+    DeviceBuffer<uint8_t> d_codes(x.size());
+    DeviceBuffer<float> d_scales(rows);
+    d_codes.poison();
+    d_scales.poison();
+    quantize_rows_fp8(d_x.get(), d_codes.get(), d_scales.get(), rows, cols, nullptr);
+    const std::vector<uint8_t> codes = d_codes.download();
+    const std::vector<float> scales = d_scales.download();
+    INFO("cols ", cols);
+    int bad_codes = 0, bad_scales = 0;
+    for (size_t i = 0; i < codes.size(); ++i) bad_codes += codes[i] != e.codes[i];
+    for (int r = 0; r < rows; ++r) bad_scales += std::memcmp(&scales[r], &e.scales[r], sizeof(float)) != 0;
+    CHECK(bad_codes == 0);
+    CHECK(bad_scales == 0);
+  }
+}
+
+TEST_CASE(
+    "gpu.kernels.scale_rows_cols scales each element by its row's and "
+    "its column's scale") {
+  for (const int n : {8, 1000}) {
+    const int m = 3;
+    std::mt19937 rng{static_cast<uint32_t>(n + 1)};
+    const std::vector<bf16> y = random_bf16(rng, size_t(m) * n, -300.f, 300.f);
+    std::vector<float> rows(m), cols(n);
+    std::uniform_real_distribution<float> dist(1e-4f, 1e-1f);
+    for (float& v : rows) v = dist(rng);
+    for (float& v : cols) v = dist(rng);
+    DeviceBuffer<bf16> d_y(y);
+    DeviceBuffer<float> d_rows(rows), d_cols(cols);
+    scale_rows_cols(d_y.get(), d_rows.get(), d_cols.get(), m, n, nullptr);
+    const std::vector<bf16> got = d_y.download();
+    int bad = 0;
+    for (int r = 0; r < m; ++r)
+      for (int c = 0; c < n; ++c)
+        bad += to_f(got[size_t(r) * n + c]) != round_bf(to_f(y[size_t(r) * n + c]) * rows[r] * cols[c]);
+    INFO("n ", n);
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE(
+    "gpu.kernels.quantize_rows_fp8 refuses a width that is not a "
+    "multiple of 8") {
+  DeviceBuffer<bf16> x(2 * 12);
+  DeviceBuffer<uint8_t> codes(2 * 12);
+  DeviceBuffer<float> scales(2);
+  CHECK_THROWS_WITH(quantize_rows_fp8(x.get(), codes.get(), scales.get(), 2, 12, nullptr),
+                    doctest::Contains("needs a positive multiple of 8"));
+}
+
+}  // namespace nvllm::kernels::test
