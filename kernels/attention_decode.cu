@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/attention_decode.cuh"
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
@@ -24,61 +25,11 @@
 namespace nvllm::kernels {
 namespace {
 
+using namespace decode_detail;
+
 constexpr int kThreads = 128;
 constexpr int kUnroll = 4;          // tokens per group whose K/V loads are in flight together
 constexpr int kMinPartition = 64;   // tokens; bounds the workspace (see max_splits)
-// How contexts are split (partition_for): bf16, 128-token partitions up to 4 splits, then longer
-// partitions (up to 512 tokens) rather than more splits, then at most kMaxSplits. Each split
-// is a CTA with a fixed cost (q load, block combine, partial write, the reduce): at batch 256 x
-// context ~800 the nano-vLLM run went from 17,630 to 19,000 output tok/s on the H100 when
-// 7 splits of 128 became 4 of 208, while batch-1 latency (8 kv heads x a few splits) was unchanged.
-// An FP8 token is half the bytes, so the fixed cost weighs twice as much: at 256 x 1,024 the FP8
-// kernel read at 72.9% of 3.03 TB/s with 4 splits of 256 tokens and at 79.0% at 64 x 4,096 (8
-// of 512) on the H100 (bench/NOTES.md); its splits cover twice the tokens and grow from 2.
-struct SplitPolicy {
-  int partition;      // tokens per split, at least
-  int target_splits;  // splits before partitions grow
-  int max_partition;  // tokens per split before splits grow again
-};
-constexpr SplitPolicy kBf16Splits{128, 4, 512};
-constexpr SplitPolicy kFp8Splits{256, 2, 1024};
-constexpr int kMaxSplits = 32;       // bounds the workspace; at most a warp (the reduce's weights)
-constexpr float kLog2e = 1.4426950408889634f;
-
-struct DecodeParams {
-  const bf16* q;
-  int q_stride;
-  const void* k_cache;  // bf16 or fp8_e4m3, the kernel's T
-  const void* v_cache;
-  const float* k_scale;  // [num_kv_heads], FP8 only
-  const float* v_scale;
-  const int32_t* context_lens;
-  const int32_t* block_tables;
-  int max_blocks_per_seq;
-  bf16* out;            // [S, H * D]
-  float* partial_acc;   // [S, H, splits, D] when splits > 1
-  float* partial_ml;    // [S, H, splits, 2] (running max in log2 units, sum)
-  int num_heads;
-  int num_kv_heads;
-  int block_shift;      // log2(block_size)
-  float scale_log2;     // softmax scale * log2(e): scores go straight into exp2
-  int num_splits;       // grid z and the workspace stride; each sequence uses splits_for(ctx, split)
-  SplitPolicy split;    // the cache type's (kBf16Splits or kFp8Splits)
-};
-
-// How a sequence of `ctx` tokens is split. It depends on the sequence (and the cache type) alone,
-// never on the batch: a sequence's attention must round the same way whatever else is decoded
-// with it (eager and CUDA-graph steps, different batch sizes), so that outputs do not depend on
-// scheduling.
-__host__ __device__ inline int partition_for(int ctx, const SplitPolicy& sp) {
-  auto round16 = [](int v) { return ceil_div(v, 16) * 16; };
-  auto larger = [](int a, int b) { return a > b ? a : b; };
-  const int grown = round16(ceil_div(ctx, sp.target_splits)), widest = round16(ceil_div(ctx, kMaxSplits));
-  return larger(sp.partition, larger(grown < sp.max_partition ? grown : sp.max_partition, widest));
-}
-__host__ __device__ inline int splits_for(int ctx, const SplitPolicy& sp) {
-  return ctx > 0 ? ceil_div(ctx, partition_for(ctx, sp)) : 1;
-}
 
 // 16 bytes of a cache row as fp32: 8 bf16 values or 16 FP8 codes.
 template <typename T>
@@ -204,17 +155,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
     const float mx = r.m, sum = r.l;
     float a = r.acc;
     if constexpr (kFp8) a *= out_scale;
-    const int head = head0 + h;
-    if (used == 1) {
-      p.out[size_t(s) * p.num_heads * D + head * D + d] = __float2bfloat16(sum > 0.f ? a / sum : 0.f);
-    } else {
-      const size_t at = (size_t(s) * p.num_heads + head) * p.num_splits + split;
-      p.partial_acc[at * D + d] = a;
-      if (d == 0) {
-        p.partial_ml[at * 2] = mx;
-        p.partial_ml[at * 2 + 1] = sum;
-      }
-    }
+    store_head_output(p, s, head0 + h, split, used, D, d, a, mx, sum);
   }
 }
 
@@ -252,16 +193,20 @@ int max_splits(int max_context_len) {
   return std::clamp(ceil_div(std::max(max_context_len, 1), kMinPartition), 1, kMaxSplits);
 }
 
+// Combines the splits after either decode kernel.
+void launch_reduce(const DecodeParams& p, int head_dim, int num_seqs, cudaStream_t stream) {
+  if (p.num_splits <= 1) return;
+  attention_decode_reduce_kernel<<<dim3(p.num_heads, num_seqs), head_dim, 0, stream>>>(p, head_dim);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T, int D, int kHeads>
 void launch(const DecodeParams& p, int blocks_x, int num_seqs, cudaStream_t stream) {
   // Launched normally, not with PDL: griddepcontrol in this kernel cost 4% of nano-vLLM
   // throughput on the H100 (16,950 vs 17,630 tok/s, same machine), even with PDL off.
   attention_decode_kernel<T, D, kHeads><<<dim3(blocks_x, num_seqs, p.num_splits), kThreads, 0, stream>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  if (p.num_splits > 1) {
-    attention_decode_reduce_kernel<<<dim3(p.num_heads, num_seqs), D, 0, stream>>>(p, D);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  launch_reduce(p, D, num_seqs, stream);
 }
 
 template <typename T, int D>
@@ -290,7 +235,7 @@ size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int hea
 
 void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
                       int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream) {
+                      size_t workspace_bytes, cudaStream_t stream, bool simt) {
   if (batch.num_seqs <= 0) return;
   NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_decode: head_dim ", head_dim,
               " is not supported (64 or 128)");
@@ -335,7 +280,12 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   p.split = sp;
   if (cache.dtype == KvDtype::kFp8E4M3) {
     NVLLM_CHECK(cache.k_scale != nullptr && cache.v_scale != nullptr, "attention_decode: an FP8 cache needs scales");
-    launch_dims<fp8_e4m3>(p, head_dim, heads_per_cta, blocks_x, batch.num_seqs, stream);
+    if (group <= kTcMaxGroup && !simt) {  // the tensor-core kernel: every group size models have
+      launch_decode_fp8_tc(p, head_dim, batch.num_seqs, stream);
+      launch_reduce(p, head_dim, batch.num_seqs, stream);
+    } else {
+      launch_dims<fp8_e4m3>(p, head_dim, heads_per_cta, blocks_x, batch.num_seqs, stream);
+    }
   } else {
     launch_dims<bf16>(p, head_dim, heads_per_cta, blocks_x, batch.num_seqs, stream);
   }

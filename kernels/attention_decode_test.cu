@@ -27,8 +27,9 @@ std::vector<float> test_scales(int heads, int offset) {
   return s;
 }
 
+// `simt`: an FP8 cache through the CUDA-core kernel instead of the tensor-core one.
 void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std::vector<int> ctx,
-              uint32_t seed, bool small_workspace = false, bool fp8 = false) {
+              uint32_t seed, bool small_workspace = false, bool fp8 = false, bool simt = false) {
   std::mt19937 rng(seed);
   const int num_seqs = int(ctx.size());
   const int q_stride = (num_heads + 2 * num_kv_heads) * head_dim;  // q inside a fused qkv row
@@ -54,16 +55,16 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
   if (small_workspace && max_ctx > 128) {
     // A context longer than one split needs the workspace: a clear error, not a guess.
     CHECK_THROWS_AS(attention_decode(d_q.get(), q_stride, cache, batch, d_out.get(), num_heads, num_kv_heads,
-                                     head_dim, block_size, scale, ws.get(), ws_bytes, nullptr),
+                                     head_dim, block_size, scale, ws.get(), ws_bytes, nullptr, simt),
                     nvllm::Error);
     return;
   }
   d_out.poison();
   attention_decode(d_q.get(), q_stride, cache, batch, d_out.get(), num_heads, num_kv_heads, head_dim, block_size,
-                   scale, ws.get(), ws_bytes, nullptr);
+                   scale, ws.get(), ws_bytes, nullptr, simt);
   const double err = rel_error(d_out.download(), ref);
-  INFO((fp8 ? "fp8" : "bf16"), " heads=", num_heads, "/", num_kv_heads, " d=", head_dim, " bs=", block_size,
-       " rel_error=", err);
+  INFO((fp8 ? (simt ? "fp8 (CUDA cores)" : "fp8 (tensor cores)") : "bf16"), " heads=", num_heads, "/", num_kv_heads,
+       " d=", head_dim, " bs=", block_size, " rel_error=", err);
   CHECK(err < kBf16Tolerance);
   if (fp8) {
     // The codes matter: the same kernel on the bf16 values the codes were made from is further
@@ -95,16 +96,23 @@ TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
 }
 
 TEST_CASE("gpu.kernels.attention_decode over an FP8 cache matches the CPU reference on its codes") {
-  run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 11, false, true);  // Qwen3-0.6B, splits
-  run_case(32, 8, 64, 1, {5, 64, 700}, 12, false, true);                       // group 4, block size 1
-  run_case(64, 8, 128, 256, {257, 1, 3000}, 13, false, true);                  // group 8: two chunks of 4
-  run_case(8, 8, 64, 32, {33, 100}, 14, false, true);                          // group 1
-  run_case(12, 2, 128, 64, {200, 4100}, 15, false, true);                      // group 6
-  run_case(16, 8, 128, 16, {1, 100, 128}, 16, true, true);                     // one split each, no workspace
-  std::vector<int> many(300);
-  std::mt19937 rng(17);
-  for (auto& len : many) len = 1 + int(rng() % 600);
-  run_case(16, 8, 128, 16, many, 18, false, true);
+  // Both kernels: the tensor-core one (the default; groups of 1..8 q heads a kv head as the
+  // mma's columns, tiles of 16 tokens ending inside a context, columns past the group zero) and
+  // the CUDA-core one (simt), which also serves groups over 8.
+  for (const bool simt : {false, true}) {
+    run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 11, false, true, simt);  // Qwen3-0.6B, splits
+    run_case(32, 8, 64, 1, {5, 64, 700}, 12, false, true, simt);                       // group 4, block size 1
+    run_case(64, 8, 128, 256, {257, 1, 3000}, 13, false, true, simt);                  // group 8: every column
+    run_case(8, 8, 64, 32, {33, 100}, 14, false, true, simt);                          // group 1
+    run_case(12, 2, 128, 64, {200, 4100}, 15, false, true, simt);                      // group 6
+    run_case(14, 2, 64, 16, {31, 513, 2049}, 19, false, true, simt);                   // group 7 (Qwen2.5-0.5B)
+    run_case(16, 8, 128, 16, {1, 100, 128}, 16, true, true, simt);                     // one split each, no workspace
+    std::vector<int> many(300);
+    std::mt19937 rng(17);
+    for (auto& len : many) len = 1 + int(rng() % 600);
+    run_case(16, 8, 128, 16, many, 18, false, true, simt);
+  }
+  run_case(32, 2, 128, 8, {16, 47, 1500}, 20, false, true);  // group 16: past the mma's columns, the CUDA cores
 }
 
 TEST_CASE("gpu.kernels.attention_decode refuses an FP8 cache without scales") {
@@ -162,7 +170,7 @@ TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
 namespace {
 
 // The cache's element size (2: bf16, 1: FP8) sets the bytes; the tokens are the same.
-void bench_decode(bool fp8) {
+void bench_decode(bool fp8, bool simt = false) {
   const int heads = 16, kv_heads = 8, d = 128, bs = 16, total_tokens = 256 * 1024;
   const size_t cache_elems = size_t(total_tokens) * kv_heads * d, elem = fp8 ? 1 : 2;
   DeviceBuffer<char> k(cache_elems * elem), v(cache_elems * elem);
@@ -178,7 +186,7 @@ void bench_decode(bool fp8) {
   fill_random<<<1024, 256>>>(q.get(), q.size(), 3);
   const KvCache cache = fp8 ? KvCache{k.get(), v.get(), KvDtype::kFp8E4M3, scales.get(), scales.get()}
                             : KvCache{k.get(), v.get()};
-  const char* name = fp8 ? "attention_decode fp8" : "attention_decode bf16";
+  const char* name = !fp8 ? "attention_decode bf16" : simt ? "attention_decode fp8 (CUDA cores)" : "attention_decode fp8";
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
@@ -196,7 +204,7 @@ void bench_decode(bool fp8) {
     AttentionBatch batch{d_qs.get(), d_lens.get(), d_table.get(), blocks_per_seq, num_seqs, 1, ctx};
     auto launch = [&] {
       attention_decode(q.get(), heads * d, cache, batch, out.get(), heads, kv_heads, d, bs, 0.088f, ws.get(),
-                       ws_bytes, nullptr);
+                       ws_bytes, nullptr, simt);
     };
     for (int i = 0; i < 5; ++i) launch();
     std::vector<float> ms;
@@ -243,6 +251,9 @@ void bench_decode(bool fp8) {
 TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) { bench_decode(false); }
 
 // The same over an FP8 cache: half the bytes; the rate is counted in FP8 bytes.
-TEST_CASE("bench.attention_decode_fp8 batch 256 x 1024" * doctest::skip()) { bench_decode(true); }
+TEST_CASE("bench.attention_decode_fp8 batch 256 x 1024" * doctest::skip()) {
+  bench_decode(true);
+  bench_decode(true, true);  // the CUDA-core kernel, for comparison
+}
 
 }  // namespace nvllm::kernels::test

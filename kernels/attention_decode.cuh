@@ -1,0 +1,91 @@
+// What the two decode-attention kernels share (attention_decode.cu: CUDA cores, bf16 and FP8
+// caches; attention_decode_tc.cu: tensor cores, FP8 caches): their parameters, how a context is
+// split, and how a CTA leaves a head's result. Internal to those two files.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/common.cuh"
+#include "kernels/kernels.h"
+
+namespace nvllm::kernels::decode_detail {
+
+// How contexts are split (partition_for): bf16, 128-token partitions up to 4 splits, then longer
+// partitions (up to 512 tokens) rather than more splits, then at most kMaxSplits. Each split
+// is a CTA with a fixed cost (q load, block combine, partial write, the reduce): at batch 256 x
+// context ~800 the nano-vLLM run went from 17,630 to 19,000 output tok/s on the H100 when
+// 7 splits of 128 became 4 of 208, while batch-1 latency (8 kv heads x a few splits) was unchanged.
+// An FP8 token is half the bytes, so the fixed cost weighs twice as much: at 256 x 1,024 the FP8
+// kernel read at 72.9% of 3.03 TB/s with 4 splits of 256 tokens and at 79.0% at 64 x 4,096 (8
+// of 512) on the H100 (bench/NOTES.md); its splits cover twice the tokens and grow from 2.
+struct SplitPolicy {
+  int partition;      // tokens per split, at least
+  int target_splits;  // splits before partitions grow
+  int max_partition;  // tokens per split before splits grow again
+};
+constexpr SplitPolicy kBf16Splits{128, 4, 512};
+constexpr SplitPolicy kFp8Splits{256, 2, 1024};
+constexpr int kMaxSplits = 32;       // bounds the workspace; at most a warp (the reduce's weights)
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct DecodeParams {
+  const bf16* q;
+  int q_stride;
+  const void* k_cache;  // bf16 or fp8_e4m3, the kernel's T
+  const void* v_cache;
+  const float* k_scale;  // [num_kv_heads], FP8 only
+  const float* v_scale;
+  const int32_t* context_lens;
+  const int32_t* block_tables;
+  int max_blocks_per_seq;
+  bf16* out;            // [S, H * D]
+  float* partial_acc;   // [S, H, splits, D] when splits > 1
+  float* partial_ml;    // [S, H, splits, 2] (running max in log2 units, sum)
+  int num_heads;
+  int num_kv_heads;
+  int block_shift;      // log2(block_size)
+  float scale_log2;     // softmax scale * log2(e): scores go straight into exp2
+  int num_splits;       // grid z and the workspace stride; each sequence uses splits_for(ctx, split)
+  SplitPolicy split;    // the cache type's (kBf16Splits or kFp8Splits)
+};
+
+// How a sequence of `ctx` tokens is split. It depends on the sequence (and the cache type) alone,
+// never on the batch: a sequence's attention must round the same way whatever else is decoded
+// with it (eager and CUDA-graph steps, different batch sizes), so that outputs do not depend on
+// scheduling.
+__host__ __device__ inline int partition_for(int ctx, const SplitPolicy& sp) {
+  auto round16 = [](int v) { return ceil_div(v, 16) * 16; };
+  auto larger = [](int a, int b) { return a > b ? a : b; };
+  const int grown = round16(ceil_div(ctx, sp.target_splits)), widest = round16(ceil_div(ctx, kMaxSplits));
+  return larger(sp.partition, larger(grown < sp.max_partition ? grown : sp.max_partition, widest));
+}
+__host__ __device__ inline int splits_for(int ctx, const SplitPolicy& sp) {
+  return ctx > 0 ? ceil_div(ctx, partition_for(ctx, sp)) : 1;
+}
+
+// A CTA's result for (sequence s, q head `head`, output element d < D): `a` the unnormalised sum
+// of p * v (scales applied), `mx` its running max (log2 units), `sum` the sum of p. With one split
+// the normalised output, else the split's partial for the reduce kernel.
+__device__ __forceinline__ void store_head_output(const DecodeParams& p, int s, int head, int split, int used, int D,
+                                                  int d, float a, float mx, float sum) {
+  if (used == 1) {
+    p.out[size_t(s) * p.num_heads * D + head * D + d] = __float2bfloat16(sum > 0.f ? a / sum : 0.f);
+    return;
+  }
+  const size_t at = (size_t(s) * p.num_heads + head) * p.num_splits + split;
+  p.partial_acc[at * D + d] = a;
+  if (d == 0) {
+    p.partial_ml[at * 2] = mx;
+    p.partial_ml[at * 2 + 1] = sum;
+  }
+}
+
+// The tensor-core kernel over an FP8 cache (attention_decode_tc.cu), for q heads per kv head
+// `group` <= kTcMaxGroup (the mma's N side) and head_dim 64 or 128; the caller launches the
+// reduce after it.
+constexpr int kTcMaxGroup = 8;
+void launch_decode_fp8_tc(const DecodeParams& p, int head_dim, int num_seqs, cudaStream_t stream);
+
+}  // namespace nvllm::kernels::decode_detail
