@@ -16,25 +16,14 @@ namespace {
 constexpr int kThreads = 256;
 constexpr float kE4M3Max = 448.f;
 
-__global__ void __launch_bounds__(kThreads)
-    quantize_rows_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
-                         int cols) {
-  __shared__ float scratch[32];
-  pdl_enter();
-  const bf16* row = x + size_t(blockIdx.x) * cols;
-  uint8_t* out = codes + size_t(blockIdx.x) * cols;
-  float amax = 0.f;
-  for (int c = threadIdx.x * 8; c < cols; c += kThreads * 8) {
-    float f[8];
-    to_float8(load8(row + c), f);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
-  }
-  amax = block_max_abs(amax, scratch);
-  // As the CPU's fp8_quantize_rows (model/fp8_weights.h): scale = amax / 448, code = e4m3(x /
-  // scale) with an IEEE division; an all-zero row keeps scale 0 and zero codes.
+// The second pass of a row's quantisation, once its absolute maximum is known (every thread of
+// the block, each over the 8-element groups it owns): scale = amax / 448, code = e4m3(x / scale)
+// with an IEEE division, as the CPU's fp8_quantize_rows (model/fp8_weights.h); an all-zero row
+// keeps scale 0 and zero codes.
+__device__ __forceinline__ void write_row_codes(const bf16* row, uint8_t* out, float* scale_out, float amax,
+                                                int cols) {
   const float scale = amax / kE4M3Max;
-  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+  if (threadIdx.x == 0) *scale_out = scale;
   for (int c = threadIdx.x * 8; c < cols; c += kThreads * 8) {
     float f[8];
     to_float8(load8(row + c), f);
@@ -46,6 +35,57 @@ __global__ void __launch_bounds__(kThreads)
     }
     *reinterpret_cast<uint2*>(out + c) = make_uint2(word[0], word[1]);
   }
+}
+
+// An FP8 GEMM's output element with its token's and its channel's scale (scale_rows_cols), in
+// float: rounded to bf16 where it is stored.
+__device__ __forceinline__ float scaled(float v, float row_scale, float col_scale) { return v * row_scale * col_scale; }
+
+__global__ void __launch_bounds__(kThreads)
+    quantize_rows_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                         int cols) {
+  __shared__ float scratch[32];
+  pdl_enter();
+  const bf16* row = x + size_t(blockIdx.x) * cols;
+  float amax = 0.f;
+  for (int c = threadIdx.x * 8; c < cols; c += kThreads * 8) {
+    float f[8];
+    to_float8(load8(row + c), f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+  }
+  amax = block_max_abs(amax, scratch);
+  write_row_codes(row, codes + size_t(blockIdx.x) * cols, scales + blockIdx.x, amax, cols);
+}
+
+// silu_mul_fp8: gate_up's unscaled product row -> scaled (as scale_rows_cols), silu(gate) * up
+// (as silu_mul, stored to act in bf16), then act's codes (as quantize_rows_fp8). Each thread reads
+// back only the act groups it wrote.
+__global__ void __launch_bounds__(kThreads)
+    silu_mul_fp8_kernel(const bf16* __restrict__ gate_up, const float* __restrict__ row_scales,
+                        const float* __restrict__ col_scales, bf16* __restrict__ act, uint8_t* __restrict__ codes,
+                        float* __restrict__ act_scales, int intermediate) {
+  __shared__ float scratch[32];
+  pdl_enter();
+  const bf16* in = gate_up + size_t(blockIdx.x) * 2 * intermediate;
+  bf16* row = act + size_t(blockIdx.x) * intermediate;
+  const float rs = row_scales[blockIdx.x];
+  float amax = 0.f;
+  for (int c = threadIdx.x * 8; c < intermediate; c += kThreads * 8) {
+    float g[8], u[8], o[8];
+    to_float8(load8(in + c), g);
+    to_float8(load8(in + intermediate + c), u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float gs = round_bf16(scaled(g[j], rs, col_scales[c + j]));
+      const float us = round_bf16(scaled(u[j], rs, col_scales[intermediate + c + j]));
+      o[j] = round_bf16(silu_mul_one(gs, us));
+      amax = fmaxf(amax, fabsf(o[j]));
+    }
+    store8(row + c, from_float8(o));
+  }
+  amax = block_max_abs(amax, scratch);
+  write_row_codes(row, codes + size_t(blockIdx.x) * intermediate, act_scales + blockIdx.x, amax, intermediate);
 }
 
 // y [m, n] *= row_scales[m] * col_scales[n], 8 elements a thread (n % 8 == 0).
@@ -62,7 +102,7 @@ __global__ void scale_rows_cols_kernel(bf16* __restrict__ y, const float* __rest
     float f[8];
     to_float8(load8(p), f);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = f[j] * rs * col_scales[c + j];
+    for (int j = 0; j < 8; ++j) f[j] = scaled(f[j], rs, col_scales[c + j]);
     store8(p, from_float8(f));
   }
 }
@@ -75,6 +115,15 @@ void scale_rows_cols(bf16* y, const float* row_scales, const float* col_scales, 
   const size_t work = size_t(m) * (n / 8);
   const int blocks = int(std::min<size_t>((work + kThreads - 1) / kThreads, 132 * 8));
   launch_pdl(scale_rows_cols_kernel, dim3(blocks), dim3(kThreads), 0, stream, y, row_scales, col_scales, m, n);
+}
+
+void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col_scales, bf16* act, uint8_t* codes,
+                  float* act_scales, int num_tokens, int intermediate, cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  NVLLM_CHECK(intermediate > 0 && intermediate % 8 == 0, "silu_mul_fp8: intermediate size ", intermediate,
+              "; needs a positive multiple of 8");
+  launch_pdl(silu_mul_fp8_kernel, dim3(num_tokens), dim3(kThreads), 0, stream, gate_up, row_scales, col_scales, act,
+             codes, act_scales, intermediate);
 }
 
 void quantize_rows_fp8(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t stream) {

@@ -1,7 +1,8 @@
 // quantize_rows_fp8 against the CPU's E4M3 conversion (core/dtype.h, what --quantization fp8 uses
 // on the CPU runner): scales and codes bit for bit on random rows, a row with exact rounding ties
 // (scale 1: amax 448), an all-zero row, widths below and past one pass of the block.
-// scale_rows_cols (an FP8 GEMM's scales) against the same products in float.
+// scale_rows_cols (an FP8 GEMM's scales) against the same products in float; silu_mul_fp8 against
+// the three kernels it fuses.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -36,9 +37,7 @@ Expected reference(const std::vector<bf16>& x, int rows, int cols) {
 
 }  // namespace
 
-TEST_CASE(
-    "gpu.kernels.quantize_rows_fp8 gives the CPU's codes and scales bit "
-    "for bit") {
+TEST_CASE("gpu.kernels.quantize_rows_fp8 gives the CPU's codes and scales bit for bit") {
   for (const int cols : {8, 2056, 14336}) {
     const int rows = 5;
     std::mt19937 rng{static_cast<uint32_t>(cols)};
@@ -71,9 +70,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "gpu.kernels.scale_rows_cols scales each element by its row's and "
-    "its column's scale") {
+TEST_CASE("gpu.kernels.scale_rows_cols scales each element by its row's and its column's scale") {
   for (const int n : {8, 1000}) {
     const int m = 3;
     std::mt19937 rng{static_cast<uint32_t>(n + 1)};
@@ -95,9 +92,44 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "gpu.kernels.quantize_rows_fp8 refuses a width that is not a "
-    "multiple of 8") {
+TEST_CASE("gpu.kernels.silu_mul_fp8 equals scale_rows_cols, silu_mul and quantize_rows_fp8 bit for bit") {
+  // Widths below one pass of the block (8) and past it with a partial last pass (2056 = 8 * 257);
+  // one token row all zero (scale 0, zero codes).
+  for (const int inter : {8, 2056}) {
+    const int tokens = 3;
+    std::mt19937 rng{static_cast<uint32_t>(inter + 5)};
+    std::vector<bf16> gate_up = random_bf16(rng, size_t(tokens) * 2 * inter, -400.f, 400.f);
+    for (int c = 0; c < 2 * inter; ++c) gate_up[size_t(2) * 2 * inter + c] = to_bf(0.f);
+    std::vector<float> rows(tokens), cols(2 * inter);
+    std::uniform_real_distribution<float> dist(1e-4f, 2e-2f);
+    for (float& v : rows) v = dist(rng);
+    for (float& v : cols) v = dist(rng);
+    DeviceBuffer<bf16> d_gu(gate_up), d_act(size_t(tokens) * inter), d_act_ref(size_t(tokens) * inter);
+    DeviceBuffer<float> d_rows(rows), d_cols(cols), d_scales(tokens), d_scales_ref(tokens);
+    DeviceBuffer<uint8_t> d_codes(size_t(tokens) * inter), d_codes_ref(size_t(tokens) * inter);
+    d_act.poison();
+    d_codes.poison();
+    d_scales.poison();
+    silu_mul_fp8(d_gu.get(), d_rows.get(), d_cols.get(), d_act.get(), d_codes.get(), d_scales.get(), tokens, inter,
+                 nullptr);
+    scale_rows_cols(d_gu.get(), d_rows.get(), d_cols.get(), tokens, 2 * inter, nullptr);  // in place, after
+    silu_mul(d_gu.get(), d_act_ref.get(), tokens, inter, nullptr);
+    quantize_rows_fp8(d_act_ref.get(), d_codes_ref.get(), d_scales_ref.get(), tokens, inter, nullptr);
+    const std::vector<bf16> act = d_act.download(), act_ref = d_act_ref.download();
+    const std::vector<uint8_t> codes = d_codes.download(), codes_ref = d_codes_ref.download();
+    const std::vector<float> scales = d_scales.download(), scales_ref = d_scales_ref.download();
+    int bad_act = 0, bad_codes = 0;
+    for (size_t i = 0; i < act.size(); ++i) bad_act += std::memcmp(&act[i], &act_ref[i], sizeof(bf16)) != 0;
+    for (size_t i = 0; i < codes.size(); ++i) bad_codes += codes[i] != codes_ref[i];
+    INFO("intermediate ", inter);
+    CHECK(bad_act == 0);
+    CHECK(bad_codes == 0);
+    CHECK(std::memcmp(scales.data(), scales_ref.data(), tokens * sizeof(float)) == 0);
+    CHECK(scales[2] == 0.f);
+  }
+}
+
+TEST_CASE("gpu.kernels.quantize_rows_fp8 refuses a width that is not a multiple of 8") {
   DeviceBuffer<bf16> x(2 * 12);
   DeviceBuffer<uint8_t> codes(2 * 12);
   DeviceBuffer<float> scales(2);

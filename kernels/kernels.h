@@ -124,6 +124,12 @@ void quantize_rows_fp8(const bf16* x, uint8_t* codes, float* scales, int rows, i
 // y [m, n] = bf16(y * row_scales[m] * col_scales[n]), in place: the per-token and per-channel
 // scales of an FP8 GEMM that ran with unit scales. n % 8 == 0.
 void scale_rows_cols(bf16* y, const float* row_scales, const float* col_scales, int m, int n, cudaStream_t stream);
+// The three passes between an FP8 gate_up GEMM and an FP8 down GEMM as one kernel, bit for bit:
+// scale_rows_cols on gate_up [tokens, 2 * intermediate] (its unscaled product; row_scales per
+// token, col_scales per channel), silu_mul into act [tokens, intermediate], quantize_rows_fp8 of
+// act into codes and act_scales. intermediate % 8 == 0.
+void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col_scales, bf16* act, uint8_t* codes,
+                  float* act_scales, int num_tokens, int intermediate, cudaStream_t stream);
 
 // Where attention finds its sequences: S sequences, the queries of sequence s are rows
 // query_start[s] .. query_start[s+1] of q and sit at the last positions of its context

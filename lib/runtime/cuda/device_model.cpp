@@ -141,6 +141,7 @@ void DeviceModel::allocate_activations(int tokens, int seqs, int max_model_len) 
     const size_t widest = std::max({H, static_cast<size_t>(c_.q_size()), static_cast<size_t>(c_.intermediate_size)});
     act_.x8 = DeviceBuffer(T * widest);
     act_.x8_scales = DeviceBuffer(T * sizeof(float));
+    act_.act8_scales = DeviceBuffer(T * sizeof(float));
   }
   const size_t ws = kernels::attention_decode_workspace_bytes(seqs, c_.num_heads, c_.head_dim, max_model_len);
   act_.decode_ws = DeviceBuffer(std::max<size_t>(ws, 16));
@@ -204,12 +205,11 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
 
 void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   const StepLayout& L = st.layout;
-  const int T = L.tokens, H = c_.hidden_size, I = c_.intermediate_size;
+  const int T = L.tokens, H = c_.hidden_size;
   bf16* x = act_.x.as<bf16>();
   bf16* res = act_.residual.as<bf16>();
   bf16* qkv = act_.qkv.as<bf16>();
   bf16* attn = act_.attn.as<bf16>();
-  bf16* gate_up = act_.gate_up.as<bf16>();
   const float eps = static_cast<float>(c_.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
   const kernels::AttentionBatch ab{st.at<int32_t>(L.query_start), st.at<int32_t>(L.context_lens),
@@ -247,20 +247,41 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   }
   linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
   reduce_add_rmsnorm(x, res, w.post_norm, T, s);
+  mlp(l, T, s);
+  // The next layer's input norm; after the last, only the sum (the final norm follows the rows'
+  // gather in forward()).
+  reduce_add_rmsnorm(x, res, l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr, T, s);
+}
+
+void DeviceModel::mlp(int l, int T, cudaStream_t s) {
+  const DeviceLayer& w = w_.layers[l];
+  const int H = c_.hidden_size, I = c_.intermediate_size;
+  bf16* x = act_.x.as<bf16>();
+  bf16* gate_up = act_.gate_up.as<bf16>();
+  bf16* act = act_.act.as<bf16>();
+  if (w.gate_up.fp8() && w.down.fp8() && !use_gemv(T, H)) {
+    // FP8 GEMMs: gate_up's product unscaled, then one kernel for its scales, silu_mul and down's
+    // input codes (bit for bit the three separate passes), then down.
+    uint8_t* x8 = act_.x8.as<uint8_t>();
+    float* x_scales = act_.x8_scales.as<float>();
+    float* act_scales = act_.act8_scales.as<float>();
+    kernels::quantize_rows_fp8(x, x8, x_scales, T, H, s);
+    gemm_.matmul_fp8(x8, x_scales, w.gate_up.codes, w.gate_up.scales, gate_up, T, 2 * I, H, s, /*scale=*/false);
+    kernels::silu_mul_fp8(gate_up, x_scales, w.gate_up.scales, act, x8, act_scales, T, I, s);
+    gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s);
+    return;
+  }
   linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
   // The bf16 down projection on cuBLASLt at every batch, after silu_mul: its K (the intermediate
   // size) is 3-5x its N. gemv with the activation computed on load (silu(gate) * up recomputed for
   // every two rows) streamed it at 30-56% of 3.03 TB/s at batch 1, cuBLASLt at 30-89%: faster on
   // four of the five shapes measured, by 0.8 ms a step on Llama-3-8B (bench/NOTES.md, twelfth
   // session). FP8 down goes where the other projections go (the FP8 gemv reads silu_mul's output).
-  kernels::silu_mul(gate_up, act_.act.as<bf16>(), T, I, s);
+  kernels::silu_mul(gate_up, act, T, I, s);
   if (w.down.fp8())
-    linear(act_.act.as<bf16>(), w.down, x, T, H, I, s);
+    linear(act, w.down, x, T, H, I, s);
   else
-    gemm_.matmul(act_.act.as<bf16>(), w.down.w, x, T, H, I, false, s);
-  // The next layer's input norm; after the last, only the sum (the final norm follows the rows'
-  // gather in forward()).
-  reduce_add_rmsnorm(x, res, l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr, T, s);
+    gemm_.matmul(act, w.down.w, x, T, H, I, false, s);
 }
 
 int DeviceModel::tp_rank() const { return tp_.comm ? tp_.comm->rank() : 0; }

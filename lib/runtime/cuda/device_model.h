@@ -61,9 +61,11 @@ struct DeviceWeights {
 // Activations for up to `tokens` tokens and `seqs` sequences; the *_g buffers hold the gathered
 // rows that sample, logits is fp32 [seqs, vocab]; logits_parts (tensor parallel) every rank's
 // [seqs, vocab_pad] slice of them, as gathered. FP8 weights: x8 and x8_scales hold a projection's
-// input as E4M3 codes with one scale per token, for the FP8 GEMMs of large steps.
+// input as E4M3 codes with one scale per token, for the FP8 GEMMs of large steps; act8_scales the
+// down projection's, which silu_mul_fp8 makes while gate_up's are still read.
 struct Activations {
-  DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws, logits_parts, x8, x8_scales;
+  DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws, logits_parts, x8, x8_scales,
+      act8_scales;
 };
 
 // Per-layer K and V caches as the kernels take them: base pointers into one allocation (storage)
@@ -112,6 +114,9 @@ class DeviceModel {
   // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt; FP8 weights: the
   // FP8 gemv for small m, else x quantised per token and cuBLASLt's FP8 GEMM.
   void linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, int n, int k, cudaStream_t stream);
+  // Layer l's MLP after its post-attention norm: gate_up, silu_mul, down (into act().x). Steps on
+  // the FP8 GEMMs fuse gate_up's scales, the activation and down's input codes into one kernel.
+  void mlp(int l, int tokens, cudaStream_t stream);
   // The residual step after a sublayer: x (each rank's partial output under tensor parallelism)
   // summed over the ranks, then residual += x and x = rmsnorm(residual) * norm (add_rmsnorm);
   // norm == nullptr: the sum only. One kernel over peer memory where TpComm can.

@@ -107,7 +107,7 @@ void Gemm::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, int m
 }
 
 void Gemm::matmul_fp8(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, __nv_bfloat16* y,
-                      int m, int n, int k, cudaStream_t stream) {
+                      int m, int n, int k, cudaStream_t stream, bool scale) {
   if (m <= 0) return;
   NVLLM_CHECK(k % 16 == 0, "matmul_fp8: K = ", k, " must be a multiple of 16");
   const Plan& p = plan(m, n, k, Kind::kFp8);
@@ -117,7 +117,7 @@ void Gemm::matmul_fp8(const uint8_t* x, const float* x_scale, const uint8_t* w, 
   const float alpha = 1.0f, beta = 0.0f;
   CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(),
                                 workspace_.bytes(), stream));
-  kernels::scale_rows_cols(y, x_scale, w_scale, m, n, stream);
+  if (scale) kernels::scale_rows_cols(y, x_scale, w_scale, m, n, stream);
 }
 
 }  // namespace nvllm

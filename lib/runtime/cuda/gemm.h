@@ -35,9 +35,10 @@ class Gemm {
               cudaStream_t stream);
   // y [m, n] bf16 = (x [m, k] * x_scale[m]) · (w [n, k] * w_scale[n])^T: E4M3 codes, one fp32 scale
   // per row of each; the codes' product on the FP8 tensor cores, rounded to bf16, then scaled
-  // (kernels::scale_rows_cols). k % 16 == 0, n % 8 == 0.
+  // (kernels::scale_rows_cols) unless `scale` is false: then y holds the unscaled product and the
+  // caller's next kernel applies the scales (kernels::silu_mul_fp8). k % 16 == 0, n % 8 == 0.
   void matmul_fp8(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, __nv_bfloat16* y,
-                  int m, int n, int k, cudaStream_t stream);
+                  int m, int n, int k, cudaStream_t stream, bool scale = true);
 
  private:
   enum class Kind : uint8_t { kBf16, kBf16OutF32, kFp8 };
