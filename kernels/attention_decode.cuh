@@ -17,16 +17,18 @@ namespace nvllm::kernels::decode_detail {
 // is a CTA with a fixed cost (q load, block combine, partial write, the reduce): at batch 256 x
 // context ~800 the nano-vLLM run went from 17,630 to 19,000 output tok/s on the H100 when
 // 7 splits of 128 became 4 of 208, while batch-1 latency (8 kv heads x a few splits) was unchanged.
-// An FP8 token is half the bytes, so the fixed cost weighs twice as much: at 256 x 1,024 the FP8
-// kernel read at 72.9% of 3.03 TB/s with 4 splits of 256 tokens and at 79.0% at 64 x 4,096 (8
-// of 512) on the H100 (bench/NOTES.md); its splits cover twice the tokens and grow from 2.
+// An FP8 token is half the bytes, so the fixed cost weighs twice as much, and more so on the
+// tensor cores (attention_decode_tc.cu), which spend far less a token: there one split covers a
+// context up to 2,048 tokens (no partials, no reduce), 82.9% of 3.03 TB/s at 256 x 1,024 on the
+// H100 against 79.4% with two splits of 512 (bench/NOTES.md, fifteenth session). The price is
+// fewer CTAs for a few long sequences (batch 1 outside the fused path: kv heads x 1 split).
 struct SplitPolicy {
   int partition;      // tokens per split, at least
   int target_splits;  // splits before partitions grow
   int max_partition;  // tokens per split before splits grow again
 };
 constexpr SplitPolicy kBf16Splits{128, 4, 512};
-constexpr SplitPolicy kFp8Splits{256, 2, 1024};
+constexpr SplitPolicy kFp8Splits{512, 1, 2048};
 constexpr int kMaxSplits = 32;       // bounds the workspace; at most a warp (the reduce's weights)
 constexpr float kLog2e = 1.4426950408889634f;
 
