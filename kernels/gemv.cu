@@ -97,24 +97,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__
     }
   }
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const float v = warp_sum(acc[r][b]);
-      if (lane == 0) partial[warp][r][b] = v;
-    }
-  __syncthreads();
-  if (threadIdx.x < kRows * kBatch) {
-    const int r = threadIdx.x / kBatch, b = threadIdx.x % kBatch;
-    if (b < batch && row0 + r < n) {
-      float v = 0.f;
-#pragma unroll
-      for (int j = 0; j < kThreads / 32; ++j) v += partial[j][r][b];
-      store_out(y + size_t(b) * n + row0 + r, v);
-    }
-  }
+  gemv_block_sums<kThreads>(acc, partial, batch, n - row0,
+                            [&](int r, int b, float v) { store_out(y + size_t(b) * n + row0 + r, v); });
 }
 
 template <int kBatch, int kRows, typename OutT>

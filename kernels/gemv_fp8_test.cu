@@ -58,19 +58,6 @@ std::vector<double> reference(const std::vector<bf16>& x, const std::vector<uint
   return ref;
 }
 
-// Within one bf16 rounding of the reference plus 1e-4 of the outputs' RMS (fp32 sums; the block
-// scale applied before the FMAs rounds each product once more): as gemv_test.cu's bound.
-int outside_bf16(const std::vector<bf16>& y, const std::vector<double>& ref) {
-  double ss = 0;
-  for (double v : ref) ss += v * v;
-  const double rms = std::sqrt(ss / double(ref.size()));
-  int bad = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(double(to_f(y[i])) - ref[i]);
-    if (!(d <= std::ldexp(std::fabs(ref[i]), -8) * 1.001 + 1e-4 * rms)) ++bad;
-  }
-  return bad;
-}
 
 const char* name(Fp8Scaling s) {
   return s == Fp8Scaling::kTensor ? "tensor" : s == Fp8Scaling::kRow ? "row" : "block 128";

@@ -27,21 +27,6 @@ std::vector<double> reference(const std::vector<bf16>& x, const std::vector<bf16
   return ref;
 }
 
-// Every element within one bf16 rounding of the reference (half an ulp: 2^-8 relative) plus
-// 1e-4 of the outputs' RMS for the fp32 sums: a lost or doubled chunk of K, a row or sequence
-// mixed up, or an element never written (NaN) all fail. Returns the number of elements outside.
-template <typename T>
-int outside_bf16(const std::vector<T>& y, const std::vector<double>& ref) {
-  double ss = 0;
-  for (double v : ref) ss += v * v;
-  const double rms = std::sqrt(ss / double(ref.size()));
-  int bad = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(double(to_f(y[i])) - ref[i]);
-    if (!(d <= std::ldexp(std::fabs(ref[i]), -8) * 1.001 + 1e-4 * rms)) ++bad;
-  }
-  return bad;
-}
 
 }  // namespace
 

@@ -85,4 +85,21 @@ double rel_error(const std::vector<T>& out, const std::vector<float>& ref) {
 // kernels accumulate in fp32, so a correct kernel lands well under 1e-2.
 constexpr double kBf16Tolerance = 1e-2;
 
+// The gemv tests' bound: every element within one bf16 rounding of the reference (half an ulp:
+// 2^-8 relative) plus 1e-4 of the outputs' RMS for the fp32 sums (and gemv_fp8's block scale,
+// applied before the FMAs): a lost or doubled chunk of K, a row or sequence mixed up, or an
+// element never written (NaN) all fail. Returns the number of elements outside.
+template <typename T>
+int outside_bf16(const std::vector<T>& y, const std::vector<double>& ref) {
+  double ss = 0;
+  for (double v : ref) ss += v * v;
+  const double rms = std::sqrt(ss / double(ref.size()));
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(double(to_f(y[i])) - ref[i]);
+    if (!(d <= std::ldexp(std::fabs(ref[i]), -8) * 1.001 + 1e-4 * rms)) ++bad;
+  }
+  return bad;
+}
+
 }  // namespace nvllm::kernels::test
