@@ -42,6 +42,7 @@ struct InspectFlags {
   int num_kv_blocks = 0;
   std::string dtype = "bfloat16";
   std::string kv_cache_dtype = "auto";  // auto (= dtype) | bfloat16 | fp8 | fp8_e4m3
+  std::string quantization;            // "" or fp8: projection weights of one byte
   std::string order = "both";
   bool json = false;
   bool all_requests = false;
@@ -107,6 +108,7 @@ MemoryPlanInput memory_input(const InspectFlags& f, double block_bytes, int dtyp
   in.max_num_seqs = f.max_num_seqs;
   in.max_num_batched_tokens = f.max_num_batched_tokens;
   in.dtype_bytes = dtype_bytes;
+  in.fp8_weights = f.quantization == "fp8";
   in.block_bytes = block_bytes;
   return in;
 }
@@ -228,9 +230,12 @@ void inspect(const InspectFlags& f, Inspection& r) {
   const std::vector<EngineRequest>& requests = r.workload.requests;
   const int32_t token = neutral_token(requests, r.config);
   // What each step would take at best on the card: the admission policies compared in time.
-  const StepCostModel cost{.config = &r.config, .weight_dtype_bytes = dtype_bytes,
+  // FP8 weights: one byte a projection weight, GEMMs at twice the bf16 rate (as bench's roofline).
+  const bool fp8 = f.quantization == "fp8";
+  const StepCostModel cost{.config = &r.config,
+                           .weight_dtype_bytes = fp8 ? WeightBytes(1.0, dtype_bytes) : WeightBytes(dtype_bytes),
                            .kv_dtype_bytes = kv_bytes_of(kv_dtype_of(f)), .bandwidth = f.peak_bandwidth,
-                           .flops = f.peak_flops};
+                           .flops = f.peak_flops * (fp8 ? 2.0 : 1.0)};
   std::vector<std::span<const int32_t>> prompts;
   for (const EngineRequest& q : requests) prompts.emplace_back(q.prompt_ids);
   std::vector<size_t> input_order(requests.size());
@@ -262,6 +267,7 @@ nlohmann::json inspect_json(const InspectFlags& f, const Inspection& r) {
   const ReplayResult& chosen = *r.chosen;
   const MemoryPlan& memory = r.memory;
   return {{"kv_cache_dtype", kv_dtype_of(f)},
+          {"weights", f.quantization == "fp8" ? "fp8 projections" : f.dtype},
           {"kv_bytes_per_token", static_cast<double>(r.kv.bytes_per_token())},
           {"kv_bytes_per_block", static_cast<double>(r.kv.bytes_per_block())},
           {"block_size", f.block_size},
@@ -302,10 +308,10 @@ void print_summary(const InspectFlags& f, const Inspection& r) {
   std::printf("KV cache          %.0f bytes per token, %.0f KiB per block of %d tokens\n",
               static_cast<double>(r.kv.bytes_per_token()), static_cast<double>(r.kv.bytes_per_block()) / 1024,
               f.block_size);
-  std::printf("memory            %.1f GiB (%s) x %.2f - %.2f GiB weights - %.2f GiB activations = %d blocks "
+  std::printf("memory            %.1f GiB (%s) x %.2f - %.2f GiB weights%s - %.2f GiB activations = %d blocks "
               "(%lld tokens)%s\n",
               memory.gpu_bytes / double(1 << 30), memory.source.c_str(), f.gpu_memory_utilization,
-              memory.weight_bytes / double(1 << 30), memory.reserve_bytes / double(1 << 30), memory.blocks_fit,
+              memory.weight_bytes / double(1 << 30), f.quantization == "fp8" ? " (FP8 projections)" : "", memory.reserve_bytes / double(1 << 30), memory.blocks_fit,
               static_cast<long long>(memory.blocks_fit) * f.block_size,
               f.num_kv_blocks > 0 ? (", replaying " + std::to_string(r.num_blocks) + " (--num-kv-blocks)").c_str()
                                   : "");
@@ -435,6 +441,10 @@ Command make_inspect_cache_command() {
                     "KV-cache dtype: auto (--dtype), bfloat16, fp8 or fp8_e4m3 (one byte: twice the tokens of bf16)")
         ->check(CLI::IsMember({"auto", "bfloat16", "fp8", "fp8_e4m3"}))
         ->capture_default_str();
+    cmd->add_option("--quantization", f->quantization,
+                    "fp8: plan for projection weights of one byte (E4M3, as generate --quantization fp8); "
+                    "embedding, norms and LM head at --dtype")
+        ->check(CLI::IsMember({"fp8"}));
     cmd->add_option("--order", f->order, "Order whose details are shown: input, prefix-aware (both are compared)")
         ->check(CLI::IsMember({"both", "input", "prefix-aware"}))
         ->capture_default_str();

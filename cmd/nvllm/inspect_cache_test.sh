@@ -155,4 +155,23 @@ grep -q "planned (used)" "$tmp/planned_report.txt" || fail "report does not say 
 "$nvllm" inspect-cache --model "$model" --input "$tmp/shuffled.jsonl" "${cache[@]}" "${small[@]}" >"$tmp/report.txt"
 grep -q "prefix-aware" "$tmp/report.txt" || fail "report lacks the order comparison"
 grep -q "shared prefixes" "$tmp/report.txt" || fail "report lacks the prefix tree"
+# FP8 projection weights (--quantization fp8): the plan's weights shrink by one byte a projection
+# weight (2 layers of the tiny Qwen3: q/k/v/o and gate/up/down), so more blocks fit in the same GPU.
+for q in "" fp8; do
+  "$nvllm" inspect-cache --model "$model" --input "$tmp/shared.jsonl" "${cache[@]}" --gpu-memory 0.5 \
+    ${q:+--quantization $q} --json >"$tmp/plan_${q:-bf16}.json"
+done
+python3 - "$tmp" "$model/config.json" <<'PY'
+import json, sys
+d, cfg = sys.argv[1], json.load(open(sys.argv[2]))
+bf16, fp8 = (json.load(open(f"{d}/plan_{n}.json")) for n in ("bf16", "fp8"))
+h, i, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+hd = cfg.get("head_dim", h // cfg["num_attention_heads"])
+q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+projections = L * (h * (q + 2 * kv) + q * h + 3 * h * i)
+got = bf16["memory"]["weight_bytes"] - fp8["memory"]["weight_bytes"]
+assert got == projections, (got, projections)
+assert fp8["blocks_fit"] > bf16["blocks_fit"], (fp8["blocks_fit"], bf16["blocks_fit"])
+assert fp8["weights"] == "fp8 projections" and bf16["weights"] == "bfloat16", (fp8["weights"], bf16["weights"])
+PY
 echo "inspect_cache_test: ok"

@@ -15,6 +15,9 @@ struct MemoryPlanInput {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 8192;
   int dtype_bytes = 2;  // weights and KV cache
+  // --quantization fp8: the layers' projections take one byte a weight, the rest (embedding,
+  // norms, LM head) dtype_bytes.
+  bool fp8_weights = false;
   double block_bytes = 0;  // one KV block over all layers
 };
 
