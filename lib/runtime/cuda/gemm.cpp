@@ -19,13 +19,20 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-namespace {
+cudaDataType_t Gemm::input_type(Kind kind) { return kind == Kind::kFp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
 
-cudaDataType_t input_type(bool fp8) { return fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
+cudaDataType_t Gemm::output_type(Kind kind) { return kind == Kind::kBf16OutF32 ? CUDA_R_32F : CUDA_R_16BF; }
 
-const char* kind_name(bool fp8, bool out_f32) {
-  return fp8 ? "E4M3 GEMM with per-row scales (bf16 output)" : out_f32 ? "bf16 GEMM (fp32 output)" : "bf16 GEMM";
+const char* Gemm::kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kBf16: return "bf16 GEMM";
+    case Kind::kBf16OutF32: return "bf16 GEMM (fp32 output)";
+    case Kind::kFp8: return "E4M3 GEMM with per-row scales (bf16 output)";
+  }
+  return "GEMM";
 }
+
+namespace {
 
 int pow2_bucket(int m) {
   int b = 1;
@@ -43,15 +50,14 @@ const Gemm::Plan& Gemm::plan(int m, int n, int k, Kind kind) {
   const Key key{m, n, k, kind};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
 
-  const bool fp8 = kind == Kind::kFp8, out_f32 = kind == Kind::kBf16OutF32;
   Plan p;
   CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
   CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.a, input_type(fp8), k, n, k));
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.b, input_type(fp8), k, m, k));
-  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_f32 ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.a, input_type(kind), k, n, k));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.b, input_type(kind), k, m, k));
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p.c, output_type(kind), n, m, n));
 
   p.algo = bucket_algo(p, m, n, k, kind);
   return plans_.emplace(key, p).first->second;
@@ -68,8 +74,7 @@ cublasLtMatmulAlgo_t Gemm::heuristic(const Plan& p, cublasLtMatrixLayout_t b, cu
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, b, c, c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    fail("cuBLASLt found no algorithm for a ", m, "x", n, "x", k, " ",
-         kind_name(kind == Kind::kFp8, kind == Kind::kBf16OutF32),
+    fail("cuBLASLt found no algorithm for a ", m, "x", n, "x", k, " ", kind_name(kind),
          "; this GPU or cuBLAS version does not support the model's shapes", kind == Kind::kFp8 ? " in FP8" : "");
   }
   return result.algo;
@@ -81,8 +86,8 @@ cublasLtMatmulAlgo_t Gemm::bucket_algo(const Plan& p, int m, int n, int k, Kind 
   auto it = bucket_algos_.find(key);
   if (it == bucket_algos_.end()) {
     cublasLtMatrixLayout_t b = nullptr, c = nullptr;
-    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&b, input_type(kind == Kind::kFp8), k, bucket, k));
-    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&c, kind == Kind::kBf16OutF32 ? CUDA_R_32F : CUDA_R_16BF, n, bucket, n));
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&b, input_type(kind), k, bucket, k));
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&c, output_type(kind), n, bucket, n));
     const cublasLtMatmulAlgo_t algo = heuristic(p, b, c, bucket, n, k, kind);
     cublasLtMatrixLayoutDestroy(b);
     cublasLtMatrixLayoutDestroy(c);

@@ -42,6 +42,10 @@ class Gemm {
 
  private:
   enum class Kind : uint8_t { kBf16, kBf16OutF32, kFp8 };
+  // What a kind multiplies and writes, and its name in errors.
+  static cudaDataType_t input_type(Kind kind);
+  static cudaDataType_t output_type(Kind kind);
+  static const char* kind_name(Kind kind);
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
