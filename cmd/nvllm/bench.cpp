@@ -51,9 +51,10 @@ struct BenchFlags {
   bool quiet = false;
 };
 
-// FP8 weights run their GEMMs on the FP8 tensor cores, at twice the bf16 rate on Hopper (the
-// H100's dense peaks: 1,979 and 989 TFLOP/s); the roofline takes the measured bf16 rate twice.
-double fp8_flops_factor(const LoadedModel& m) { return m.fp8_weights && m.device == "cuda" ? 2.0 : 1.0; }
+// FP8 weights on the GPU: its GEMM rate is the measured bf16 rate times kFp8GemmRateFactor.
+double fp8_flops_factor(const LoadedModel& m) {
+  return m.fp8_weights && m.device == "cuda" ? kFp8GemmRateFactor : 1.0;
+}
 
 // One GPU's ceilings (bench_ceilings.h), resolved once a process: a run loads one model.
 const Ceilings& gpu_ceilings(const BenchFlags& f, const LoadedModel& m) {

@@ -91,6 +91,9 @@ Workload read_workload(const InspectFlags& f, const std::string& model_dir, cons
   return w;
 }
 
+// --quantization fp8: the plan's projection weights take one byte.
+bool fp8_weights(const InspectFlags& f) { return f.quantization == "fp8"; }
+
 // The GPU memory to plan for: --gpu-memory, else the local GPU's, else an assumed 80 GiB.
 MemoryPlanInput memory_input(const InspectFlags& f, double block_bytes, int dtype_bytes) {
   MemoryPlanInput in;
@@ -108,7 +111,7 @@ MemoryPlanInput memory_input(const InspectFlags& f, double block_bytes, int dtyp
   in.max_num_seqs = f.max_num_seqs;
   in.max_num_batched_tokens = f.max_num_batched_tokens;
   in.dtype_bytes = dtype_bytes;
-  in.fp8_weights = f.quantization == "fp8";
+  in.fp8_weights = fp8_weights(f);
   in.block_bytes = block_bytes;
   return in;
 }
@@ -230,12 +233,12 @@ void inspect(const InspectFlags& f, Inspection& r) {
   const std::vector<EngineRequest>& requests = r.workload.requests;
   const int32_t token = neutral_token(requests, r.config);
   // What each step would take at best on the card: the admission policies compared in time.
-  // FP8 weights: one byte a projection weight, GEMMs at twice the bf16 rate (as bench's roofline).
-  const bool fp8 = f.quantization == "fp8";
+  // FP8 weights: one byte a projection weight, GEMMs at kFp8GemmRateFactor times (as bench's roofline).
+  const bool fp8 = fp8_weights(f);
   const StepCostModel cost{.config = &r.config,
                            .weight_dtype_bytes = fp8 ? WeightBytes(1.0, dtype_bytes) : WeightBytes(dtype_bytes),
                            .kv_dtype_bytes = kv_bytes_of(kv_dtype_of(f)), .bandwidth = f.peak_bandwidth,
-                           .flops = f.peak_flops * (fp8 ? 2.0 : 1.0)};
+                           .flops = f.peak_flops * (fp8 ? kFp8GemmRateFactor : 1.0)};
   std::vector<std::span<const int32_t>> prompts;
   for (const EngineRequest& q : requests) prompts.emplace_back(q.prompt_ids);
   std::vector<size_t> input_order(requests.size());
@@ -267,7 +270,7 @@ nlohmann::json inspect_json(const InspectFlags& f, const Inspection& r) {
   const ReplayResult& chosen = *r.chosen;
   const MemoryPlan& memory = r.memory;
   return {{"kv_cache_dtype", kv_dtype_of(f)},
-          {"weights", f.quantization == "fp8" ? "fp8 projections" : f.dtype},
+          {"weights", fp8_weights(f) ? "fp8 projections" : f.dtype},
           {"kv_bytes_per_token", static_cast<double>(r.kv.bytes_per_token())},
           {"kv_bytes_per_block", static_cast<double>(r.kv.bytes_per_block())},
           {"block_size", f.block_size},
@@ -311,7 +314,8 @@ void print_summary(const InspectFlags& f, const Inspection& r) {
   std::printf("memory            %.1f GiB (%s) x %.2f - %.2f GiB weights%s - %.2f GiB activations = %d blocks "
               "(%lld tokens)%s\n",
               memory.gpu_bytes / double(1 << 30), memory.source.c_str(), f.gpu_memory_utilization,
-              memory.weight_bytes / double(1 << 30), f.quantization == "fp8" ? " (FP8 projections)" : "", memory.reserve_bytes / double(1 << 30), memory.blocks_fit,
+              memory.weight_bytes / double(1 << 30), fp8_weights(f) ? " (FP8 projections)" : "",
+              memory.reserve_bytes / double(1 << 30), memory.blocks_fit,
               static_cast<long long>(memory.blocks_fit) * f.block_size,
               f.num_kv_blocks > 0 ? (", replaying " + std::to_string(r.num_blocks) + " (--num-kv-blocks)").c_str()
                                   : "");

@@ -339,7 +339,7 @@ LoadedModel load_model(const ModelFlags& flags) {
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;
     options.fp8_kv = fp8_kv_scales(f, m.config);
-    options.fp8_weights = quantize_at_load(f, m.config);
+    options.fp8_weights = m.fp8_weights;
     if (options.fp8_weights)
       log_info("--quantization fp8: linear weights quantised to E4M3 on the GPU, one scale per output channel");
     options.tensor_parallel_size = f.tensor_parallel_size;

@@ -69,6 +69,9 @@ Roofline roofline(const ModelConfig& config, const std::vector<int>& prompt_lens
 // roofline of bench on the GPU and of inspect-cache's modelled time.
 constexpr double kH100Bandwidth = 3.03e12;
 constexpr double kH100Flops = 854e12;
+// FP8 projection weights run their GEMMs on the FP8 tensor cores, at twice the bf16 rate on
+// Hopper (the H100's dense peaks: 1,979 and 989 TFLOP/s): rooflines take the bf16 rate twice.
+constexpr double kFp8GemmRateFactor = 2.0;
 
 // What one engine step costs at best: all weights read once, the K/V of each scheduled
 // sequence's context read once, 2 FLOPs per weight and token (the LM head only where a token is
