@@ -1,25 +1,16 @@
-// plan_memory against arithmetic: the weights' bytes (bf16, or FP8 projections with the rest at
-// the dtype), and the blocks that fit, exactly at a block boundary and one byte short of it.
+// plan_memory against arithmetic on the hand-sized model (analysis_test_util.h): the weights'
+// bytes (bf16, or FP8 projections with the rest at the dtype), and the blocks that fit, exactly at
+// a block boundary and one byte short of it.
 #include <doctest/doctest.h>
 
+#include "analysis/analysis_test_util.h"
 #include "analysis/memory_plan.h"
-#include "model/config.h"
 
 namespace nvllm {
 namespace {
 
-ModelConfig llama_like() {
-  ModelConfig c;
-  c.num_layers = 4;
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 1000;
-  return c;
-}
-
+// One token and one sequence: the reserve is 1 x (6 x 8 + 2 x 16 + 16 qkv) x 4 = 384 bytes of
+// activations + 1 x 32 vocab x 4 = 128 of logits: 512.
 MemoryPlanInput input(double gpu_bytes, bool fp8) {
   MemoryPlanInput in;
   in.gpu_bytes = gpu_bytes;
@@ -35,24 +26,27 @@ MemoryPlanInput input(double gpu_bytes, bool fp8) {
 }  // namespace
 
 TEST_CASE("plan_memory: FP8 projections take one byte a weight, the rest the dtype's two") {
-  const ModelConfig c = llama_like();
-  const double projections = c.num_layers * c.layer_matmul_params();
-  REQUIRE(projections > 0);
-  const MemoryPlan bf16 = plan_memory(input(1e9, false), c);
-  const MemoryPlan fp8 = plan_memory(input(1e9, true), c);
-  CHECK(bf16.weight_bytes == c.num_parameters() * 2);
-  CHECK(fp8.weight_bytes == bf16.weight_bytes - projections);
-  CHECK(fp8.blocks_fit > bf16.blocks_fit);
+  // bf16: 1,696 parameters x 2 = 3,392 bytes. FP8: the 1,152 projection weights x 1 + the other
+  // 544 x 2 = 2,240.
+  // With 3,904 + 4,095 bytes, bf16 leaves one byte short of a block and FP8's 1,152 saved bytes
+  // make it whole.
+  const MemoryPlan bf16 = plan_memory(input(3904 + 4095, false), test::hand_model());
+  const MemoryPlan fp8 = plan_memory(input(3904 + 4095, true), test::hand_model());
+  CHECK(bf16.weight_bytes == 3392);
+  CHECK(fp8.weight_bytes == 2240);
+  CHECK(bf16.reserve_bytes == 512);
+  CHECK(fp8.reserve_bytes == 512);
+  CHECK(bf16.blocks_fit == 0);
+  CHECK(fp8.blocks_fit == 1);
 }
 
 TEST_CASE("plan_memory: the blocks that fit, exactly at a block's end and one byte short") {
-  const ModelConfig c = llama_like();
-  for (bool fp8 : {false, true}) {
-    const MemoryPlan base = plan_memory(input(0, fp8), c);  // what the weights and the reserve take
-    const double fixed = base.weight_bytes + base.reserve_bytes;
-    CHECK(plan_memory(input(fixed + 10 * 4096.0, fp8), c).blocks_fit == 10);
-    CHECK(plan_memory(input(fixed + 10 * 4096.0 - 1, fp8), c).blocks_fit == 9);
-    CHECK(plan_memory(input(fixed - 1, fp8), c).blocks_fit == 0);
+  for (const bool fp8 : {false, true}) {
+    const double fixed = (fp8 ? 2240 : 3392) + 512;  // weights + reserve
+    INFO((fp8 ? "fp8" : "bf16"));
+    CHECK(plan_memory(input(fixed + 10 * 4096.0, fp8), test::hand_model()).blocks_fit == 10);
+    CHECK(plan_memory(input(fixed + 10 * 4096.0 - 1, fp8), test::hand_model()).blocks_fit == 9);
+    CHECK(plan_memory(input(fixed - 1, fp8), test::hand_model()).blocks_fit == 0);
   }
 }
 

@@ -4,29 +4,12 @@
 
 #include <cmath>
 
+#include "analysis/analysis_test_util.h"
 #include "analysis/workload.h"
 
 namespace nvllm {
-namespace {
 
-// hidden 8, 2 heads of 4 (q 8), 1 KV head (kv 4), intermediate 16, 2 layers, vocab 32. A layer's
-// matrices: 8 x (8 + 2 x 4) qkv + 8 x 8 o_proj + 3 x 8 x 16 gate_up/down = 128 + 64 + 384 = 576;
-// with the LM head (32 x 8 = 256): 2 x 576 + 256 = 1,408 parameters, 2,816 bytes in bf16. K/V of
-// a token: 2 layers x 4 x 2 (K and V) x 2 bytes = 32 bytes. Attention: 4 x 2 layers x 8 = 64
-// FLOPs per (query, key) pair.
-ModelConfig hand_model() {
-  ModelConfig c;
-  c.hidden_size = 8;
-  c.num_heads = 2;
-  c.num_kv_heads = 1;
-  c.head_dim = 4;
-  c.intermediate_size = 16;
-  c.num_layers = 2;
-  c.vocab_size = 32;
-  return c;
-}
-
-}  // namespace
+using test::hand_model;  // analysis_test_util.h: its sizes by hand
 
 TEST_CASE("roofline: a decode step's bytes and FLOPs on a hand-sized model") {
   // 3 sequences with 10 tokens of context each: 2,816 weight bytes + 30 x 32 K/V bytes = 3,776;
@@ -38,6 +21,15 @@ TEST_CASE("roofline: a decode step's bytes and FLOPs on a hand-sized model") {
   CHECK(r.flops == 10368);
   // At 1,000 bytes/s and 10,000 FLOP/s the bytes bound: 3.776 s.
   CHECK(r.min_time_s(1000, 10000) == 3.776);
+}
+
+TEST_CASE("roofline: FP8 projection weights take one byte, the LM head stays at two") {
+  // 1,152 projection weights x 1 + 256 LM-head weights x 2 = 1,664 bytes (bf16: 2,816); the
+  // FLOPs do not depend on the weights' bytes.
+  const Roofline fp8 = decode_step_roofline(hand_model(), 3, 10, WeightBytes(1.0, 2.0), 2);
+  CHECK(fp8.weight_bytes == 1664);
+  CHECK(fp8.bytes == 1664 + 30 * 32);
+  CHECK(fp8.flops == decode_step_roofline(hand_model(), 3, 10, 2, 2).flops);
 }
 
 TEST_CASE("roofline: prefill FLOPs leave out the prompt tokens the prefix cache served") {
