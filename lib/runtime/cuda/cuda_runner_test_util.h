@@ -141,11 +141,6 @@ inline constexpr double kFp8RelTolerance = 6e-2;
 // worst 0.070, mean 0.028-0.045, where the FP8 weights move the logits 0.14-0.15 from bf16's.
 inline constexpr double kFp8WeightsRelTolerance = 0.1;
 
-// Three sequences: prompts of 5, 17 and 33 tokens; a first step holds only the third's first 10
-// tokens (nothing samples); step 1 prefills the first two and the third's tokens 10..19 (over its
-// cached first chunk); step 2 mixes two decodes with the rest of the third prompt; then decode-only
-// steps (padded to a graph size of 4 when graphs are on). The CUDA runner's greedy tokens are
-// fed back to both runners, so both see the same inputs.
 // The CPU runner without an FP8 cache and FP8 weights, for FP8 runs (`quantised`; null otherwise):
 // the weights of run_both's and run_single's models.
 inline std::unique_ptr<CpuRunner> unquantised_cpu(const ModelConfig& c, uint32_t seed, bool quantised, int block_size,
@@ -157,6 +152,11 @@ inline std::unique_ptr<CpuRunner> unquantised_cpu(const ModelConfig& c, uint32_t
   return std::make_unique<CpuRunner>(c, std::move(wf), block_size, blocks, 2);
 }
 
+// Three sequences: prompts of 5, 17 and 33 tokens; a first step holds only the third's first 10
+// tokens (nothing samples); step 1 prefills the first two and the third's tokens 10..19 (over its
+// cached first chunk); step 2 mixes two decodes with the rest of the third prompt; then decode-only
+// steps (padded to a graph size of 4 when graphs are on). The CUDA runner's greedy tokens are
+// fed back to both runners, so both see the same inputs.
 // `fp8_weights`: the CUDA runner with CudaRunnerOptions::fp8_weights, the CPU runner with
 // --quantization fp8's weights (quantize_weights_fp8); compared as FP8 KV runs are.
 inline RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool mixed, double* worst_rel,
