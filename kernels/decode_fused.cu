@@ -53,14 +53,13 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kD = 128;                      // head_dim
-[[maybe_unused]] constexpr int kTokenGroups = kThreads / 16;  // attention: 16 lanes hold one token's 128 dims
-[[maybe_unused]] constexpr int kPrefetchTokens = 64;          // per CTA: cached K/V asked into L2 before the wait
+[[maybe_unused]] constexpr int kPrefetchTokens = 64;  // attention, per CTA: cached K/V asked into L2 before the wait
+constexpr int kMaxGroup = 8;                          // attention: q heads per kv head
 constexpr int kChunk = 32;  // block_dots: k values per lane step (two m16n8k16 products)
 constexpr int kScratchFloats = 32;            // block_sum
 constexpr int kFlagEarly = 1, kFlagEvict = 2;  // kernel `flags`: PDL trigger before the wait; weights evict-first
 [[maybe_unused]] constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kThreads == 2 * kD, "the cache write gives one thread to each new k and v value");
+static_assert(kThreads >= 2 * 128, "the cache write gives one thread to each new k and v value");
 
 __host__ __device__ inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -72,54 +71,72 @@ __host__ __device__ inline int row_stride(int k) { return int(align_up(size_t(k)
 // block_dots' per-warp partial sums: kWarps x rows rounded up to whole 16-row tiles.
 __host__ __device__ inline size_t dots_bytes(int rows) { return size_t(kWarps) * align_up(size_t(rows), 16) * 4; }
 
-// A projection kernel: its weight rows, the input vector, the norm weights of the input (gate_up),
-// the residual rows it updates, the partial dot products, scratch, the mbarrier of the copy.
+// A CTA's weight share larger than shared memory is streamed (ring_dots): tiles of kTileRows rows
+// by k / stream_parts(k) values, through `stages` shared-memory stages.
+constexpr int kTileRows = 16;  // one m16 block of rows
+constexpr int kTileK = 1024;   // at most this many k values a tile: 33 KB
+constexpr int kMaxStages = 8;
+
+// The fewest parts of at most kTileK values, each whole chunks, that k splits into.
+__host__ __device__ inline int stream_parts(int k) {
+  const int chunks = k / kChunk;
+  int parts = (k + kTileK - 1) / kTileK;
+  while (chunks % parts != 0) ++parts;
+  return parts;
+}
+
+// A projection kernel: its weight rows (the whole share, or `stages` streamed tiles), the input
+// vector, the norm weights of the input (gate_up), the residual rows it updates, the partial dot
+// products, scratch, the mbarriers: of the copy, or of each stage full then each stage empty.
 struct ProjLayout {
   size_t w, x, norm, res, dots, red, bar, total;
 };
 
-__host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows, bool normed) {
+__host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows, bool normed, int stages = 0) {
   ProjLayout L;
   L.w = 0;
-  L.x = align_up(size_t(rows) * row_stride(k) * 2, 128);
+  const size_t w_bytes = stages > 0 ? size_t(stages) * kTileRows * row_stride(k / stream_parts(k)) * 2
+                                    : size_t(rows) * row_stride(k) * 2;
+  L.x = align_up(w_bytes, 128);
   L.norm = align_up(L.x + size_t(k) * 2, 16);
   L.res = align_up(L.norm + (normed ? size_t(k) * 2 : 0), 16);
   L.dots = align_up(L.res + size_t(res_rows) * 4, 16);
   L.red = L.dots + dots_bytes(rows);
   L.bar = L.red + kScratchFloats * 4;
-  L.total = L.bar + 8;
+  L.total = L.bar + 8 * size_t(stages > 0 ? 2 * stages : 1);
   return L;
 }
 
 // The attention kernel: its rows of the kv head's q/k/v weights, the normed input, the constants
-// it stages before its inputs are ready (input norm weights [hidden], q and k norm weights [kD]
-// each, RoPE frequencies [kD / 2] floats), its rows' outputs, the group's q (roped, scaled) / new
+// it stages before its inputs are ready (input norm weights [hidden], q and k norm weights [D]
+// each, RoPE frequencies [D / 2] floats), its rows' outputs, the group's q (roped, scaled) / new
 // k / new v (filled by every CTA of the cluster), per-warp attention partials with (max, sum)
 // per head, the inbox where each split's CTA leaves its partial of the outputs this CTA finishes
-// ([C][outs] values, then [C] (max, sum)),
+// ([C][outs] values, then [C][G] (max, sum): every head's, as a CTA's outputs may span two),
 // scratch, and three mbarriers: the weight copy, the q/k/v exchange, the inbox.
 struct AttnLayout {
-  int rows;  // rows of the group's (G + 2) * 128 per CTA
-  int outs;  // outputs of the group (G * 128) this CTA finishes
+  int rows;  // rows of the group's (G + 2) * D per CTA
+  int outs;  // outputs of the group (G * D) this CTA finishes
   size_t w, x, norm, qk_norm, freq, dots, qkv, acc, ml, inbox, inbox_ml, red, bar, total;
 };
 
-__host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster) {
+__host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster, int head_dim) {
+  const int D = head_dim;
   AttnLayout L;
-  L.rows = (group + 2) * kD / cluster;
-  L.outs = group * kD / cluster;
+  L.rows = (group + 2) * D / cluster;
+  L.outs = group * D / cluster;
   L.w = 0;
   L.x = align_up(size_t(L.rows) * row_stride(hidden) * 2, 128);
   L.norm = align_up(L.x + size_t(hidden) * 2, 16);
   L.qk_norm = L.norm + size_t(hidden) * 2;
-  L.freq = L.qk_norm + size_t(2 * kD) * 2;
-  L.dots = align_up(L.freq + size_t(kD / 2) * 4, 16);
+  L.freq = L.qk_norm + size_t(2 * D) * 2;
+  L.dots = align_up(L.freq + size_t(D / 2) * 4, 16);
   L.qkv = align_up(L.dots + dots_bytes(L.rows), 16);
-  L.acc = L.qkv + size_t(group + 2) * kD * 4;
-  L.ml = L.acc + size_t(kWarps) * group * kD * 4;
+  L.acc = L.qkv + size_t(group + 2) * D * 4;
+  L.ml = L.acc + size_t(kWarps) * group * D * 4;
   L.inbox = align_up(L.ml + size_t(kWarps) * group * 2 * 4, 16);
   L.inbox_ml = L.inbox + size_t(cluster) * L.outs * 4;
-  L.red = align_up(L.inbox_ml + size_t(cluster) * 2 * 4, 16);
+  L.red = align_up(L.inbox_ml + size_t(cluster) * group * 2 * 4, 16);
   L.bar = L.red + kScratchFloats * 4;
   L.total = L.bar + 3 * 8;
   return L;
@@ -334,68 +351,155 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
   return sum;
 }
 
+// A CTA's weight rows streamed through a ring of shared-memory stages (the share does not fit):
+// tile t is row group t / parts (kTileRows rows) and k part t % parts, in stage t % stages.
+// full[s] counts a tile's bytes; empty[s] the warps done with it. Warp 0 issues the first
+// `stages` tiles before the kernel waits for its inputs (as copy_rows does a whole share), and
+// refills a stage with the tile `stages` ahead once every warp has left it.
+struct Ring {
+  bf16* w;
+  uint64_t *full, *empty;
+  int stages, parts, kt, rows;
+  __device__ int tiles() const { return ceil_div(rows, kTileRows) * parts; }
+  __device__ bf16* stage(int s) const { return w + size_t(s) * kTileRows * row_stride(kt); }
+};
+
+__device__ inline Ring make_ring(char* smem, const ProjLayout& L, int stages, int k, int rows) {
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar);
+  const int parts = stream_parts(k);
+  return {reinterpret_cast<bf16*>(smem + L.w), bars, bars + stages, stages, parts, k / parts, rows};
+}
+
+// Warp 0: tile t's rows (row i from src(i), k values from its part) into its stage.
+template <typename Src>
+__device__ void ring_issue(const Ring& r, Src src, int t, int flags) {
+  const int lane = threadIdx.x & 31, r0 = t / r.parts * kTileRows, part = t % r.parts, s = t % r.stages;
+  const int n = min(kTileRows, r.rows - r0);
+  if (lane == 0) mbar_expect(r.full + s, unsigned(n) * r.kt * 2);
+  __syncwarp();
+  if (lane < n)
+    bulk_copy_w(r.stage(s) + size_t(lane) * row_stride(r.kt), src(r0 + lane) + size_t(part) * r.kt,
+                unsigned(r.kt) * 2, r.full + s, flags & kFlagEvict);
+}
+
+// Warp 0: the stages' barriers and the first tiles.
+template <typename Src>
+__device__ void ring_start(const Ring& r, Src src, int flags) {
+  if (threadIdx.x >= 32) return;
+  if (threadIdx.x < r.stages) {
+    mbar_init(r.full + threadIdx.x);
+    mbar_init(r.empty + threadIdx.x, kWarps);
+  }
+  __syncwarp();
+  for (int t = 0; t < min(r.stages, r.tiles()); ++t) ring_issue(r, src, t, flags);
+}
+
+// block_dots over the streamed tiles: a row group's products accumulate in registers across its
+// k parts (each warp takes the chunks c = warp, warp + kWarps, ... of a tile); a group of at most
+// 8 rows leaves half of A on repeated rows. On return (after a block barrier) dots holds each
+// warp's partial sum of every row, as block_dots leaves them.
+template <typename Src>
+__device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, int flags) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int stride = row_stride(r.kt), chunks = r.kt / kChunk, padded = int(align_up(size_t(r.rows), 16));
+  const int tiles = r.tiles();
+  for (int r0 = 0, t = 0; r0 < r.rows; r0 += kTileRows) {
+    const int n = min(kTileRows, r.rows - r0);
+    float c0[4] = {}, c1[4] = {};
+    for (int part = 0; part < r.parts; ++part, ++t) {
+      const int s = t % r.stages;
+      const unsigned phase = unsigned(t / r.stages) & 1;
+      mbar_wait(r.full + s, phase);
+      const bf16* lo = r.stage(s) + size_t(min(g, n - 1)) * stride + 8 * t4;
+      const bf16* hi = r.stage(s) + size_t(min(8 + g, n - 1)) * stride + 8 * t4;
+      const bf16* xs = x + size_t(part) * r.kt + 8 * t4;
+      for (int c = warp; c < chunks; c += kWarps) {
+        const uint4 a = lds16(lo + c * kChunk), b = lds16(hi + c * kChunk), xv = lds16(xs + c * kChunk);
+        const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
+        mma_bf16_16816(c0, first, xv.x, xv.y);
+        mma_bf16_16816(c1, second, xv.z, xv.w);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(r.empty + s);
+      if (warp == 0 && t + r.stages < tiles) {
+        mbar_wait(r.empty + s, phase);
+        ring_issue(r, src, t + r.stages, flags);
+      }
+    }
+    if (t4 == 0) {
+      if (g < n) dots[warp * padded + r0 + g] = c0[0] + c1[0];
+      if (8 + g < n) dots[warp * padded + r0 + 8 + g] = c0[2] + c1[2];
+    }
+  }
+  __syncthreads();
+}
+
 // --- the kernels ---
 
 // One cluster per kv head g; CTA `rank` of C owns rows [rank * rows, (rank + 1) * rows) of the
-// group's q heads, k and v (G + 2 heads of 128 rows), the rank-th of C context splits, and the
-// outputs [rank * outs, (rank + 1) * outs) of the group. Both exchanges are pushes into the
-// consumer's shared memory by st.async, which counts the bytes on the consumer's mbarrier: a CTA
-// waits for exactly the data it needs, and the cluster meets in a barrier only once, at the start
-// (every CTA running, its mbarriers initialised, before the first push). Nothing is read from
-// another CTA's shared memory, and a CTA leaves only after all pushes to it have landed.
-// G: q heads per kv head, 1, 2 or 4 (a template so that only one group's code is fetched); T: the
-// cache element, bf16 or fp8_e4m3.
-template <int G, typename T>
+// group's q heads, k and v (G + 2 heads of D rows), the rank-th of C context splits, and the
+// outputs [rank * outs, (rank + 1) * outs) of the group (they may span two heads). Both exchanges
+// are pushes into the consumer's shared memory by st.async, which counts the bytes on the
+// consumer's mbarrier: a CTA waits for exactly the data it needs, and the cluster meets in a
+// barrier only once, at the start (every CTA running, its mbarriers initialised, before the first
+// push). Nothing is read from another CTA's shared memory, and a CTA leaves only after all pushes
+// to it have landed.
+// D: head_dim, 64 or 128. GM: the q heads per kv head this instantiation holds in registers (1,
+// 2, 4 or 8); the model's group G (shape.num_heads / num_kv_heads) is at most GM, and heads
+// G .. GM-1 are computed on scratch and never stored. T: the cache element, bf16 or fp8_e4m3.
+template <int D, int GM, typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
                                                              FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kFp8 = std::is_same_v<T, fp8_e4m3>;
   using Raw = std::conditional_t<kFp8, uint2, Bf16x8>;  // a lane's 8 dims of a cached token
+  constexpr int kLanes = D / 8;                         // lanes that hold one token's D dims
+  constexpr int kTokenGroups = kThreads / kLanes;
   T* const k_cache = static_cast<T*>(w.kv.k);
   T* const v_cache = static_cast<T*>(w.kv.v);
   extern __shared__ __align__(128) char smem[];
   cg::cluster_group cluster = cg::this_cluster();
   const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  const int H = shape.hidden, g = blockIdx.x / C;
-  const AttnLayout L = attn_layout(H, G, C);
+  const int H = shape.hidden, g = blockIdx.x / C, G = shape.num_heads / shape.num_kv_heads;
+  const AttnLayout L = attn_layout(H, G, C, D);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);  // weights, exchange, inbox
   if (threadIdx.x == 0) {
     mbar_init(bar + 1);
     mbar_init(bar + 2);
-    mbar_expect(bar + 1, (G + 2) * kD * 4);           // the group's q, k and v
-    mbar_expect(bar + 2, C * (L.outs + 2) * 4);       // every split's partial of my outputs
+    mbar_expect(bar + 1, (G + 2) * D * 4);           // the group's q, k and v
+    mbar_expect(bar + 2, C * (L.outs + 2 * G) * 4);  // every split's partial of my outputs, (max, sum) of each head
   }
   cluster_arrive();  // "started": paired with the wait before the first push
   bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
-  float* q = reinterpret_cast<float*>(smem + L.qkv);  // [G][kD], then the new k [kD] and v [kD]
-  float* k_new = q + G * kD;
-  float* v_new = k_new + kD;
+  float* q = reinterpret_cast<float*>(smem + L.qkv);  // [G][D], then the new k [D] and v [D]
+  float* k_new = q + G * D;
+  float* v_new = k_new + D;
   float* acc = reinterpret_cast<float*>(smem + L.acc);
   float* ml = reinterpret_cast<float*>(smem + L.ml);
-  float* inbox = reinterpret_cast<float*>(smem + L.inbox);  // [C splits][outs]
-  float* inbox_ml = reinterpret_cast<float*>(smem + L.inbox_ml);  // [C splits][m, l]
+  float* inbox = reinterpret_cast<float*>(smem + L.inbox);        // [C splits][outs]
+  float* inbox_ml = reinterpret_cast<float*>(smem + L.inbox_ml);  // [C splits][G heads][m, l]
   float* red = reinterpret_cast<float*>(smem + L.red);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const Tracer trace(st.trace, 0);
 
   // Group row i (the G q heads, then k, then v) -> its row of the fused qkv matrix.
-  const int q_rows = G * kD, q_size = shape.num_heads * kD, kv_size = shape.num_kv_heads * kD;
+  const int q_rows = G * D, q_size = shape.num_heads * D, kv_size = shape.num_kv_heads * D;
   auto matrix_row = [&](int i) {
-    return i < q_rows ? g * q_rows + i : i < q_rows + kD ? q_size + g * kD + (i - q_rows)
-                                                         : q_size + kv_size + g * kD + (i - q_rows - kD);
+    return i < q_rows ? g * q_rows + i : i < q_rows + D ? q_size + g * D + (i - q_rows)
+                                                        : q_size + kv_size + g * D + (i - q_rows - D);
   };
   const int i0 = rank * L.rows;
   copy_rows(ws, H, L.rows, [&](int i) { return w.qkv + size_t(matrix_row(i0 + i)) * H; }, bar, flags);
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
   bf16* q_norm_s = w.q_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) : nullptr;  // null: no q/k norm
-  bf16* k_norm_s = w.k_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) + kD : nullptr;
+  bf16* k_norm_s = w.k_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) + D : nullptr;
   float* freq_s = reinterpret_cast<float*>(smem + L.freq);
   stage(norm_s, w.input_norm, H * 2);
-  if (q_norm_s != nullptr) stage(q_norm_s, w.q_norm, kD * 2);
-  if (k_norm_s != nullptr) stage(k_norm_s, w.k_norm, kD * 2);
-  stage(freq_s, st.inv_freq, kD / 2 * 4);
+  if (q_norm_s != nullptr) stage(q_norm_s, w.q_norm, D * 2);
+  if (k_norm_s != nullptr) stage(k_norm_s, w.k_norm, D * 2);
+  stage(freq_s, st.inv_freq, D / 2 * 4);
   cp_async_commit();
   const int position = st.position[0], slot = st.slot[0];  // used after the wait
   // Layer 0 reads its input from the embedding table (a constant) and leaves it in h.
@@ -403,15 +507,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 
   // This CTA's context split. The cached K/V of its tokens were written by earlier steps, so
   // they are constants here: the first tokens' go into registers before the wait, the next ones
-  // into L2. 16 groups of 16 lanes walk the tokens, lane `sub` holding dims sub*8 .. sub*8+7.
+  // into L2. kTokenGroups groups of kLanes lanes walk the tokens, lane `sub` holding dims
+  // sub*8 .. sub*8+7.
   const int ctx = st.context_len[0], bs = shape.block_size;
   const int per = ceil_div(ctx, C), start = min(ctx, rank * per), end = min(ctx, start + per);
-  const size_t row_stride = size_t(kv_size);  // elements per cache slot: [slot][kv head][kD]
+  const size_t row_stride = size_t(kv_size);  // elements per cache slot: [slot][kv head][D]
   auto cache_row = [&](int t) {
-    return (size_t(st.block_table[t / bs]) * bs + t % bs) * row_stride + size_t(g) * kD;
+    return (size_t(st.block_table[t / bs]) * bs + t % bs) * row_stride + size_t(g) * D;
   };
-  const int grp = tid >> 4, sub = tid & 15;
-  constexpr int kU = 3;  // tokens per group and iteration: 48 per CTA
+  const int grp = tid / kLanes, sub = tid % kLanes;
+  constexpr int kU = 3;  // tokens per group and iteration
   Raw kv[kU], vv[kU];
   auto load_tokens = [&](int t0) {
 #pragma unroll
@@ -432,7 +537,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   const int ahead = start + kTokenGroups * kU;  // tokens the first loads do not cover
   for (int j = tid; j < 2 * min(end - ahead, kPrefetchTokens); j += kThreads) {
     const int t = ahead + j / 2;
-    if (t != ctx - 1) prefetch_l2_bytes(((j & 1) ? v_cache : k_cache) + cache_row(t), kD * sizeof(T));
+    if (t != ctx - 1) prefetch_l2_bytes(((j & 1) ? v_cache : k_cache) + cache_row(t), D * sizeof(T));
   }
   // FP8: this kv head's scales (constants, read before the wait).
   float k_scale = 1.f, v_scale = 1.f;
@@ -466,44 +571,56 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   mbar_wait(bar + 1, 0);
   trace.mark(kTracePhase1);
 
-  // Warps 0..G-1: the q heads (normed, roped, scaled for exp2); warp G: the new k.
-  if (warp <= G) {
-    float* head = warp < G ? q + warp * kD : k_new;
-    const bf16* norm_w = warp < G ? q_norm_s : k_norm_s;
-    const float a0 = head[lane], a1 = head[lane + 32], b0 = head[lane + 64], b1 = head[lane + 96];
-    const float rstd = norm_w != nullptr ? rsqrtf(warp_sum(a0 * a0 + a1 * a1 + b0 * b0 + b1 * b1) / kD + st.eps) : 1.f;
-    const float pos = float(position);
-    const float2 r0 = norm_rope_pair(a0, b0, rstd, norm_w, lane, kD / 2, pos, freq_s[lane]);
-    const float2 r1 = norm_rope_pair(a1, b1, rstd, norm_w, lane + 32, kD / 2, pos, freq_s[lane + 32]);
-    const float m = warp < G ? st.scale * kLog2e * k_scale : 1.f;  // FP8: scores are q . code * k_scale
-    head[lane] = r0.x * m;
-    head[lane + 64] = r0.y * m;
-    head[lane + 32] = r1.x * m;
-    head[lane + 96] = r1.y * m;
+  // Heads 0..G-1: the q heads (normed, roped, scaled for exp2); head G: the new k. A warp each;
+  // lane `lane` rotates the pairs (i, i + D/2) for i = lane + 32 j.
+  for (int hd = warp; hd <= G; hd += kWarps) {
+    float* head = hd < G ? q + hd * D : k_new;
+    const bf16* norm_w = hd < G ? q_norm_s : k_norm_s;
+    constexpr int kPairs = D / 64;
+    float a[kPairs], b[kPairs], ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      a[j] = head[lane + 32 * j];
+      b[j] = head[lane + 32 * j + D / 2];
+      ss += a[j] * a[j] + b[j] * b[j];
+    }
+    const float rstd = norm_w != nullptr ? rsqrtf(warp_sum(ss) / D + st.eps) : 1.f;
+    const float m = hd < G ? st.scale * kLog2e * k_scale : 1.f;  // FP8: scores are q . code * k_scale
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      const int i = lane + 32 * j;
+      const float2 r = norm_rope_pair(a[j], b[j], rstd, norm_w, i, D / 2, float(position), freq_s[i]);
+      head[i] = r.x * m;
+      head[i + D / 2] = r.y * m;
+    }
   }
   __syncthreads();
   if constexpr (kFp8) {
     // The new token's k and v as codes: into the cache, and in place of the values for the
     // attention below (every CTA quantises the same values the same way).
-    const bool is_k = tid < kD;
-    float* value = is_k ? k_new + tid : v_new + tid - kD;
-    const fp8_e4m3 code = e4m3_of(*value, is_k ? k_scale : v_scale);
-    if (rank == 0 && slot >= 0) (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * kD + tid % kD] = code;
-    *value = float(code);
+    if (tid < 2 * D) {
+      const bool is_k = tid < D;
+      float* value = is_k ? k_new + tid : v_new + tid - D;
+      const fp8_e4m3 code = e4m3_of(*value, is_k ? k_scale : v_scale);
+      if (rank == 0 && slot >= 0)
+        (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * D + tid % D] = code;
+      *value = float(code);
+    }
     __syncthreads();
-  } else if (rank == 0 && slot >= 0) {  // the new token's k and v into the cache
-    const bool is_k = tid < kD;
-    (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * kD + tid % kD] =
-        __float2bfloat16(is_k ? k_new[tid] : v_new[tid - kD]);
+  } else if (rank == 0 && slot >= 0 && tid < 2 * D) {  // the new token's k and v into the cache
+    const bool is_k = tid < D;
+    (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * D + tid % D] =
+        __float2bfloat16(is_k ? k_new[tid] : v_new[tid - D]);
   }
   trace.mark(kTracePhase2);
 
   // Online softmax over the split; the new token's k/v come from shared memory. An iteration
   // takes up to kU tokens per group: their dot products first (independent chains, so their
   // shuffles overlap), then one softmax update per head with the largest of them. The same trip
-  // count for the whole block (the 16-lane shuffles need both half-warps); a slot u that no group
-  // has a token for is skipped by all (t0 - grp is the same for every thread).
-  float m[G], l[G], o[G][8];
+  // count for the whole block (the kLanes-lane shuffles need every group of a warp); a slot u
+  // that no group has a token for is skipped by all (t0 - grp is the same for every thread).
+  // Heads past G read whatever lies in shared memory after q (finite) and are never stored.
+  float m[GM], l[GM], o[GM][8];
   softmax_start(m, l, o);
   // Token t's k or v dims of this lane: the new token's from shared memory, a cached one from
   // the registers loaded for slot u, zeros past the split.
@@ -524,21 +641,21 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   for (int t0 = start + grp; t0 - grp < end; t0 += kTokenGroups * kU) {
     if (t0 != start + grp) load_tokens(t0);
     const int slots = min(kU, ceil_div(end - (t0 - grp), kTokenGroups));  // slots some group has a token in
-    float d[kU][G];
+    float d[kU][GM];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (u >= slots) break;
       float kf[8];
       token_dims(t0 + u * kTokenGroups, k_new, kv[u], kf);
 #pragma unroll
-      for (int h = 0; h < G; ++h) {
-        const float4 qa = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[0];
-        const float4 qb = reinterpret_cast<const float4*>(q + h * kD + sub * 8)[1];
+      for (int h = 0; h < GM; ++h) {
+        const float4 qa = reinterpret_cast<const float4*>(q + h * D + sub * 8)[0];
+        const float4 qb = reinterpret_cast<const float4*>(q + h * D + sub * 8)[1];
         const float qf[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
         float dot = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) dot = fmaf(qf[i], kf[i], dot);
-        d[u][h] = warp_sum<16>(dot);
+        d[u][h] = warp_sum<kLanes>(dot);
       }
     }
     const int mine = min(slots, ceil_div(end - t0, kTokenGroups));  // this group's tokens: slots 0 .. mine-1
@@ -552,53 +669,56 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
       softmax_add(m, l, o, d[u], vf);
     }
   }
-  // Merge the two half-warps, then the warps through shared memory.
+  // Merge the token groups of a warp (lanes kLanes apart), then the warps through shared memory.
 #pragma unroll
-  for (int h = 0; h < G; ++h) {
-    const float mo = __shfl_xor_sync(0xffffffffu, m[h], 16), lo = __shfl_xor_sync(0xffffffffu, l[h], 16);
-    const float mx = fmaxf(m[h], mo);
-    const float a = mx == -INFINITY ? 0.f : exp2f(m[h] - mx), b = mx == -INFINITY ? 0.f : exp2f(mo - mx);
+  for (int h = 0; h < GM; ++h) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[h][i] = o[h][i] * a + __shfl_xor_sync(0xffffffffu, o[h][i], 16) * b;
-    if (lane < 16) {
+    for (int off = kLanes; off < 32; off *= 2) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[h], off), lo = __shfl_xor_sync(0xffffffffu, l[h], off);
+      const float mx = fmaxf(m[h], mo);
+      const float a = mx == -INFINITY ? 0.f : exp2f(m[h] - mx), b = mx == -INFINITY ? 0.f : exp2f(mo - mx);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[(warp * G + h) * kD + sub * 8 + i] = o[h][i];
+      for (int i = 0; i < 8; ++i) o[h][i] = o[h][i] * a + __shfl_xor_sync(0xffffffffu, o[h][i], off) * b;
+      m[h] = mx;
+      l[h] = l[h] * a + lo * b;
+    }
+    if (h < G && lane < kLanes) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[(warp * G + h) * D + sub * 8 + i] = o[h][i];
       if (lane == 0) {
-        ml[(warp * G + h) * 2] = mx;
-        ml[(warp * G + h) * 2 + 1] = l[h] * a + lo * b;
+        ml[(warp * G + h) * 2] = m[h];
+        ml[(warp * G + h) * 2 + 1] = l[h];
       }
     }
   }
   __syncthreads();
   // This split's result for every output of the group (a warp that saw no token has max -inf),
-  // pushed straight to the inbox of the CTA that finishes it; one thread per such CTA also pushes
-  // the (max, sum) of the head its outputs lie in.
-  for (int i = tid; i < G * kD; i += kThreads) {
-    const int h = i / kD, d = i % kD, owners = kD / L.outs;  // CTAs that finish a head's outputs
+  // pushed straight to the inbox of the CTA that finishes it; the thread of output (h, d < C)
+  // also pushes head h's (max, sum) to CTA d.
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int h = i / D, d = i % D;
     const SoftmaxPart r = merge_softmax(
         kWarps, [&](int j) { return ml[(j * G + h) * 2]; }, [&](int j) { return ml[(j * G + h) * 2 + 1]; },
-        [&](int j) { return acc[(j * G + h) * kD + d]; });
+        [&](int j) { return acc[(j * G + h) * D + d]; });
     const int to = i / L.outs;
     st_async4(cluster_addr(inbox + rank * L.outs + i % L.outs, to), r.acc, cluster_addr(bar + 2, to));
-    if (d < owners) {
-      const int owner = h * owners + d;
-      st_async8(cluster_addr(inbox_ml + 2 * rank, owner), make_float2(r.m, r.l), cluster_addr(bar + 2, owner));
-    }
+    if (d < C)
+      st_async8(cluster_addr(inbox_ml + 2 * (rank * G + h), d), make_float2(r.m, r.l), cluster_addr(bar + 2, d));
   }
   mbar_wait(bar + 2, 0);  // every split's partial of my outputs has landed
   trace.mark(kTracePhase3);
 
   // Merge the C splits of this CTA's outputs: C lanes per output, one split each, reduced by
-  // shuffles (a split with no tokens has max -inf). outs * C = G * 128 pairs: whole warps.
+  // shuffles (a split with no tokens has max -inf). outs * C = G * D pairs: whole warps.
   for (int i = tid; i < L.outs * C; i += kThreads) {
     const int o = i / C, j = i % C;
-    const float mj = inbox_ml[2 * j];
+    const int oi = rank * L.outs + o, h = oi / D, d = oi % D;
+    const float mj = inbox_ml[2 * (j * G + h)];
     const float mx = C == 16 ? warp_max<16>(mj) : warp_max<8>(mj);
     const float wj = mj == -INFINITY ? 0.f : exp2f(mj - mx);
-    const float l = inbox_ml[2 * j + 1] * wj, a = inbox[j * L.outs + o] * wj;
+    const float l = inbox_ml[2 * (j * G + h) + 1] * wj, a = inbox[j * L.outs + o] * wj;
     const float sl = C == 16 ? warp_sum<16>(l) : warp_sum<8>(l), sa = C == 16 ? warp_sum<16>(a) : warp_sum<8>(a);
-    const int oi = rank * L.outs + o, h = oi / kD, d = oi % kD;
-    if (j == 0) st.attn[size_t(g * G + h) * kD + d] = __float2bfloat16(sl > 0.f ? sa / sl * v_scale : 0.f);
+    if (j == 0) st.attn[size_t(g * G + h) * D + d] = __float2bfloat16(sl > 0.f ? sa / sl * v_scale : 0.f);
   }
   trace.end();
 #endif
@@ -606,29 +726,43 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 
 // h[r] += x W^T [r] for this CTA's rows (o_proj with x = attn, down with x = act).
 // ss_out (not null): this CTA's sum of the squares of the rows it wrote, at ss_out[blockIdx.x].
+// kStream: the weight rows are streamed through `stages` stages (ring_dots); a template so that
+// the whole-share kernel's code (and registers) stay as they are without it.
+template <bool kStream>
 __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_in, int k, const bf16* w, int n,
-                                                                 bf16* h, float* ss_out, int flags,
+                                                                 bf16* h, float* ss_out, int flags, int stages,
                                                                  unsigned long long* trace_base, int trace_kernel) {
   extern __shared__ __align__(128) char smem[];
   const Tracer trace(trace_base, trace_kernel);
   int r0, r1;
   my_rows(n, &r0, &r1);
   const int rows = r1 - r0, max_rows = ceil_div(n, int(gridDim.x));
-  const ProjLayout L = proj_layout(max_rows, k, max_rows, false);
+  const ProjLayout L = proj_layout(max_rows, k, max_rows, false, kStream ? stages : 0);
   bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* res = reinterpret_cast<float*>(smem + L.res);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
-  copy_rows(ws, k, rows, [&](int i) { return w + size_t(r0 + i) * k; }, bar, flags);
+  auto src = [&](int i) { return w + size_t(r0 + i) * k; };
+  Ring ring{};
+  if constexpr (kStream) {
+    ring = make_ring(smem, L, stages, k, rows);
+    ring_start(ring, src, flags);
+  } else {
+    copy_rows(ws, k, rows, src, bar, flags);
+  }
   wait_inputs(flags);
   trace.mark(kTraceWaited);
   for (int r = threadIdx.x; r < rows; r += kThreads) res[r] = __bfloat162float(__ldcg(h + r0 + r));  // with x
   load_vector(x_in, k, x);
   trace.mark(kTraceInputs);
-  mbar_wait(bar, 0);
-  trace.mark(kTraceWeights);
-  block_dots(ws, x, rows, k, dots);
+  if constexpr (kStream) {
+    ring_dots(ring, src, x, dots, flags);
+  } else {
+    mbar_wait(bar, 0);
+    trace.mark(kTraceWeights);
+    block_dots(ws, x, rows, k, dots);
+  }
   float sq = 0.f;
   for (int r = threadIdx.x; r < rows; r += kThreads) {
     const bf16 v = __float2bfloat16(res[r] + round_bf16(row_dot(dots, rows, r)));  // the residual is kept in bf16
@@ -651,24 +785,33 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
 
 // act[r] = silu(x W_gate^T [r]) * (x W_up^T [r]) with x = rmsnorm(h), for this CTA's rows.
 // ss (not null): the published sums of squares of h, `parts` of them.
+// kStream: as residual_proj_kernel.
+template <bool kStream>
 __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const float* ss, int parts,
                                                            const bf16* norm_w, int hidden, const bf16* gate_up,
-                                                           int inter, bf16* act, float eps, int flags,
+                                                           int inter, bf16* act, float eps, int flags, int stages,
                                                            unsigned long long* trace_base) {
   extern __shared__ __align__(128) char smem[];
   const Tracer trace(trace_base, 2);
   int r0, r1;
   my_rows(inter, &r0, &r1);
   const int rows = r1 - r0;
-  const ProjLayout L = proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0, true);
+  const ProjLayout L = proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0, true, kStream ? stages : 0);
   bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   float* red = reinterpret_cast<float*>(smem + L.red);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
-  copy_rows(ws, hidden, 2 * rows, [&](int i) {  // gate rows, then the matching up rows
+  auto src = [&](int i) {  // gate rows, then the matching up rows
     return gate_up + size_t(i < rows ? r0 + i : inter + r0 + i - rows) * hidden;
-  }, bar, flags);
+  };
+  Ring ring{};
+  if constexpr (kStream) {
+    ring = make_ring(smem, L, stages, hidden, 2 * rows);
+    ring_start(ring, src, flags);
+  } else {
+    copy_rows(ws, hidden, 2 * rows, src, bar, flags);
+  }
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
   stage(norm_s, norm_w, hidden * 2);
   cp_async_commit();
@@ -676,9 +819,13 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   trace.mark(kTraceWaited);
   load_normed_any(h, ss, parts, norm_s, hidden, eps, x, red);
   trace.mark(kTraceInputs);
-  mbar_wait(bar, 0);
-  trace.mark(kTraceWeights);
-  block_dots(ws, x, 2 * rows, hidden, dots);
+  if constexpr (kStream) {
+    ring_dots(ring, src, x, dots, flags);
+  } else {
+    mbar_wait(bar, 0);
+    trace.mark(kTraceWeights);
+    block_dots(ws, x, 2 * rows, hidden, dots);
+  }
   for (int r = threadIdx.x; r < rows; r += kThreads)
     act[r0 + r] = __float2bfloat16(
         silu_mul_one(round_bf16(row_dot(dots, 2 * rows, r)), round_bf16(row_dot(dots, 2 * rows, rows + r))));
@@ -687,24 +834,46 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
 
 // --- host side ---
 
-// Projection kernels of n rows with k inputs on `grid` CTAs (pairs: gate and up rows, which
-// update no residual).
-size_t proj_smem(int n, int k, int grid, bool pairs) {
-  const int rows = ceil_div(n, grid);
-  return pairs ? proj_layout(2 * rows, k, 0, true).total : proj_layout(rows, k, rows, false).total;
+// The shared memory of a projection kernel of n rows with k inputs on `grid` CTAs (pairs: gate
+// and up rows, which update no residual): the whole share when it fits in max_smem (stages 0),
+// else as many streamed stages as fit, up to the tiles there are (stages -1: not even two fit).
+struct ProjSmem {
+  size_t bytes;
+  int stages;
+};
+ProjSmem proj_smem(int n, int k, int grid, bool pairs, size_t max_smem) {
+  const int rows = ceil_div(n, grid), share = pairs ? 2 * rows : rows;
+  auto layout = [&](int stages) {
+    return pairs ? proj_layout(share, k, 0, true, stages) : proj_layout(rows, k, rows, false, stages);
+  };
+  if (layout(0).total <= max_smem) return {layout(0).total, 0};
+  int stages = std::min(kMaxStages, ceil_div(share, kTileRows) * stream_parts(k));
+  while (stages >= 2 && layout(stages).total > max_smem) --stages;
+  return stages >= 2 ? ProjSmem{layout(stages).total, stages} : ProjSmem{0, -1};
 }
 
 size_t attention_smem(const FusedDecodeShape& s, int cluster) {
-  return attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster).total;
+  return attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim).total;
 }
 
+// The attention kernel for a shape: head_dim 64 or 128, the group's heads held as the next of
+// 1, 2, 4, 8 (fused_decode_plan has checked both).
 using AttentionKernel = void (*)(FusedDecodeShape, FusedDecodeStep, FusedDecodeLayer, int, int);
-template <typename T>
+template <int D, typename T>
 AttentionKernel attention_for(int group) {
-  return group == 1 ? attention_kernel<1, T> : group == 2 ? attention_kernel<2, T> : attention_kernel<4, T>;
+  return group == 1   ? attention_kernel<D, 1, T>
+         : group == 2 ? attention_kernel<D, 2, T>
+         : group <= 4 ? attention_kernel<D, 4, T>
+                      : attention_kernel<D, 8, T>;
 }
-AttentionKernel attention_for(int group, KvDtype kv) {
-  return kv == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3>(group) : attention_for<bf16>(group);
+template <typename T>
+AttentionKernel attention_for(int group, int head_dim) {
+  return head_dim == 64 ? attention_for<64, T>(group) : attention_for<128, T>(group);
+}
+AttentionKernel attention_for(const FusedDecodeShape& s) {
+  const int group = s.num_heads / s.num_kv_heads;
+  return s.kv_dtype == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3>(group, s.head_dim)
+                                         : attention_for<bf16>(group, s.head_dim);
 }
 
 cudaLaunchAttribute cluster_attr(int cluster) {
@@ -726,10 +895,10 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
     p.why = why;
     return p;
   };
-  if (s.head_dim != kD) return no("head_dim is not 128");
+  if (s.head_dim != 64 && s.head_dim != 128) return no("head_dim is not 64 or 128");
   const int group = s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0 ? s.num_heads / s.num_kv_heads : 0;
-  if (group != 1 && group != 2 && group != 4) return no("q heads per kv head not 1, 2 or 4");
-  const AttentionKernel attention = attention_for(group, s.kv_dtype);
+  if (group < 1 || group > kMaxGroup) return no("q heads per kv head not 1 to 8");
+  const AttentionKernel attention = attention_for(s);
   if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0) return no("hidden or intermediate size not a multiple of 32");
   if (s.block_size < 1) return no("block size below 1");
   int device = 0, major = 0, max_smem = 0, sm_smem = 0, reserved = 0, sms = 0;
@@ -741,35 +910,44 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   if (major < 9) return no("needs sm_90 or newer (clusters, TMA)");
   p.grid = std::min(sms, kFusedSsParts);
-  const int H = s.hidden, I = s.intermediate, q_size = s.num_heads * kD;
-  const size_t o = proj_smem(H, q_size, std::min(H, sms), false), gu = proj_smem(I, H, std::min(I, sms), true),
-               down = proj_smem(H, I, std::min(H, sms), false);
-  if (std::max({o, gu, down}) > size_t(max_smem))
-    return no("a CTA's share of a projection does not fit in shared memory");
+  const int H = s.hidden, I = s.intermediate, D = s.head_dim, q_size = s.num_heads * D;
+  const ProjSmem o = proj_smem(H, q_size, std::min(H, sms), false, max_smem),
+                 gu = proj_smem(I, H, std::min(I, sms), true, max_smem),
+                 down = proj_smem(H, I, std::min(H, sms), false, max_smem);
+  if (o.stages < 0 || gu.stages < 0 || down.stages < 0)
+    return no("not even two streamed tiles of a projection fit in shared memory");
+  p.stages[1] = o.stages;
+  p.stages[2] = gu.stages;
+  p.stages[3] = down.stages;
   // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,
   // 60 registers for Qwen3-0.6B) fit four to an SM that gate_up has left: such SMs pull four
   // weight shares through one port and finish last. Sized past a third of the SM, at most two
   // share one: 0.666 vs 0.699 ms GPU a step on the H100 (bench/NOTES.md, tenth session). Three
   // to an SM gave 0.675, one 0.730; the same cap on o_proj made the step slower.
   const size_t two_per_sm = align_up(size_t(sm_smem) / 3 - size_t(reserved) + 1, 16);
-  p.smem[1] = std::min(size_t(max_smem), o);
-  p.smem[2] = std::min(size_t(max_smem), gu);
-  p.smem[3] = std::min(size_t(max_smem), std::max(down, two_per_sm));
-  CUDA_CHECK(cudaFuncSetAttribute(residual_proj_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(std::max(p.smem[1], p.smem[3]))));
-  CUDA_CHECK(cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[2])));
-  // One shared-memory carveout for all three kernels: an SM runs CTAs of different carveouts
-  // only after draining, which would undo the overlap PDL gives.
-  for (const void* f : {reinterpret_cast<const void*>(attention), reinterpret_cast<const void*>(residual_proj_kernel),
-                        reinterpret_cast<const void*>(gate_up_kernel)})
+  p.smem[1] = o.bytes;
+  p.smem[2] = gu.bytes;
+  p.smem[3] = std::min(size_t(max_smem), std::max(down.bytes, two_per_sm));
+  for (auto* f : {residual_proj_kernel<false>, residual_proj_kernel<true>})
+    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(std::max(p.smem[1], p.smem[3]))));
+  for (auto* f : {gate_up_kernel<false>, gate_up_kernel<true>})
+    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[2])));
+  // One shared-memory carveout for all the kernels: an SM runs CTAs of different carveouts only
+  // after draining, which would undo the overlap PDL gives.
+  for (const void* f :
+       {reinterpret_cast<const void*>(attention), reinterpret_cast<const void*>(residual_proj_kernel<false>),
+        reinterpret_cast<const void*>(residual_proj_kernel<true>), reinterpret_cast<const void*>(gate_up_kernel<false>),
+        reinterpret_cast<const void*>(gate_up_kernel<true>)})
     CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   // Clusters of 16 CTAs (non-portable, but H100 has them) put ~one CTA per SM on the attention
   // kernel's weights and context; 8 where 16 cannot be scheduled.
   for (int cluster : {16, 8}) {
     if (cluster > max_cluster) continue;
     const size_t smem = attention_smem(s, cluster);
-    const int outs = s.num_heads / s.num_kv_heads * kD / cluster;
-    if (smem > size_t(max_smem) || kD % outs != 0) continue;  // a CTA's outputs must lie in one head
+    // A CTA's q/k/v rows go out as float4 pieces; the (max, sum) of a head go to CTAs 0..C-1
+    // from the threads of its first C dims.
+    if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 || D < cluster)
+      continue;
     p.smem[0] = std::min(size_t(max_smem), smem);
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[0])));
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
@@ -797,7 +975,7 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
                         cudaStream_t stream) {
   NVLLM_CHECK(p.cluster > 0, "internal: fused decode without a plan (", p.why ? p.why : "none", ")");
   const FusedDecodeShape& s = p.shape;
-  const int flags = kFlagEarly | kFlagEvict, H = s.hidden, I = s.intermediate, q_size = s.num_heads * kD;
+  const int flags = kFlagEarly | kFlagEvict, H = s.hidden, I = s.intermediate, q_size = s.num_heads * s.head_dim;
   const int grid_h = std::min(H, p.grid), grid_i = std::min(I, p.grid);
 
   // Published sums of squares: o_proj's for gate_up, down's for the next layer's attention.
@@ -811,15 +989,18 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   NVLLM_CHECK(w.kv.dtype == s.kv_dtype && (s.kv_dtype == KvDtype::kBf16 || (w.kv.k_scale && w.kv.v_scale)),
               "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
-  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s.num_heads / s.num_kv_heads, s.kv_dtype), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
+  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
               p.smem[0], stream, s, sta, w, flags, grid_h);
-  launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), p.smem[1], stream,
-             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, st.trace, 1);
-  launch_pdl(gate_up_kernel, dim3(grid_i), dim3(kThreads), p.smem[2], stream,
+  launch_pdl(p.stages[1] > 0 ? residual_proj_kernel<true> : residual_proj_kernel<false>, dim3(grid_h), dim3(kThreads),
+             p.smem[1], stream,
+             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, p.stages[1], st.trace, 1);
+  launch_pdl(p.stages[2] > 0 ? gate_up_kernel<true> : gate_up_kernel<false>, dim3(grid_i), dim3(kThreads), p.smem[2],
+             stream,
              static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post), grid_h, w.post_norm, H, w.gate_up,
-             I, st.act, st.eps, flags, st.trace);
-  launch_pdl(residual_proj_kernel, dim3(grid_h), dim3(kThreads), p.smem[3], stream,
-             static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, st.trace, 3);
+             I, st.act, st.eps, flags, p.stages[2], st.trace);
+  launch_pdl(p.stages[3] > 0 ? residual_proj_kernel<true> : residual_proj_kernel<false>, dim3(grid_h), dim3(kThreads),
+             p.smem[3], stream,
+             static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, p.stages[3], st.trace, 3);
 }
 
 }  // namespace nvllm::kernels

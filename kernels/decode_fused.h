@@ -25,6 +25,10 @@ struct FusedDecodePlan {
   // Dynamic shared memory of a CTA of the attention, o_proj, gate_up and down kernels: what each
   // uses, more for down so that at most two of its CTAs share an SM (decode_fused.cu).
   size_t smem[4] = {};
+  // Of the o_proj, gate_up and down kernels (index 1-3): 0 when a CTA's share of the weights fits
+  // in shared memory and is copied whole before the kernel waits for its inputs; else the number
+  // of shared-memory stages its weight tiles stream through.
+  int stages[4] = {};
   const char* why = nullptr;
 };
 

@@ -1,6 +1,6 @@
 // One fused decode layer (kernels/decode_fused.h) against a CPU reference of the same layer,
-// for each supported group size (q heads per kv head: 1, 2, 4) and attention cluster size (16,
-// 8): the new k and v in the cache, the attention output, the MLP activation and the updated
+// for head_dim 64 and 128, group sizes (q heads per kv head) 1 to 8 and attention cluster sizes
+// 16 and 8: the new k and v in the cache, the attention output, the MLP activation and the updated
 // residual stream. The reference is the CPU runner's layer (lib/runtime/cpu_runner.cpp) in
 // double, with bf16 rounding where the kernels store bf16; the check is the bf16 tolerance.
 // Over an FP8 cache too: the new k and v must be written as their E4M3 codes (as the CPU runner
@@ -22,23 +22,26 @@
 namespace nvllm::kernels::test {
 namespace {
 
-constexpr int kD = 128, kHidden = 1024, kInter = 2048, kKvHeads = 2, kBlock = 16, kContext = 100;
+constexpr int kHiddenSmall = 1024, kInterSmall = 2048, kKvHeads = 2, kBlock = 16, kContext = 100;
 constexpr float kEps = 1e-6f;
 
 struct Layer {
+  int hidden, inter;
   std::vector<bf16> input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
 };
 
-Layer random_layer(std::mt19937& rng, int num_heads) {
-  const int qkv_rows = (num_heads + 2 * kKvHeads) * kD;
-  return {random_bf16(rng, kHidden, 0.5f, 1.5f),
-          random_bf16(rng, size_t(qkv_rows) * kHidden, -0.05f, 0.05f),
-          random_bf16(rng, kD, 0.5f, 1.5f),
-          random_bf16(rng, kD, 0.5f, 1.5f),
-          random_bf16(rng, size_t(kHidden) * num_heads * kD, -0.05f, 0.05f),
-          random_bf16(rng, kHidden, 0.5f, 1.5f),
-          random_bf16(rng, size_t(2 * kInter) * kHidden, -0.05f, 0.05f),
-          random_bf16(rng, size_t(kHidden) * kInter, -0.03f, 0.03f)};
+Layer random_layer(std::mt19937& rng, int num_heads, int head_dim, int hidden, int inter) {
+  const int qkv_rows = (num_heads + 2 * kKvHeads) * head_dim;
+  return {hidden,
+          inter,
+          random_bf16(rng, hidden, 0.5f, 1.5f),
+          random_bf16(rng, size_t(qkv_rows) * hidden, -0.05f, 0.05f),
+          random_bf16(rng, head_dim, 0.5f, 1.5f),
+          random_bf16(rng, head_dim, 0.5f, 1.5f),
+          random_bf16(rng, size_t(hidden) * num_heads * head_dim, -0.05f, 0.05f),
+          random_bf16(rng, hidden, 0.5f, 1.5f),
+          random_bf16(rng, size_t(2 * inter) * hidden, -0.05f, 0.05f),
+          random_bf16(rng, size_t(hidden) * inter, -0.03f, 0.03f)};
 }
 
 // y[r] = sum_i x[i] * w[r, i] over rows r < n, in double.
@@ -63,16 +66,17 @@ std::vector<float> norm(const std::vector<float>& x, const bf16* w, size_t n) {
   return y;
 }
 
-// Per-head norm and RoPE (the two halves rotate together) of `heads` heads of kD at `p`.
-void norm_rope(float* p, int heads, const std::vector<bf16>& w, const std::vector<float>& inv_freq, int position) {
+// Per-head norm and RoPE (the two halves rotate together) of `heads` heads of head_dim at `p`.
+void norm_rope(float* p, int heads, int head_dim, const std::vector<bf16>& w, const std::vector<float>& inv_freq,
+               int position) {
   for (int h = 0; h < heads; ++h) {
-    float* x = p + h * kD;
-    std::vector<float> normed = norm(std::vector<float>(x, x + kD), w.data(), kD);
-    for (int i = 0; i < kD / 2; ++i) {
+    float* x = p + h * head_dim;
+    std::vector<float> normed = norm(std::vector<float>(x, x + head_dim), w.data(), head_dim);
+    for (int i = 0; i < head_dim / 2; ++i) {
       const float angle = float(position) * inv_freq[i], c = std::cos(angle), s = std::sin(angle);
-      const float a = normed[i], b = normed[kD / 2 + i];
+      const float a = normed[i], b = normed[head_dim / 2 + i];
       x[i] = a * c - b * s;
-      x[kD / 2 + i] = b * c + a * s;
+      x[head_dim / 2 + i] = b * c + a * s;
     }
   }
 }
@@ -83,13 +87,13 @@ struct Expected {
 
 // The new token of the layer at position kContext - 1: its q (normed, roped, bf16), k and v;
 // `e` gets its k and v.
-std::vector<bf16> new_token(const Layer& w, int num_heads, const std::vector<float>& h_in,
+std::vector<bf16> new_token(const Layer& w, int num_heads, int head_dim, const std::vector<float>& h_in,
                             const std::vector<float>& inv_freq, Expected& e) {
-  const int q_size = num_heads * kD, kv_size = kKvHeads * kD;
-  std::vector<float> qkv = matvec(norm(h_in, w.input_norm.data(), kHidden), w.qkv, q_size + 2 * kv_size);
+  const int q_size = num_heads * head_dim, kv_size = kKvHeads * head_dim;
+  std::vector<float> qkv = matvec(norm(h_in, w.input_norm.data(), w.hidden), w.qkv, q_size + 2 * kv_size);
   for (float& v : qkv) v = round_bf(v);
-  norm_rope(qkv.data(), num_heads, w.q_norm, inv_freq, kContext - 1);
-  norm_rope(qkv.data() + q_size, kKvHeads, w.k_norm, inv_freq, kContext - 1);
+  norm_rope(qkv.data(), num_heads, head_dim, w.q_norm, inv_freq, kContext - 1);
+  norm_rope(qkv.data() + q_size, kKvHeads, head_dim, w.k_norm, inv_freq, kContext - 1);
   for (int i = 0; i < kv_size; ++i) {
     e.k.push_back(round_bf(qkv[q_size + i]));
     e.v.push_back(qkv[q_size + kv_size + i]);
@@ -101,52 +105,59 @@ std::vector<bf16> new_token(const Layer& w, int num_heads, const std::vector<flo
 
 // The rest of the layer for that token, whose k and v are in `cache` with the earlier context.
 template <typename E>
-void finish_layer(const Layer& w, int num_heads, const std::vector<float>& h_in, const std::vector<bf16>& q,
-                  const PagedCacheOf<E>& cache, Expected& e) {
-  const int q_size = num_heads * kD;
-  e.attn = attention_ref(q, q_size, cache, {0, 1}, {kContext}, num_heads, 1.f / std::sqrt(float(kD)));
+void finish_layer(const Layer& w, int num_heads, int head_dim, const std::vector<float>& h_in,
+                  const std::vector<bf16>& q, const PagedCacheOf<E>& cache, Expected& e) {
+  const int q_size = num_heads * head_dim;
+  e.attn = attention_ref(q, q_size, cache, {0, 1}, {kContext}, num_heads, 1.f / std::sqrt(float(head_dim)));
   std::vector<float> attn_b(e.attn.size());
   for (size_t i = 0; i < attn_b.size(); ++i) attn_b[i] = round_bf(e.attn[i]);
-  const std::vector<float> o = matvec(attn_b, w.o_proj, kHidden);
-  std::vector<float> h1(kHidden);
-  for (int i = 0; i < kHidden; ++i) h1[i] = round_bf(h_in[i] + round_bf(o[i]));
-  const std::vector<float> gu = matvec(norm(h1, w.post_norm.data(), kHidden), w.gate_up, 2 * kInter);
-  for (int i = 0; i < kInter; ++i) {
-    const float g = round_bf(gu[i]), u = round_bf(gu[kInter + i]);
+  const int hidden = w.hidden, inter = w.inter;
+  const std::vector<float> o = matvec(attn_b, w.o_proj, hidden);
+  std::vector<float> h1(hidden);
+  for (int i = 0; i < hidden; ++i) h1[i] = round_bf(h_in[i] + round_bf(o[i]));
+  const std::vector<float> gu = matvec(norm(h1, w.post_norm.data(), hidden), w.gate_up, 2 * inter);
+  for (int i = 0; i < inter; ++i) {
+    const float g = round_bf(gu[i]), u = round_bf(gu[inter + i]);
     e.act.push_back(round_bf(g / (1.f + std::exp(-g)) * u));
   }
-  const std::vector<float> d = matvec(e.act, w.down, kHidden);
-  for (int i = 0; i < kHidden; ++i) e.h.push_back(round_bf(h1[i] + round_bf(d[i])));
+  const std::vector<float> d = matvec(e.act, w.down, hidden);
+  for (int i = 0; i < hidden; ++i) e.h.push_back(round_bf(h1[i] + round_bf(d[i])));
 }
 
-void check_layer(int group, int max_cluster, bool fp8 = false) {
-  const int num_heads = group * kKvHeads, q_size = num_heads * kD, kv_size = kKvHeads * kD;
+// hidden and intermediate: a layer whose CTA shares of gate_up and down do not fit in shared
+// memory streams them (FusedDecodePlan::stages); the test expects it where it says so.
+void check_layer(int head_dim, int group, int max_cluster, bool fp8 = false, int hidden = kHiddenSmall,
+                 int inter = kInterSmall, bool gate_up_streamed = false, bool down_streamed = false) {
+  const int num_heads = group * kKvHeads, q_size = num_heads * head_dim, kv_size = kKvHeads * head_dim;
   const FusedDecodePlan plan = fused_decode_plan(
-      {kHidden, kInter, num_heads, kKvHeads, kD, kBlock, fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16}, max_cluster);
+      {hidden, inter, num_heads, kKvHeads, head_dim, kBlock, fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16}, max_cluster);
   if (plan.cluster == 0) {
-    MESSAGE("fused decode does not apply here (", std::string(plan.why), "): group ", group, " cluster <= ",
-            max_cluster);
+    MESSAGE("fused decode does not apply here (", std::string(plan.why), "): head_dim ", head_dim, " group ", group,
+            " cluster <= ", max_cluster);
     return;
   }
+  CHECK(plan.stages[1] == 0);  // o_proj
+  CHECK((plan.stages[2] > 0) == gate_up_streamed);
+  CHECK((plan.stages[3] > 0) == down_streamed);
   if (plan.cluster != max_cluster) MESSAGE("cluster ", max_cluster, " does not fit here; testing ", plan.cluster);
-  std::mt19937 rng(1000 * group + max_cluster);
-  const Layer w = random_layer(rng, num_heads);
-  const std::vector<bf16> h_in = random_bf16(rng, kHidden, -1.f, 1.f);
-  PagedCache cache = make_cache(rng, {kContext}, kKvHeads, kD, kBlock);
+  std::mt19937 rng(100000 * head_dim + 1000 * group + max_cluster);
+  const Layer w = random_layer(rng, num_heads, head_dim, hidden, inter);
+  const std::vector<bf16> h_in = random_bf16(rng, hidden, -1.f, 1.f);
+  PagedCache cache = make_cache(rng, {kContext}, kKvHeads, head_dim, kBlock);
   const int pos = kContext - 1, slot = cache.block_tables[pos / kBlock] * kBlock + pos % kBlock;
-  std::vector<float> inv_freq(kD / 2);
-  for (int i = 0; i < kD / 2; ++i) inv_freq[i] = float(1.0 / std::pow(1e6, 2.0 * i / kD));
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = float(1.0 / std::pow(1e6, 2.0 * i / head_dim));
 
   DeviceBuffer<bf16> d_in_norm(w.input_norm), d_qkv(w.qkv), d_qn(w.q_norm), d_kn(w.k_norm), d_o(w.o_proj),
       d_post(w.post_norm), d_gu(w.gate_up), d_down(w.down), d_k(cache.k), d_v(cache.v), d_h(h_in),
-      d_attn(static_cast<size_t>(q_size)), d_act(static_cast<size_t>(kInter));
+      d_attn(static_cast<size_t>(q_size)), d_act(static_cast<size_t>(inter));
   const std::vector<int32_t> step_ints = {pos, slot, kContext};
   DeviceBuffer<int32_t> d_step(step_ints), d_table(cache.block_tables);
   DeviceBuffer<float> d_freq(inv_freq), d_ss(static_cast<size_t>(2 * kFusedSsParts));
   d_attn.poison();
   d_act.poison();
   FusedDecodeStep st{d_step.get(), d_step.get() + 1, d_step.get() + 2, d_table.get(), d_freq.get(), kEps,
-                     1.f / std::sqrt(float(kD)), d_h.get(), d_attn.get(), d_act.get()};
+                     1.f / std::sqrt(float(head_dim)), d_h.get(), d_attn.get(), d_act.get()};
   st.ss = d_ss.get();
   // FP8: the cache's codes at these scales (new k and v of this layer are O(1): the range's middle).
   const std::vector<float> k_scale = {1.f / 64, 1.f / 100}, v_scale = {1.f / 150, 1.f / 32};
@@ -156,13 +167,15 @@ void check_layer(int group, int max_cluster, bool fp8 = false) {
                                d_post.get(),    d_gu.get(),  d_down.get(), kv};
   fused_decode_layer(plan, st, layer, nullptr);
 
-  std::vector<float> h_f(kHidden);
-  for (int i = 0; i < kHidden; ++i) h_f[i] = to_f(h_in[i]);
-  INFO("group ", group, ", cluster ", plan.cluster, std::string(fp8 ? ", fp8" : ", bf16"));
+  std::vector<float> h_f(hidden);
+  for (int i = 0; i < hidden; ++i) h_f[i] = to_f(h_in[i]);
+  INFO("head_dim ", head_dim, ", group ", group, ", cluster ", plan.cluster, std::string(fp8 ? ", fp8" : ", bf16"),
+       ", hidden ", hidden, ", intermediate ", inter, ", stages ", plan.stages[1], " ", plan.stages[2], " ",
+       plan.stages[3]);
   if (fp8) {
     const std::vector<uint8_t> k_out = c8.d_k.download(), v_out = c8.d_v.download();
     Expected e;
-    const std::vector<bf16> q = new_token(w, num_heads, h_f, inv_freq, e);
+    const std::vector<bf16> q = new_token(w, num_heads, head_dim, h_f, inv_freq, e);
     // The reference reads the new token as the codes the kernel wrote, each at most one code
     // step from the CPU runner's code of the reference's value (the kernel quantises its bf16
     // value, the reference a float; they can fall either side of a rounding edge).
@@ -170,7 +183,7 @@ void check_layer(int group, int max_cluster, bool fp8 = false) {
     int differ = 0, off_by_more = 0;
     for (int i = 0; i < kv_size; ++i) {
       const size_t at = size_t(slot) * kv_size + i;
-      const int h = i / kD;
+      const int h = i / head_dim;
       const uint8_t want_k = f32_to_f8e4m3(e.k[i] / k_scale[h]), want_v = f32_to_f8e4m3(e.v[i] / v_scale[h]);
       for (int j = 0; j < 2; ++j) {
         const int got = j == 0 ? k_out[at] : v_out[at], want = j == 0 ? want_k : want_v;
@@ -180,8 +193,9 @@ void check_layer(int group, int max_cluster, bool fp8 = false) {
       values.k[at] = f8e4m3_to_f32(k_out[at]) * k_scale[h];
       values.v[at] = f8e4m3_to_f32(v_out[at]) * v_scale[h];
     }
-    finish_layer(w, num_heads, h_f, q, values, e);
-    MESSAGE("fp8 group ", group, ": ", differ, " of ", 2 * kv_size, " new codes one step from the reference's");
+    finish_layer(w, num_heads, head_dim, h_f, q, values, e);
+    MESSAGE("fp8 head_dim ", head_dim, " group ", group, ": ", differ, " of ", 2 * kv_size,
+            " new codes one step from the reference's");
     CHECK(differ <= 2 * kv_size / 20);
     CHECK(off_by_more == 0);
     CHECK(rel_error(d_attn.download(), e.attn) < kBf16Tolerance);
@@ -194,13 +208,13 @@ void check_layer(int group, int max_cluster, bool fp8 = false) {
     return;
   }
   Expected e;
-  const std::vector<bf16> q = new_token(w, num_heads, h_f, inv_freq, e);
+  const std::vector<bf16> q = new_token(w, num_heads, head_dim, h_f, inv_freq, e);
   PagedCache with_new = cache;
   for (int i = 0; i < kv_size; ++i) {
     with_new.k[size_t(slot) * kv_size + i] = to_bf(e.k[i]);
     with_new.v[size_t(slot) * kv_size + i] = to_bf(e.v[i]);
   }
-  finish_layer(w, num_heads, h_f, q, with_new, e);
+  finish_layer(w, num_heads, head_dim, h_f, q, with_new, e);
   const std::vector<bf16> k_out = d_k.download(), v_out = d_v.download();
   const std::vector<bf16> k_new(k_out.begin() + size_t(slot) * kv_size, k_out.begin() + size_t(slot + 1) * kv_size);
   const std::vector<bf16> v_new(v_out.begin() + size_t(slot) * kv_size, v_out.begin() + size_t(slot + 1) * kv_size);
@@ -219,14 +233,41 @@ void check_layer(int group, int max_cluster, bool fp8 = false) {
 
 }  // namespace
 
-TEST_CASE("gpu.kernels.decode_fused one layer matches the CPU reference at each group and cluster size") {
-  for (int group : {1, 2, 4})
-    for (int cluster : {16, 8}) check_layer(group, cluster);
+// Every group size 1-8: the kernel holds a group in registers as the next of 1, 2, 4, 8, so 3, 5,
+// 6 and 7 run with heads to spare, and their outputs span two heads of a CTA's share.
+TEST_CASE("gpu.kernels.decode_fused one layer matches the CPU reference at each head_dim, group and cluster size") {
+  for (int head_dim : {64, 128})
+    for (int group = 1; group <= 8; ++group)
+      for (int cluster : {16, 8}) check_layer(head_dim, group, cluster);
 }
 
 TEST_CASE("gpu.kernels.decode_fused one layer over an FP8 cache matches the CPU reference on its codes") {
-  for (int group : {1, 2, 4})
-    for (int cluster : {16, 8}) check_layer(group, cluster, true);
+  for (int head_dim : {64, 128})
+    for (int group : {1, 3, 4, 7, 8})
+      for (int cluster : {16, 8}) check_layer(head_dim, group, cluster, true);
+}
+
+// Layers whose CTA shares exceed shared memory stream them through the stages, row groups of 16
+// over k parts: Llama-3.2-1B's (hidden 2,048, intermediate 8,192, head_dim 64, 4 q heads a kv
+// head: gate_up's 126 rows of 2,048 and down's 16 of 8,192), TinyLlama's (5,632, group 8: gate_up
+// only; down's 16 rows of 5,632 fit), Qwen3-1.7B's over an FP8 cache (6,144: gate_up).
+TEST_CASE("gpu.kernels.decode_fused streams the weights of layers too large for shared memory") {
+  check_layer(64, 4, 16, false, 2048, 8192, true, true);
+  check_layer(64, 8, 16, false, 2048, 5632, true, false);
+  check_layer(128, 2, 16, true, 2048, 6144, true, false);
+  // Down's 19-20 rows of 5,632 (k parts of 704: 22 chunks over 8 warps; a last row group of 3-4
+  // rows), and a hidden size past the published sums of squares (2,048).
+  check_layer(128, 2, 16, false, 2560, 5632, true, true);
+}
+
+TEST_CASE("gpu.kernels.decode_fused refuses the shapes it does not serve, naming why") {
+  for (const FusedDecodeShape& s : {FusedDecodeShape{kHiddenSmall, kInterSmall, 16, 2, 96, kBlock},  // head_dim 96
+                                    FusedDecodeShape{kHiddenSmall, kInterSmall, 18, 2, 128, kBlock}}) {  // group 9
+    const FusedDecodePlan plan = fused_decode_plan(s);
+    CHECK(plan.cluster == 0);
+    REQUIRE(plan.why != nullptr);
+    CHECK(std::string(plan.why).find(s.head_dim == 96 ? "head_dim" : "q heads per kv head") != std::string::npos);
+  }
 }
 
 }  // namespace nvllm::kernels::test

@@ -18,11 +18,19 @@ namespace nvllm::kernels {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// An mbarrier expecting one arrival (the thread that posts the byte count).
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+// An mbarrier expecting `arrivals` arrivals a phase (by default one: the thread that posts the
+// byte count).
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned arrivals = 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// One arrival on the barrier's current phase (no bytes).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 #endif
 }
 

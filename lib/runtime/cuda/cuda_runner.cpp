@@ -176,6 +176,8 @@ std::vector<float> cuda_runner_last_logits(Runner& runner) {
 
 int cuda_runner_chained_steps(Runner& runner) { return as_cuda(runner, "cuda_runner_chained_steps").chained_steps(); }
 
+bool cuda_runner_fused_decode(Runner& runner) { return as_cuda(runner, "cuda_runner_fused_decode").fused_decode(); }
+
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,
                                          const CudaRunnerOptions& options) {
   if (options.tensor_parallel_size > 1) return std::make_unique<cuda_detail::TpRunner>(config, weights, options);

@@ -15,38 +15,48 @@ namespace nvllm {
 using namespace cuda_runner_test;
 
 TEST_CASE("gpu.cuda_runner batch-1 decode: the fused kernels match the CPU runner and the separate kernels") {
-  // head_dim 128 (what the fused path supports), q heads per kv head 4 / 2 / 1 (so a CTA's rows of
-  // the q/k/v group straddle the q, k and v blocks for some), o_proj input (q heads x 128) wider
-  // than hidden, hidden 256 over ~132 CTAs (one or two rows each: warps share a row). 150 decode
-  // steps take the context from 21 tokens (some CTAs of a cluster get no split) to 170.
-  for (Arch arch : {Arch::kQwen3, Arch::kLlama, Arch::kQwen2}) {
-    ModelConfig c = gpu_tiny_config(arch);
-    c.hidden_size = 256;
-    c.intermediate_size = 384;
-    c.head_dim = 128;
-    c.num_heads = arch == Arch::kQwen3 ? 8 : 4;
-    c.num_kv_heads = arch == Arch::kQwen2 ? 4 : 2;
-    const std::string name = arch == Arch::kQwen3 ? "qwen3" : arch == Arch::kLlama ? "llama" : "qwen2";
-    INFO(name);
-    for (bool eager : {false, true}) {
-      double rel_f = 0, rel_s = 0;
-      int checked_f = 0, checked_s = 0;
-      const RunResult fused = run_single(c, 11, eager, true, 150, nullptr, &rel_f, &checked_f);
-      std::vector<int32_t> fed;
-      for (const auto& t : fused.tokens) fed.push_back(t[0]);
-      // The separate kernels on the same inputs: the fused run's tokens.
-      const RunResult separate = run_single(c, 11, eager, false, 150, &fed, &rel_s, &checked_s);
-      double worst_between = 0;
-      for (size_t step = 0; step < fused.logits.size(); ++step)
-        worst_between = std::max(worst_between, rel_error(fused.logits[step].data(), separate.logits[step].data(),
-                                                          static_cast<int>(separate.logits[step].size())));
-      const std::string mode = eager ? "eager" : "graphs";
-      MESSAGE(name, " ", mode, ": worst logits relative error vs the CPU: fused ", rel_f, ", separate kernels ", rel_s,
-              "; between them ", worst_between, "; tokens checked against the CPU ", checked_f);
-      CHECK(checked_f >= 75);  // the rest are near-ties of the reference
-      CHECK(worst_between < 1e-2);
+  // head_dim 128 and 64, q heads per kv head 4 / 2 / 1 at 128 and 4 / 8 / 7 at 64 (Qwen2.5-0.5B's
+  // 14 over 2; so a CTA's rows of the q/k/v group straddle the q, k and v blocks for some, and
+  // its outputs two heads), o_proj input wider than hidden, hidden 256 over ~132 CTAs (one or two
+  // rows each: warps share a row). 150 decode steps take the context from 21 tokens (some CTAs of
+  // a cluster get no split) to 170.
+  for (int head_dim : {128, 64})
+    for (Arch arch : {Arch::kQwen3, Arch::kLlama, Arch::kQwen2}) {
+      ModelConfig c = gpu_tiny_config(arch);
+      c.hidden_size = 256;
+      c.intermediate_size = 384;
+      c.head_dim = head_dim;
+      if (head_dim == 128) {
+        c.num_heads = arch == Arch::kQwen3 ? 8 : 4;
+        c.num_kv_heads = arch == Arch::kQwen2 ? 4 : 2;
+      } else {
+        c.num_heads = arch == Arch::kQwen3 ? 8 : arch == Arch::kLlama ? 16 : 14;
+        c.num_kv_heads = 2;
+      }
+      const std::string name = arch == Arch::kQwen3 ? "qwen3" : arch == Arch::kLlama ? "llama" : "qwen2";
+      INFO(name, " head_dim ", head_dim);
+      for (bool eager : {false, true}) {
+        double rel_f = 0, rel_s = 0;
+        int checked_f = 0, checked_s = 0;
+        const RunResult fused = run_single(c, 11, eager, true, 150, nullptr, &rel_f, &checked_f);
+        REQUIRE(fused.fused);  // the shape is one the fused path serves
+        std::vector<int32_t> fed;
+        for (const auto& t : fused.tokens) fed.push_back(t[0]);
+        // The separate kernels on the same inputs: the fused run's tokens.
+        const RunResult separate = run_single(c, 11, eager, false, 150, &fed, &rel_s, &checked_s);
+        CHECK(!separate.fused);
+        double worst_between = 0;
+        for (size_t step = 0; step < fused.logits.size(); ++step)
+          worst_between = std::max(worst_between, rel_error(fused.logits[step].data(), separate.logits[step].data(),
+                                                            static_cast<int>(separate.logits[step].size())));
+        const std::string mode = eager ? "eager" : "graphs";
+        MESSAGE(name, " head_dim ", head_dim, " ", mode, ": worst logits relative error vs the CPU: fused ", rel_f,
+                ", separate kernels ", rel_s, "; between them ", worst_between, "; tokens checked against the CPU ",
+                checked_f);
+        CHECK(checked_f >= 75);  // the rest are near-ties of the reference
+        CHECK(worst_between < 1e-2);
+      }
     }
-  }
 }
 
 TEST_CASE("gpu.cuda_runner chained batch-1 decode steps give the tokens of unchained ones") {
@@ -132,24 +142,27 @@ TEST_CASE("gpu.cuda_runner with an FP8 KV cache matches the CPU runner with the 
       CHECK(checked >= 4);
       CHECK(mean(r.rel) < 0.8 * mean(r.rel_unquantised));
     }
-    ModelConfig c1 = c;  // the fused path's shape: head_dim 128
-    c1.hidden_size = 256;
-    c1.intermediate_size = 384;
-    c1.head_dim = 128;
-    const KvScales scales1 = test_kv_scales(c1);
-    for (bool fused : {true, false}) {
-      double rel = 0;
-      int checked = 0;
-      const RunResult r = run_single(c1, 11, false, fused, 100, nullptr, &rel, &checked, &scales1);
-      MESSAGE(name, std::string(fused ? " fused" : " separate"), " batch-1, fp8 KV: worst logits relative error ",
-              rel, ", mean ", mean(r.rel), "; mean vs the CPU runner without FP8 ", mean(r.rel_unquantised),
-              "; tokens checked ", checked);
-      // Fewer clear greedy choices than the bf16 test's 75 of 151: a wider near-tie margin (4%
-      // of the spread) for a noisier comparison, over 101 steps.
-      CHECK(checked >= 30);
-      // A CUDA runner that ignored the codes would sit ~3x further from the FP8 function than from
-      // the unquantised one (0.031 vs 0.010 here, the bf16 error); measured 0.67-0.69.
-      CHECK(mean(r.rel) < 0.8 * mean(r.rel_unquantised));
+    for (int head_dim : {128, 64}) {
+      ModelConfig c1 = c;  // shapes of the fused path
+      c1.hidden_size = 256;
+      c1.intermediate_size = 384;
+      c1.head_dim = head_dim;
+      const KvScales scales1 = test_kv_scales(c1);
+      for (bool fused : {true, false}) {
+        double rel = 0;
+        int checked = 0;
+        const RunResult r = run_single(c1, 11, false, fused, 100, nullptr, &rel, &checked, &scales1);
+        REQUIRE(r.fused == fused);
+        MESSAGE(name, " head_dim ", head_dim, std::string(fused ? " fused" : " separate"),
+                " batch-1, fp8 KV: worst logits relative error ", rel, ", mean ", mean(r.rel),
+                "; mean vs the CPU runner without FP8 ", mean(r.rel_unquantised), "; tokens checked ", checked);
+        // Fewer clear greedy choices than the bf16 test's 75 of 151: a wider near-tie margin (4%
+        // of the spread) for a noisier comparison, over 101 steps.
+        CHECK(checked >= 30);
+        // A CUDA runner that ignored the codes would sit ~3x further from the FP8 function than
+        // from the unquantised one (0.031 vs 0.010 here, the bf16 error); measured 0.67-0.69.
+        CHECK(mean(r.rel) < 0.8 * mean(r.rel_unquantised));
+      }
     }
   }
 }

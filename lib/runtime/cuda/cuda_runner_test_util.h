@@ -103,6 +103,7 @@ inline double rel_error(const float* a, const float* ref, int n) {
 struct RunResult {
   std::vector<std::vector<int32_t>> tokens;  // per step, per sequence
   std::vector<std::vector<float>> logits;    // per step: sampled rows
+  bool fused = false;                        // batch-1 steps ran the fused kernels
   // With an FP8 cache: per sampled row, the relative error against the CPU runner with the FP8
   // cache (rel) and against the CPU runner without one (rel_unquantised).
   std::vector<double> rel, rel_unquantised;
@@ -349,6 +350,7 @@ inline RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_ea
   OneSequence seq(c, seed + 7);
   std::vector<int32_t>& hist = seq.hist;
   RunResult result;
+  result.fused = cuda_runner_fused_decode(*gpu);
   *worst_rel = 0.0;
   for (int step = 0; step <= decodes; ++step) {
     const Batch b = seq.batch(step);
