@@ -68,19 +68,23 @@ __host__ __device__ inline size_t align_up(size_t v, size_t a) { return (v + a -
 // Weight rows in shared memory: k values padded to a row stride of 64 bytes past a multiple of
 // 128, so that the 8 lanes of a quarter warp reading 16 bytes each from two rows hit distinct banks.
 __host__ __device__ inline int row_stride(int k) { return int(align_up(size_t(k), 64)) + 32; }
+// The same in bytes for bf16 rows, or E4M3 codes (one byte a value): 64 bytes past a multiple of
+// 128 either way.
+__host__ __device__ inline int row_bytes(int k, bool fp8) {
+  return fp8 ? int(align_up(size_t(k), 128)) + 64 : 2 * row_stride(k);
+}
 // block_dots' per-warp partial sums: kWarps x rows rounded up to whole 16-row tiles.
 __host__ __device__ inline size_t dots_bytes(int rows) { return size_t(kWarps) * align_up(size_t(rows), 16) * 4; }
 
 // A CTA's weight share larger than shared memory is streamed (ring_dots): tiles of kTileRows rows
-// by k / stream_parts(k) values, through `stages` shared-memory stages.
+// by k / parts values, through `stages` shared-memory stages.
 constexpr int kTileRows = 16;  // one m16 block of rows
-constexpr int kTileK = 1024;   // at most this many k values a tile: 33 KB
 constexpr int kMaxStages = 8;
 
-// The fewest parts of at most kTileK values, each whole chunks, that k splits into.
-__host__ __device__ inline int stream_parts(int k) {
-  const int chunks = k / kChunk;
-  int parts = (k + kTileK - 1) / kTileK;
+// The fewest parts of at most tile_k values, each whole 64-byte chunks, that k splits into.
+int stream_parts(int k, int tile_k, bool fp8) {
+  const int chunks = k / (fp8 ? 64 : kChunk);
+  int parts = std::max(1, (k + tile_k - 1) / tile_k);
   while (chunks % parts != 0) ++parts;
   return parts;
 }
@@ -92,11 +96,13 @@ struct ProjLayout {
   size_t w, x, norm, res, dots, red, bar, total;
 };
 
-__host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows, bool normed, int stages = 0) {
+// stages > 0: streamed in `parts` k parts. fp8: the weights are E4M3 codes.
+__host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows, bool normed, int stages, int parts,
+                                                  bool fp8) {
   ProjLayout L;
   L.w = 0;
-  const size_t w_bytes = stages > 0 ? size_t(stages) * kTileRows * row_stride(k / stream_parts(k)) * 2
-                                    : size_t(rows) * row_stride(k) * 2;
+  const size_t w_bytes = stages > 0 ? size_t(stages) * kTileRows * row_bytes(k / parts, fp8)
+                                    : size_t(rows) * row_bytes(k, fp8);
   L.x = align_up(w_bytes, 128);
   L.norm = align_up(L.x + size_t(k) * 2, 16);
   L.res = align_up(L.norm + (normed ? size_t(k) * 2 : 0), 16);
@@ -120,13 +126,13 @@ struct AttnLayout {
   size_t w, x, norm, qk_norm, freq, dots, qkv, acc, ml, inbox, inbox_ml, red, bar, total;
 };
 
-__host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster, int head_dim) {
+__host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster, int head_dim, bool fp8) {
   const int D = head_dim;
   AttnLayout L;
   L.rows = (group + 2) * D / cluster;
   L.outs = group * D / cluster;
   L.w = 0;
-  L.x = align_up(size_t(L.rows) * row_stride(hidden) * 2, 128);
+  L.x = align_up(size_t(L.rows) * row_bytes(hidden, fp8), 128);
   L.norm = align_up(L.x + size_t(hidden) * 2, 16);
   L.qk_norm = L.norm + size_t(hidden) * 2;
   L.freq = L.qk_norm + size_t(2 * D) * 2;
@@ -192,19 +198,35 @@ __device__ __forceinline__ void bulk_copy_w(void* dst, const void* src, unsigned
     bulk_copy<false>(dst, src, bytes, bar);
 }
 
-// Warp 0: TMA copies of `rows` weight rows of k values, row i from src(i), into shared dst at
-// row_stride(k) apart, all counted on bar.
+// Warp 0: TMA copies of `rows` weight rows of k values (bf16, or E4M3 codes: fp8), row i from
+// src(i), into shared dst at row_bytes(k, fp8) apart, all counted on bar.
 template <typename Src>
-__device__ void copy_rows(bf16* dst, int k, int rows, Src src, uint64_t* bar, int flags) {
+__device__ void copy_rows(char* dst, int k, bool fp8, int rows, Src src, uint64_t* bar, int flags) {
   if (threadIdx.x >= 32) return;
+  const unsigned bytes = unsigned(k) * (fp8 ? 1 : 2);
   if (threadIdx.x == 0) {
     mbar_init(bar);
-    mbar_expect(bar, unsigned(rows) * k * 2);
+    mbar_expect(bar, unsigned(rows) * bytes);
   }
   __syncwarp();
-  const int stride = row_stride(k);
-  for (int i = threadIdx.x; i < rows; i += 32)
-    bulk_copy_w(dst + size_t(i) * stride, src(i), unsigned(k) * 2, bar, flags & kFlagEvict);
+  const int stride = row_bytes(k, fp8);
+  for (int i = threadIdx.x; i < rows; i += 32) bulk_copy_w(dst + size_t(i) * stride, src(i), bytes, bar, flags & kFlagEvict);
+}
+
+// Row `row` of a projection's weights of k values a row (bf16, or E4M3 codes: kFp8W), in global
+// memory.
+template <bool kFp8W>
+__device__ __forceinline__ const char* weight_row(const FusedWeight& w, size_t row, int k) {
+  return static_cast<const char*>(w.w) + row * size_t(k) * (kFp8W ? 1 : 2);
+}
+
+// FP8 weights: the scale of row `row`, read before the kernel waits for its inputs (a constant)
+// by the thread that will use it, so that no global load sits between the products and the
+// outputs. 1 for bf16 weights or no row.
+template <bool kFp8W>
+__device__ __forceinline__ float early_scale(const FusedWeight& w, bool has_row, size_t row) {
+  if constexpr (kFp8W) return has_row ? __ldg(w.scale + row) : 1.f;
+  return 1.f;
 }
 
 // The PDL handshake. kFlagEarly: let the next kernel launch (and start its weight copy) before
@@ -351,23 +373,88 @@ __device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
   return sum;
 }
 
+// Sixteen E4M3 codes (one 16-byte load) as eight bf16 pairs, exactly (every E4M3 value is a bf16
+// value), low code in the low half.
+__device__ __forceinline__ void e4m3x16_to_bf16x2(const uint4& v, uint32_t out[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i / 2] >> (16 * (i % 2))),
+                                                     __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+    out[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
+
+// One 64-byte chunk of two weight rows (this lane's 16 bytes of rows g and g + 8 at lo and hi)
+// against x (this lane's values of it at xq) into the accumulators of block_dots' products: 8
+// bf16 values a row and two m16n8k16 products, or 16 E4M3 codes converted to bf16 in registers
+// and four products (kFp8W). As in block_dots, the order of k inside a product is free as long
+// as B follows A.
+template <bool kFp8W>
+__device__ __forceinline__ void chunk_mma(float (&c0)[4], float (&c1)[4], const char* lo, const char* hi,
+                                          const bf16* xq) {
+  const uint4 a = *reinterpret_cast<const uint4*>(lo), b = *reinterpret_cast<const uint4*>(hi);
+  if constexpr (kFp8W) {
+    uint32_t al[8], bl[8];
+    e4m3x16_to_bf16x2(a, al);
+    e4m3x16_to_bf16x2(b, bl);
+    const uint4 x0 = lds16(xq), x1 = lds16(xq + 8);
+    const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t frag[4] = {al[2 * j], bl[2 * j], al[2 * j + 1], bl[2 * j + 1]};
+      mma_bf16_16816(j % 2 ? c1 : c0, frag, xw[2 * j], xw[2 * j + 1]);
+    }
+  } else {
+    const uint4 xv = lds16(xq);
+    const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
+    mma_bf16_16816(c0, first, xv.x, xv.y);
+    mma_bf16_16816(c1, second, xv.z, xv.w);
+  }
+}
+// k values of x a chunk covers, and a lane's offset in them.
+template <bool kFp8W>
+constexpr int kChunkValues = kFp8W ? 64 : kChunk;
+
+// block_dots over rows of E4M3 codes (row r at w + r * row_bytes(k, true)), k a multiple of 64:
+// each warp takes chunks c = warp, warp + kWarps, ... of every 16-row group; a group of at most 8
+// rows leaves half of A on repeated rows. The same result layout as block_dots.
+__device__ void block_dots_fp8(const char* w, const bf16* x, int rows, int k, float* dots) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int stride = row_bytes(k, true), chunks = k / 64, padded = int(align_up(size_t(rows), 16));
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const char* lo = w + size_t(min(r0 + g, rows - 1)) * stride + 16 * t4;
+    const char* hi = w + size_t(min(r0 + 8 + g, rows - 1)) * stride + 16 * t4;
+    float c0[4] = {}, c1[4] = {};
+    for (int c = warp; c < chunks; c += kWarps) chunk_mma<true>(c0, c1, lo + c * 64, hi + c * 64, x + c * 64 + 16 * t4);
+    if (t4 == 0) {
+      if (r0 + g < rows) dots[warp * padded + r0 + g] = c0[0] + c1[0];
+      if (r0 + 8 + g < rows) dots[warp * padded + r0 + 8 + g] = c0[2] + c1[2];
+    }
+  }
+  __syncthreads();
+}
+
 // A CTA's weight rows streamed through a ring of shared-memory stages (the share does not fit):
 // tile t is row group t / parts (kTileRows rows) and k part t % parts, in stage t % stages.
 // full[s] counts a tile's bytes; empty[s] the warps done with it. Warp 0 issues the first
 // `stages` tiles before the kernel waits for its inputs (as copy_rows does a whole share), and
 // refills a stage with the tile `stages` ahead once every warp has left it.
 struct Ring {
-  bf16* w;
+  char* w;
   uint64_t *full, *empty;
   int stages, parts, kt, rows;
+  int esize, stride;  // bytes a weight value (2 bf16, 1 E4M3) and a tile row in shared memory
   __device__ int tiles() const { return ceil_div(rows, kTileRows) * parts; }
-  __device__ bf16* stage(int s) const { return w + size_t(s) * kTileRows * row_stride(kt); }
+  __device__ char* stage(int s) const { return w + size_t(s) * kTileRows * stride; }
 };
 
-__device__ inline Ring make_ring(char* smem, const ProjLayout& L, int stages, int k, int rows) {
+__device__ inline Ring make_ring(char* smem, const ProjLayout& L, int stages, int parts, int k, int rows, bool fp8) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar);
-  const int parts = stream_parts(k);
-  return {reinterpret_cast<bf16*>(smem + L.w), bars, bars + stages, stages, parts, k / parts, rows};
+  return {smem + L.w,    bars, bars + stages, stages, parts, k / parts, rows, fp8 ? 1 : 2,
+          row_bytes(k / parts, fp8)};
 }
 
 // Warp 0: tile t's rows (row i from src(i), k values from its part) into its stage.
@@ -375,11 +462,12 @@ template <typename Src>
 __device__ void ring_issue(const Ring& r, Src src, int t, int flags) {
   const int lane = threadIdx.x & 31, r0 = t / r.parts * kTileRows, part = t % r.parts, s = t % r.stages;
   const int n = min(kTileRows, r.rows - r0);
-  if (lane == 0) mbar_expect(r.full + s, unsigned(n) * r.kt * 2);
+  const unsigned bytes = unsigned(r.kt) * r.esize;
+  if (lane == 0) mbar_expect(r.full + s, unsigned(n) * bytes);
   __syncwarp();
   if (lane < n)
-    bulk_copy_w(r.stage(s) + size_t(lane) * row_stride(r.kt), src(r0 + lane) + size_t(part) * r.kt,
-                unsigned(r.kt) * 2, r.full + s, flags & kFlagEvict);
+    bulk_copy_w(r.stage(s) + size_t(lane) * r.stride, src(r0 + lane) + size_t(part) * bytes, bytes, r.full + s,
+                flags & kFlagEvict);
 }
 
 // Warp 0: the stages' barriers and the first tiles.
@@ -397,11 +485,12 @@ __device__ void ring_start(const Ring& r, Src src, int flags) {
 // block_dots over the streamed tiles: a row group's products accumulate in registers across its
 // k parts (each warp takes the chunks c = warp, warp + kWarps, ... of a tile); a group of at most
 // 8 rows leaves half of A on repeated rows. On return (after a block barrier) dots holds each
-// warp's partial sum of every row, as block_dots leaves them.
-template <typename Src>
+// warp's partial sum of every row, as block_dots leaves them. kFp8W: the rows are E4M3 codes.
+template <bool kFp8W, typename Src>
 __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, int flags) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int stride = row_stride(r.kt), chunks = r.kt / kChunk, padded = int(align_up(size_t(r.rows), 16));
+  constexpr int kValues = kChunkValues<kFp8W>;  // a 64-byte chunk's k values
+  const int chunks = r.kt / kValues, padded = int(align_up(size_t(r.rows), 16));
   const int tiles = r.tiles();
   for (int r0 = 0, t = 0; r0 < r.rows; r0 += kTileRows) {
     const int n = min(kTileRows, r.rows - r0);
@@ -410,15 +499,10 @@ __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, in
       const int s = t % r.stages;
       const unsigned phase = unsigned(t / r.stages) & 1;
       mbar_wait(r.full + s, phase);
-      const bf16* lo = r.stage(s) + size_t(min(g, n - 1)) * stride + 8 * t4;
-      const bf16* hi = r.stage(s) + size_t(min(8 + g, n - 1)) * stride + 8 * t4;
-      const bf16* xs = x + size_t(part) * r.kt + 8 * t4;
-      for (int c = warp; c < chunks; c += kWarps) {
-        const uint4 a = lds16(lo + c * kChunk), b = lds16(hi + c * kChunk), xv = lds16(xs + c * kChunk);
-        const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
-        mma_bf16_16816(c0, first, xv.x, xv.y);
-        mma_bf16_16816(c1, second, xv.z, xv.w);
-      }
+      const char* lo = r.stage(s) + size_t(min(g, n - 1)) * r.stride + 16 * t4;
+      const char* hi = r.stage(s) + size_t(min(8 + g, n - 1)) * r.stride + 16 * t4;
+      const bf16* xs = x + size_t(part) * r.kt + kValues / 4 * t4;
+      for (int c = warp; c < chunks; c += kWarps) chunk_mma<kFp8W>(c0, c1, lo + c * 64, hi + c * 64, xs + c * kValues);
       __syncwarp();
       if (lane == 0) mbar_arrive(r.empty + s);
       if (warp == 0 && t + r.stages < tiles) {
@@ -447,13 +531,21 @@ __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, in
 // D: head_dim, 64 or 128. GM: the q heads per kv head this instantiation holds in registers (1,
 // 2, 4 or 8); the model's group G (shape.num_heads / num_kv_heads) is at most GM, and heads
 // G .. GM-1 are computed on scratch and never stored. T: the cache element, bf16 or fp8_e4m3.
-template <int D, int GM, typename T>
+// kFp8W: the q/k/v weights are E4M3 codes (a template: as a runtime branch, the bf16 kernel's
+// step grew 3% on the H100).
+template <int D, int GM, typename T, bool kFp8W>
 __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
                                                              FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kFp8 = std::is_same_v<T, fp8_e4m3>;
-  using Raw = std::conditional_t<kFp8, uint2, Bf16x8>;  // a lane's 8 dims of a cached token
-  constexpr int kLanes = D / 8;                         // lanes that hold one token's D dims
+  // A lane holds kDims dims of a token: 4 for groups of 8 heads, so that its accumulators (GM x
+  // kDims) stay at 32 floats and the kernel at ~150 registers, small enough to share an SM with
+  // the down kernel it follows (240 registers at 8 dims took an SM's whole register file, and the
+  // kernel could not launch before down had drained).
+  constexpr int kDims = GM > 4 ? 4 : 8;
+  using Raw = std::conditional_t<kFp8, std::conditional_t<kDims == 8, uint2, uint32_t>,
+                                 std::conditional_t<kDims == 8, uint4, uint2>>;  // a lane's dims of a cached token
+  constexpr int kLanes = D / kDims;  // lanes that hold one token's D dims
   constexpr int kTokenGroups = kThreads / kLanes;
   T* const k_cache = static_cast<T*>(w.kv.k);
   T* const v_cache = static_cast<T*>(w.kv.v);
@@ -461,7 +553,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   cg::cluster_group cluster = cg::this_cluster();
   const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int H = shape.hidden, g = blockIdx.x / C, G = shape.num_heads / shape.num_kv_heads;
-  const AttnLayout L = attn_layout(H, G, C, D);
+  const AttnLayout L = attn_layout(H, G, C, D, kFp8W);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);  // weights, exchange, inbox
   if (threadIdx.x == 0) {
     mbar_init(bar + 1);
@@ -470,7 +562,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     mbar_expect(bar + 2, C * (L.outs + 2 * G) * 4);  // every split's partial of my outputs, (max, sum) of each head
   }
   cluster_arrive();  // "started": paired with the wait before the first push
-  bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
+  char* ws = smem + L.w;
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   float* q = reinterpret_cast<float*>(smem + L.qkv);  // [G][D], then the new k [D] and v [D]
@@ -491,7 +583,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
                                                         : q_size + kv_size + g * D + (i - q_rows - D);
   };
   const int i0 = rank * L.rows;
-  copy_rows(ws, H, L.rows, [&](int i) { return w.qkv + size_t(matrix_row(i0 + i)) * H; }, bar, flags);
+  copy_rows(ws, H, kFp8W, L.rows, [&](int i) { return weight_row<kFp8W>(w.qkv, matrix_row(i0 + i), H); }, bar, flags);
+  // FP8 weights: the scale of this thread's row (a CTA has at most 10 heads of 128 rows over 8
+  // CTAs, 160 rows: one a thread).
+  const float qkv_scale = early_scale<kFp8W>(w.qkv, tid < L.rows, matrix_row(i0 + tid));
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
   bf16* q_norm_s = w.q_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) : nullptr;  // null: no q/k norm
   bf16* k_norm_s = w.k_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) + D : nullptr;
@@ -508,7 +603,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   // This CTA's context split. The cached K/V of its tokens were written by earlier steps, so
   // they are constants here: the first tokens' go into registers before the wait, the next ones
   // into L2. kTokenGroups groups of kLanes lanes walk the tokens, lane `sub` holding dims
-  // sub*8 .. sub*8+7.
+  // sub*kDims .. sub*kDims+kDims-1.
   const int ctx = st.context_len[0], bs = shape.block_size;
   const int per = ceil_div(ctx, C), start = min(ctx, rank * per), end = min(ctx, start + per);
   const size_t row_stride = size_t(kv_size);  // elements per cache slot: [slot][kv head][D]
@@ -523,13 +618,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     for (int u = 0; u < kU; ++u) {
       const int t = t0 + u * kTokenGroups;
       if (t < end && t != ctx - 1) {
-        if constexpr (kFp8) {
-          kv[u] = __ldcg(reinterpret_cast<const uint2*>(k_cache + cache_row(t) + sub * 8));
-          vv[u] = __ldcg(reinterpret_cast<const uint2*>(v_cache + cache_row(t) + sub * 8));
-        } else {
-          kv[u] = load8_cg(k_cache + cache_row(t) + sub * 8);
-          vv[u] = load8_cg(v_cache + cache_row(t) + sub * 8);
-        }
+        kv[u] = __ldcg(reinterpret_cast<const Raw*>(k_cache + cache_row(t) + sub * kDims));
+        vv[u] = __ldcg(reinterpret_cast<const Raw*>(v_cache + cache_row(t) + sub * kDims));
       }
     }
   };
@@ -555,9 +645,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
-  block_dots(ws, x, L.rows, H, dots);
+  if constexpr (kFp8W)
+    block_dots_fp8(ws, x, L.rows, H, dots);
+  else
+    block_dots(reinterpret_cast<const bf16*>(ws), x, L.rows, H, dots);
   for (int r = tid; r < L.rows; r += kThreads) {  // row r's value replaces warp 0's partial
-    float v = round_bf16(row_dot(dots, L.rows, r));
+    float v = row_dot(dots, L.rows, r);
+    if constexpr (kFp8W) v *= qkv_scale;
+    v = round_bf16(v);
     if (w.qkv_bias != nullptr) v = round_bf16(v + __bfloat162float(w.qkv_bias[matrix_row(i0 + r)]));
     dots[r] = v;
   }
@@ -620,22 +715,31 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   // count for the whole block (the kLanes-lane shuffles need every group of a warp); a slot u
   // that no group has a token for is skipped by all (t0 - grp is the same for every thread).
   // Heads past G read whatever lies in shared memory after q (finite) and are never stored.
-  float m[GM], l[GM], o[GM][8];
+  float m[GM], l[GM], o[GM][kDims];
   softmax_start(m, l, o);
   // Token t's k or v dims of this lane: the new token's from shared memory, a cached one from
   // the registers loaded for slot u, zeros past the split.
-  auto token_dims = [&](int t, const float* fresh, const Raw& cached, float f[8]) {
+  auto token_dims = [&](int t, const float* fresh, const Raw& cached, float (&f)[kDims]) {
     if (t == ctx - 1) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = fresh[sub * 8 + i];
+      for (int i = 0; i < kDims; ++i) f[i] = fresh[sub * kDims + i];
     } else if (t < end) {
-      if constexpr (kFp8)
+      if constexpr (kFp8 && kDims == 8) {
         e4m3x8_to_float(cached, f);
-      else
-        to_float8(cached, f);
+      } else if constexpr (kFp8) {
+        e4m3x4_to_float(cached, f);
+      } else {
+        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&cached);
+#pragma unroll
+        for (int i = 0; i < kDims / 2; ++i) {
+          const float2 v = __bfloat1622float2(pairs[i]);
+          f[2 * i] = v.x;
+          f[2 * i + 1] = v.y;
+        }
+      }
     } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = 0.f;
+      for (int i = 0; i < kDims; ++i) f[i] = 0.f;
     }
   };
   for (int t0 = start + grp; t0 - grp < end; t0 += kTokenGroups * kU) {
@@ -645,16 +749,20 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (u >= slots) break;
-      float kf[8];
+      float kf[kDims];
       token_dims(t0 + u * kTokenGroups, k_new, kv[u], kf);
 #pragma unroll
       for (int h = 0; h < GM; ++h) {
-        const float4 qa = reinterpret_cast<const float4*>(q + h * D + sub * 8)[0];
-        const float4 qb = reinterpret_cast<const float4*>(q + h * D + sub * 8)[1];
-        const float qf[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        const float4* qh = reinterpret_cast<const float4*>(q + h * D + sub * kDims);
         float dot = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) dot = fmaf(qf[i], kf[i], dot);
+        for (int i = 0; i < kDims / 4; ++i) {
+          const float4 qv = qh[i];
+          dot = fmaf(qv.x, kf[4 * i], dot);
+          dot = fmaf(qv.y, kf[4 * i + 1], dot);
+          dot = fmaf(qv.z, kf[4 * i + 2], dot);
+          dot = fmaf(qv.w, kf[4 * i + 3], dot);
+        }
         d[u][h] = warp_sum<kLanes>(dot);
       }
     }
@@ -664,7 +772,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (u >= mine) break;
-      float vf[8];
+      float vf[kDims];
       token_dims(t0 + u * kTokenGroups, v_new, vv[u], vf);
       softmax_add(m, l, o, d[u], vf);
     }
@@ -678,13 +786,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
       const float mx = fmaxf(m[h], mo);
       const float a = mx == -INFINITY ? 0.f : exp2f(m[h] - mx), b = mx == -INFINITY ? 0.f : exp2f(mo - mx);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) o[h][i] = o[h][i] * a + __shfl_xor_sync(0xffffffffu, o[h][i], off) * b;
+      for (int i = 0; i < kDims; ++i) o[h][i] = o[h][i] * a + __shfl_xor_sync(0xffffffffu, o[h][i], off) * b;
       m[h] = mx;
       l[h] = l[h] * a + lo * b;
     }
     if (h < G && lane < kLanes) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[(warp * G + h) * D + sub * 8 + i] = o[h][i];
+      for (int i = 0; i < kDims; ++i) acc[(warp * G + h) * D + sub * kDims + i] = o[h][i];
       if (lane == 0) {
         ml[(warp * G + h) * 2] = m[h];
         ml[(warp * G + h) * 2 + 1] = l[h];
@@ -726,30 +834,34 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 
 // h[r] += x W^T [r] for this CTA's rows (o_proj with x = attn, down with x = act).
 // ss_out (not null): this CTA's sum of the squares of the rows it wrote, at ss_out[blockIdx.x].
-// kStream: the weight rows are streamed through `stages` stages (ring_dots); a template so that
-// the whole-share kernel's code (and registers) stay as they are without it.
-template <bool kStream>
-__global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_in, int k, const bf16* w, int n,
+// kStream: the weight rows are streamed through `stages` stages in `parts` k parts (ring_dots); a
+// template so that the whole-share kernel's code (and registers) stay as they are without it.
+// kFp8W: the weights are E4M3 codes with a scale per row (w.scale).
+template <bool kStream, bool kFp8W>
+__global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_in, int k, FusedWeight w, int n,
                                                                  bf16* h, float* ss_out, int flags, int stages,
-                                                                 unsigned long long* trace_base, int trace_kernel) {
+                                                                 int parts, unsigned long long* trace_base,
+                                                                 int trace_kernel) {
   extern __shared__ __align__(128) char smem[];
   const Tracer trace(trace_base, trace_kernel);
   int r0, r1;
   my_rows(n, &r0, &r1);
   const int rows = r1 - r0, max_rows = ceil_div(n, int(gridDim.x));
-  const ProjLayout L = proj_layout(max_rows, k, max_rows, false, kStream ? stages : 0);
-  bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
+  const ProjLayout L = proj_layout(max_rows, k, max_rows, false, kStream ? stages : 0, parts, kFp8W);
+  char* ws = smem + L.w;
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* res = reinterpret_cast<float*>(smem + L.res);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
-  auto src = [&](int i) { return w + size_t(r0 + i) * k; };
+  const FusedWeight wt = w;  // (a copy for the lambdas: capturing the parameter cost registers)
+  auto src = [&](int i) { return weight_row<kFp8W>(wt, r0 + i, k); };
+  const float scale0 = early_scale<kFp8W>(wt, int(threadIdx.x) < rows, r0 + threadIdx.x);
   Ring ring{};
   if constexpr (kStream) {
-    ring = make_ring(smem, L, stages, k, rows);
+    ring = make_ring(smem, L, stages, parts, k, rows, kFp8W);
     ring_start(ring, src, flags);
   } else {
-    copy_rows(ws, k, rows, src, bar, flags);
+    copy_rows(ws, k, kFp8W, rows, src, bar, flags);
   }
   wait_inputs(flags);
   trace.mark(kTraceWaited);
@@ -757,15 +869,20 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   load_vector(x_in, k, x);
   trace.mark(kTraceInputs);
   if constexpr (kStream) {
-    ring_dots(ring, src, x, dots, flags);
+    ring_dots<kFp8W>(ring, src, x, dots, flags);
   } else {
     mbar_wait(bar, 0);
     trace.mark(kTraceWeights);
-    block_dots(ws, x, rows, k, dots);
+    if constexpr (kFp8W)
+      block_dots_fp8(ws, x, rows, k, dots);
+    else
+      block_dots(reinterpret_cast<const bf16*>(ws), x, rows, k, dots);
   }
   float sq = 0.f;
   for (int r = threadIdx.x; r < rows; r += kThreads) {
-    const bf16 v = __float2bfloat16(res[r] + round_bf16(row_dot(dots, rows, r)));  // the residual is kept in bf16
+    float y = row_dot(dots, rows, r);
+    if constexpr (kFp8W) y *= r == int(threadIdx.x) ? scale0 : w.scale[r0 + r];
+    const bf16 v = __float2bfloat16(res[r] + round_bf16(y));  // the residual is kept in bf16
     h[r0 + r] = v;
     sq += __bfloat162float(v) * __bfloat162float(v);
   }
@@ -785,32 +902,35 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
 
 // act[r] = silu(x W_gate^T [r]) * (x W_up^T [r]) with x = rmsnorm(h), for this CTA's rows.
 // ss (not null): the published sums of squares of h, `parts` of them.
-// kStream: as residual_proj_kernel.
-template <bool kStream>
+// kStream, kFp8W: as residual_proj_kernel.
+template <bool kStream, bool kFp8W>
 __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const float* ss, int parts,
-                                                           const bf16* norm_w, int hidden, const bf16* gate_up,
+                                                           const bf16* norm_w, int hidden, FusedWeight gate_up,
                                                            int inter, bf16* act, float eps, int flags, int stages,
-                                                           unsigned long long* trace_base) {
+                                                           int k_parts, unsigned long long* trace_base) {
   extern __shared__ __align__(128) char smem[];
   const Tracer trace(trace_base, 2);
   int r0, r1;
   my_rows(inter, &r0, &r1);
   const int rows = r1 - r0;
-  const ProjLayout L = proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0, true, kStream ? stages : 0);
-  bf16* ws = reinterpret_cast<bf16*>(smem + L.w);
+  const ProjLayout L =
+      proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0, true, kStream ? stages : 0, k_parts, kFp8W);
+  char* ws = smem + L.w;
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   float* red = reinterpret_cast<float*>(smem + L.red);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
-  auto src = [&](int i) {  // gate rows, then the matching up rows
-    return gate_up + size_t(i < rows ? r0 + i : inter + r0 + i - rows) * hidden;
-  };
+  auto matrix_row = [&](int i) { return i < rows ? r0 + i : inter + r0 + i - rows; };  // gate rows, then up rows
+  auto src = [&](int i) { return weight_row<kFp8W>(gate_up, matrix_row(i), hidden); };
+  const bool my_row = int(threadIdx.x) < rows;
+  const float gate_scale0 = early_scale<kFp8W>(gate_up, my_row, r0 + threadIdx.x),
+              up_scale0 = early_scale<kFp8W>(gate_up, my_row, inter + r0 + threadIdx.x);
   Ring ring{};
   if constexpr (kStream) {
-    ring = make_ring(smem, L, stages, hidden, 2 * rows);
+    ring = make_ring(smem, L, stages, k_parts, hidden, 2 * rows, kFp8W);
     ring_start(ring, src, flags);
   } else {
-    copy_rows(ws, hidden, 2 * rows, src, bar, flags);
+    copy_rows(ws, hidden, kFp8W, 2 * rows, src, bar, flags);
   }
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
   stage(norm_s, norm_w, hidden * 2);
@@ -820,15 +940,24 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   load_normed_any(h, ss, parts, norm_s, hidden, eps, x, red);
   trace.mark(kTraceInputs);
   if constexpr (kStream) {
-    ring_dots(ring, src, x, dots, flags);
+    ring_dots<kFp8W>(ring, src, x, dots, flags);
   } else {
     mbar_wait(bar, 0);
     trace.mark(kTraceWeights);
-    block_dots(ws, x, 2 * rows, hidden, dots);
+    if constexpr (kFp8W)
+      block_dots_fp8(ws, x, 2 * rows, hidden, dots);
+    else
+      block_dots(reinterpret_cast<const bf16*>(ws), x, 2 * rows, hidden, dots);
   }
-  for (int r = threadIdx.x; r < rows; r += kThreads)
-    act[r0 + r] = __float2bfloat16(
-        silu_mul_one(round_bf16(row_dot(dots, 2 * rows, r)), round_bf16(row_dot(dots, 2 * rows, rows + r))));
+  for (int r = threadIdx.x; r < rows; r += kThreads) {
+    float g = row_dot(dots, 2 * rows, r), u = row_dot(dots, 2 * rows, rows + r);
+    if constexpr (kFp8W) {
+      const bool mine = r == int(threadIdx.x);
+      g *= mine ? gate_scale0 : gate_up.scale[r0 + r];
+      u *= mine ? up_scale0 : gate_up.scale[inter + r0 + r];
+    }
+    act[r0 + r] = __float2bfloat16(silu_mul_one(round_bf16(g), round_bf16(u)));
+  }
   trace.end();
 }
 
@@ -836,44 +965,63 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
 
 // The shared memory of a projection kernel of n rows with k inputs on `grid` CTAs (pairs: gate
 // and up rows, which update no residual): the whole share when it fits in max_smem (stages 0),
-// else as many streamed stages as fit, up to the tiles there are (stages -1: not even two fit).
+// else as many streamed stages of tiles of at most tile_k values as fit in stream_smem, up to the
+// tiles there are (stages -1: not even two fit).
 struct ProjSmem {
   size_t bytes;
-  int stages;
+  int stages, parts;
 };
-ProjSmem proj_smem(int n, int k, int grid, bool pairs, size_t max_smem) {
-  const int rows = ceil_div(n, grid), share = pairs ? 2 * rows : rows;
+ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem, size_t stream_smem, int tile_k) {
+  const int rows = ceil_div(n, grid), share = pairs ? 2 * rows : rows, parts = stream_parts(k, tile_k, fp8);
   auto layout = [&](int stages) {
-    return pairs ? proj_layout(share, k, 0, true, stages) : proj_layout(rows, k, rows, false, stages);
+    return pairs ? proj_layout(share, k, 0, true, stages, parts, fp8)
+                 : proj_layout(rows, k, rows, false, stages, parts, fp8);
   };
-  if (layout(0).total <= max_smem) return {layout(0).total, 0};
-  int stages = std::min(kMaxStages, ceil_div(share, kTileRows) * stream_parts(k));
-  while (stages >= 2 && layout(stages).total > max_smem) --stages;
-  return stages >= 2 ? ProjSmem{layout(stages).total, stages} : ProjSmem{0, -1};
+  if (layout(0).total <= max_smem) return {layout(0).total, 0, 1};
+  int stages = std::min(kMaxStages, ceil_div(share, kTileRows) * parts);
+  while (stages >= 2 && layout(stages).total > stream_smem) --stages;
+  return stages >= 2 ? ProjSmem{layout(stages).total, stages, parts} : ProjSmem{0, -1, 0};
 }
 
 size_t attention_smem(const FusedDecodeShape& s, int cluster) {
-  return attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim).total;
+  return attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim, s.fp8_weights).total;
+}
+
+// The projection kernels' instantiations: streamed or whole shares, bf16 or E4M3 weights.
+using ResidualKernel = void (*)(const bf16*, int, FusedWeight, int, bf16*, float*, int, int, int, unsigned long long*,
+                                int);
+using GateUpKernel = void (*)(const bf16*, const float*, int, const bf16*, int, FusedWeight, int, bf16*, float, int,
+                              int, int, unsigned long long*);
+ResidualKernel residual_for(bool stream, bool fp8) {
+  return stream ? (fp8 ? residual_proj_kernel<true, true> : residual_proj_kernel<true, false>)
+                : (fp8 ? residual_proj_kernel<false, true> : residual_proj_kernel<false, false>);
+}
+GateUpKernel gate_up_for(bool stream, bool fp8) {
+  return stream ? (fp8 ? gate_up_kernel<true, true> : gate_up_kernel<true, false>)
+                : (fp8 ? gate_up_kernel<false, true> : gate_up_kernel<false, false>);
 }
 
 // The attention kernel for a shape: head_dim 64 or 128, the group's heads held as the next of
-// 1, 2, 4, 8 (fused_decode_plan has checked both).
+// 1, 2, 4, 8 (fused_decode_plan has checked both), the cache element, the weights' type.
 using AttentionKernel = void (*)(FusedDecodeShape, FusedDecodeStep, FusedDecodeLayer, int, int);
-template <int D, typename T>
+template <int D, typename T, bool kFp8W>
 AttentionKernel attention_for(int group) {
-  return group == 1   ? attention_kernel<D, 1, T>
-         : group == 2 ? attention_kernel<D, 2, T>
-         : group <= 4 ? attention_kernel<D, 4, T>
-                      : attention_kernel<D, 8, T>;
+  return group == 1   ? attention_kernel<D, 1, T, kFp8W>
+         : group == 2 ? attention_kernel<D, 2, T, kFp8W>
+         : group <= 4 ? attention_kernel<D, 4, T, kFp8W>
+                      : attention_kernel<D, 8, T, kFp8W>;
+}
+template <typename T, bool kFp8W>
+AttentionKernel attention_for(int group, int head_dim) {
+  return head_dim == 64 ? attention_for<64, T, kFp8W>(group) : attention_for<128, T, kFp8W>(group);
 }
 template <typename T>
-AttentionKernel attention_for(int group, int head_dim) {
-  return head_dim == 64 ? attention_for<64, T>(group) : attention_for<128, T>(group);
-}
 AttentionKernel attention_for(const FusedDecodeShape& s) {
   const int group = s.num_heads / s.num_kv_heads;
-  return s.kv_dtype == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3>(group, s.head_dim)
-                                         : attention_for<bf16>(group, s.head_dim);
+  return s.fp8_weights ? attention_for<T, true>(group, s.head_dim) : attention_for<T, false>(group, s.head_dim);
+}
+AttentionKernel attention_for(const FusedDecodeShape& s) {
+  return s.kv_dtype == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3>(s) : attention_for<bf16>(s);
 }
 
 cudaLaunchAttribute cluster_attr(int cluster) {
@@ -887,7 +1035,7 @@ cudaLaunchAttribute cluster_attr(int cluster) {
 
 }  // namespace
 
-FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, const FusedStreaming& streaming) {
   FusedDecodePlan p;
   p.shape = s;
   auto no = [&](const char* why) {
@@ -900,6 +1048,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
   if (group < 1 || group > kMaxGroup) return no("q heads per kv head not 1 to 8");
   const AttentionKernel attention = attention_for(s);
   if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0) return no("hidden or intermediate size not a multiple of 32");
+  if (s.fp8_weights && (s.hidden % 64 != 0 || s.intermediate % 64 != 0))
+    return no("FP8 weights with a hidden or intermediate size not a multiple of 64");
   if (s.block_size < 1) return no("block size below 1");
   int device = 0, major = 0, max_smem = 0, sm_smem = 0, reserved = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -911,33 +1061,13 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
   if (major < 9) return no("needs sm_90 or newer (clusters, TMA)");
   p.grid = std::min(sms, kFusedSsParts);
   const int H = s.hidden, I = s.intermediate, D = s.head_dim, q_size = s.num_heads * D;
-  const ProjSmem o = proj_smem(H, q_size, std::min(H, sms), false, max_smem),
-                 gu = proj_smem(I, H, std::min(I, sms), true, max_smem),
-                 down = proj_smem(H, I, std::min(H, sms), false, max_smem);
-  if (o.stages < 0 || gu.stages < 0 || down.stages < 0)
-    return no("not even two streamed tiles of a projection fit in shared memory");
-  p.stages[1] = o.stages;
-  p.stages[2] = gu.stages;
-  p.stages[3] = down.stages;
-  // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,
-  // 60 registers for Qwen3-0.6B) fit four to an SM that gate_up has left: such SMs pull four
-  // weight shares through one port and finish last. Sized past a third of the SM, at most two
-  // share one: 0.666 vs 0.699 ms GPU a step on the H100 (bench/NOTES.md, tenth session). Three
-  // to an SM gave 0.675, one 0.730; the same cap on o_proj made the step slower.
-  const size_t two_per_sm = align_up(size_t(sm_smem) / 3 - size_t(reserved) + 1, 16);
-  p.smem[1] = o.bytes;
-  p.smem[2] = gu.bytes;
-  p.smem[3] = std::min(size_t(max_smem), std::max(down.bytes, two_per_sm));
-  for (auto* f : {residual_proj_kernel<false>, residual_proj_kernel<true>})
-    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(std::max(p.smem[1], p.smem[3]))));
-  for (auto* f : {gate_up_kernel<false>, gate_up_kernel<true>})
-    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[2])));
   // One shared-memory carveout for all the kernels: an SM runs CTAs of different carveouts only
   // after draining, which would undo the overlap PDL gives.
-  for (const void* f :
-       {reinterpret_cast<const void*>(attention), reinterpret_cast<const void*>(residual_proj_kernel<false>),
-        reinterpret_cast<const void*>(residual_proj_kernel<true>), reinterpret_cast<const void*>(gate_up_kernel<false>),
-        reinterpret_cast<const void*>(gate_up_kernel<true>)})
+  const ResidualKernel o_kernel = residual_for(false, s.fp8_weights), o_stream = residual_for(true, s.fp8_weights);
+  const GateUpKernel gu_kernel = gate_up_for(false, s.fp8_weights), gu_stream = gate_up_for(true, s.fp8_weights);
+  for (const void* f : {reinterpret_cast<const void*>(attention), reinterpret_cast<const void*>(o_kernel),
+                        reinterpret_cast<const void*>(o_stream), reinterpret_cast<const void*>(gu_kernel),
+                        reinterpret_cast<const void*>(gu_stream)})
     CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   // Clusters of 16 CTAs (non-portable, but H100 has them) put ~one CTA per SM on the attention
   // kernel's weights and context; 8 where 16 cannot be scheduled.
@@ -948,8 +1078,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
     // from the threads of its first C dims.
     if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 || D < cluster)
       continue;
-    p.smem[0] = std::min(size_t(max_smem), smem);
-    CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[0])));
+    CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(s.num_kv_heads * cluster);
@@ -965,10 +1094,42 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster) {
     }
     if (active >= 1) {
       p.cluster = cluster;
-      return p;
+      p.smem[0] = smem;
+      break;
     }
   }
-  return no("no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
+  if (p.cluster == 0) return no("no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
+
+  // The projections. A streamed one takes all the shared memory a CTA may have (the most stages
+  // in flight) unless FusedStreaming::smem says less. Half an SM, which lets the next kernel's CTA
+  // launch beside it, measured mixed on the H100 (batch 1, tiles of 1,024; half vs all):
+  // Qwen3-1.7B 1.645 vs 1.699 ms a step, TinyLlama 1.031 vs 0.975, Llama-3.2-1B 1.180 vs 1.163 in
+  // one call and 1.169 vs 1.187 in another (bench/NOTES.md).
+  const size_t stream_smem = std::min(size_t(max_smem), streaming.smem > 0 ? streaming.smem : size_t(max_smem));
+  auto size = [&](int n, int k, bool pairs) {
+    return proj_smem(n, k, std::min(n, sms), pairs, s.fp8_weights, max_smem, stream_smem, streaming.tile_k);
+  };
+  const ProjSmem down = size(H, I, false), gu = size(I, H, true), o = size(H, q_size, false);
+  // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,
+  // 60 registers for Qwen3-0.6B) fit four to an SM that gate_up has left: such SMs pull four
+  // weight shares through one port and finish last. Sized past a third of the SM, at most two
+  // share one: 0.666 vs 0.699 ms GPU a step on the H100 (bench/NOTES.md, tenth session). Three
+  // to an SM gave 0.675, one 0.730; the same cap on o_proj made the step slower.
+  const size_t two_per_sm = align_up(size_t(sm_smem) / 3 - size_t(reserved) + 1, 16);
+  p.smem[3] = std::min(size_t(max_smem), std::max(down.bytes, two_per_sm));
+  if (o.stages < 0 || gu.stages < 0 || down.stages < 0)
+    return no("not even two streamed tiles of a projection fit in shared memory");
+  for (const auto& [i, k] : {std::pair{1, o}, std::pair{2, gu}, std::pair{3, down}}) {
+    p.stages[i] = k.stages;
+    p.parts[i] = k.parts;
+  }
+  p.smem[1] = o.bytes;
+  p.smem[2] = gu.bytes;
+  for (ResidualKernel f : {o_kernel, o_stream})
+    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(std::max(p.smem[1], p.smem[3]))));
+  for (GateUpKernel f : {gu_kernel, gu_stream})
+    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[2])));
+  return p;
 }
 
 void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, const FusedDecodeLayer& w,
@@ -991,16 +1152,17 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
               "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
   launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
               p.smem[0], stream, s, sta, w, flags, grid_h);
-  launch_pdl(p.stages[1] > 0 ? residual_proj_kernel<true> : residual_proj_kernel<false>, dim3(grid_h), dim3(kThreads),
-             p.smem[1], stream,
-             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, p.stages[1], st.trace, 1);
-  launch_pdl(p.stages[2] > 0 ? gate_up_kernel<true> : gate_up_kernel<false>, dim3(grid_i), dim3(kThreads), p.smem[2],
-             stream,
+  const bool fp8 = s.fp8_weights;
+  NVLLM_CHECK((w.qkv.scale != nullptr) == fp8 && (w.o_proj.scale != nullptr) == fp8 &&
+                  (w.gate_up.scale != nullptr) == fp8 && (w.down.scale != nullptr) == fp8,
+              "internal: fused decode planned for other weights (bf16 vs FP8) than the layer's");
+  launch_pdl(residual_for(p.stages[1] > 0, fp8), dim3(grid_h), dim3(kThreads), p.smem[1], stream,
+             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, p.stages[1], p.parts[1], st.trace, 1);
+  launch_pdl(gate_up_for(p.stages[2] > 0, fp8), dim3(grid_i), dim3(kThreads), p.smem[2], stream,
              static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post), grid_h, w.post_norm, H, w.gate_up,
-             I, st.act, st.eps, flags, p.stages[2], st.trace);
-  launch_pdl(p.stages[3] > 0 ? residual_proj_kernel<true> : residual_proj_kernel<false>, dim3(grid_h), dim3(kThreads),
-             p.smem[3], stream,
-             static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, p.stages[3], st.trace, 3);
+             I, st.act, st.eps, flags, p.stages[2], p.parts[2], st.trace);
+  launch_pdl(residual_for(p.stages[3] > 0, fp8), dim3(grid_h), dim3(kThreads), p.smem[3], stream,
+             static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, p.stages[3], p.parts[3], st.trace, 3);
 }
 
 }  // namespace nvllm::kernels

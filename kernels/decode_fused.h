@@ -1,6 +1,7 @@
 // Batch-1 decode as four fused kernels per layer (decode_fused.cu): attention (norm, qkv, rope,
 // cache write, attention over a thread-block cluster), o_proj + residual, norm + gate_up + silu,
-// down + residual, chained with PDL.
+// down + residual, chained with PDL. A projection's weights are copied whole into shared memory or,
+// where a CTA's share does not fit, streamed through it in tiles.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +16,14 @@ namespace nvllm::kernels {
 struct FusedDecodeShape {
   int hidden, intermediate, num_heads, num_kv_heads, head_dim, block_size;
   KvDtype kv_dtype = KvDtype::kBf16;  // the attention kernel reads (and writes) this cache type
+  bool fp8_weights = false;           // the projections' weights are E4M3 codes, a scale per row
+};
+
+// How a projection whose CTA share does not fit in shared memory streams it: the shared memory
+// such a CTA may take (0: all a CTA may have) and the most k values of a tile (16 rows).
+struct FusedStreaming {
+  size_t smem = 0;
+  int tile_k = 1024;
 };
 
 // How the fused path runs on this device; cluster == 0 when it does not apply (`why` says why).
@@ -29,12 +38,25 @@ struct FusedDecodePlan {
   // in shared memory and is copied whole before the kernel waits for its inputs; else the number
   // of shared-memory stages its weight tiles stream through.
   int stages[4] = {};
+  int parts[4] = {};  // streamed: the k parts of a row's tiles
   const char* why = nullptr;
+};
+
+// A projection's weights [n, k]: bf16 rows (scale null), or E4M3 codes with one fp32 scale per
+// row, y = (x . codes) * scale (the plan's fp8_weights).
+struct FusedWeight {
+  const void* w = nullptr;
+  const float* scale = nullptr;
 };
 
 // One layer's weights and caches (of the plan's kv_dtype).
 struct FusedDecodeLayer {
-  const bf16 *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o_proj, *post_norm, *gate_up, *down;
+  const bf16* input_norm;
+  FusedWeight qkv;
+  const bf16 *qkv_bias, *q_norm, *k_norm;
+  FusedWeight o_proj;
+  const bf16* post_norm;
+  FusedWeight gate_up, down;
   KvCache kv;
 };
 
@@ -75,11 +97,13 @@ static_assert(kTraceClockEnd < kFusedTraceFields);
 // Trace words of one layer (four kernels).
 constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTraceFields;
 
-// Checks the model and device (head_dim 128, 1, 2 or 4 q heads per kv head, sm_90+,
-// a CTA's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable) and prepares the
-// kernels. Throws only on CUDA errors.
+// Checks the model and device (head_dim 64 or 128, 1 to 8 q heads per kv head, sm_90+, the
+// attention kernel's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable), sizes
+// the projections' shared memory (whole shares, or streamed tiles) and prepares the kernels.
+// Throws only on CUDA errors.
 // `max_cluster` (16 or 8) caps the attention kernel's cluster: tests run both sizes.
-FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape, int max_cluster = 16);
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape, int max_cluster = 16,
+                                  const FusedStreaming& streaming = {});
 // One layer of one decode token: h = layer(h), the new k/v written to the cache. Four kernels,
 // launched with PDL.
 void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,

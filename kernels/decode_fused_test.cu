@@ -5,9 +5,11 @@
 // double, with bf16 rounding where the kernels store bf16; the check is the bf16 tolerance.
 // Over an FP8 cache too: the new k and v must be written as their E4M3 codes (as the CPU runner
 // makes them from the same values), and the attention must read every token, the new one
-// included, as code * scale.
+// included, as code * scale. With FP8 weights (codes and a scale per row) the reference
+// multiplies by code * scale. Layers too large for shared memory stream their weights.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -25,32 +27,61 @@ namespace {
 constexpr int kHiddenSmall = 1024, kInterSmall = 2048, kKvHeads = 2, kBlock = 16, kContext = 100;
 constexpr float kEps = 1e-6f;
 
-struct Layer {
-  int hidden, inter;
-  std::vector<bf16> input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
+// A projection's weights [n, k]: bf16, or (fp8) their E4M3 codes with a scale per row as
+// --quantization fp8 makes them (amax / 448); `ref` is what the reference multiplies by.
+struct Proj {
+  std::vector<bf16> w;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales, ref;
 };
 
-Layer random_layer(std::mt19937& rng, int num_heads, int head_dim, int hidden, int inter) {
+Proj make_proj(std::vector<bf16> w, int n, bool fp8) {
+  Proj p{std::move(w), {}, {}, {}};
+  const size_t k = p.w.size() / n;
+  p.ref.resize(p.w.size());
+  for (size_t i = 0; i < p.w.size(); ++i) p.ref[i] = to_f(p.w[i]);
+  if (!fp8) return p;
+  p.codes.resize(p.w.size());
+  p.scales.resize(n);
+  for (int r = 0; r < n; ++r) {
+    float amax = 0.f;
+    for (size_t c = 0; c < k; ++c) amax = std::max(amax, std::abs(p.ref[r * k + c]));
+    p.scales[r] = amax / 448.f;
+    for (size_t c = 0; c < k; ++c) {
+      const size_t i = r * k + c;
+      p.codes[i] = f32_to_f8e4m3(p.ref[i] / p.scales[r]);
+      p.ref[i] = f8e4m3_to_f32(p.codes[i]) * p.scales[r];
+    }
+  }
+  return p;
+}
+
+struct Layer {
+  int hidden, inter;
+  std::vector<bf16> input_norm, q_norm, k_norm, post_norm;
+  Proj qkv, o_proj, gate_up, down;
+};
+
+Layer random_layer(std::mt19937& rng, int num_heads, int head_dim, int hidden, int inter, bool fp8) {
   const int qkv_rows = (num_heads + 2 * kKvHeads) * head_dim;
-  return {hidden,
-          inter,
-          random_bf16(rng, hidden, 0.5f, 1.5f),
-          random_bf16(rng, size_t(qkv_rows) * hidden, -0.05f, 0.05f),
-          random_bf16(rng, head_dim, 0.5f, 1.5f),
-          random_bf16(rng, head_dim, 0.5f, 1.5f),
-          random_bf16(rng, size_t(hidden) * num_heads * head_dim, -0.05f, 0.05f),
-          random_bf16(rng, hidden, 0.5f, 1.5f),
-          random_bf16(rng, size_t(2 * inter) * hidden, -0.05f, 0.05f),
-          random_bf16(rng, size_t(hidden) * inter, -0.03f, 0.03f)};
+  Layer l{hidden, inter, random_bf16(rng, hidden, 0.5f, 1.5f), {}, {}, {}, {}, {}, {}, {}};
+  l.qkv = make_proj(random_bf16(rng, size_t(qkv_rows) * hidden, -0.05f, 0.05f), qkv_rows, fp8);
+  l.q_norm = random_bf16(rng, head_dim, 0.5f, 1.5f);
+  l.k_norm = random_bf16(rng, head_dim, 0.5f, 1.5f);
+  l.o_proj = make_proj(random_bf16(rng, size_t(hidden) * num_heads * head_dim, -0.05f, 0.05f), hidden, fp8);
+  l.post_norm = random_bf16(rng, hidden, 0.5f, 1.5f);
+  l.gate_up = make_proj(random_bf16(rng, size_t(2 * inter) * hidden, -0.05f, 0.05f), 2 * inter, fp8);
+  l.down = make_proj(random_bf16(rng, size_t(hidden) * inter, -0.03f, 0.03f), hidden, fp8);
+  return l;
 }
 
 // y[r] = sum_i x[i] * w[r, i] over rows r < n, in double.
-std::vector<float> matvec(const std::vector<float>& x, const std::vector<bf16>& w, int n) {
+std::vector<float> matvec(const std::vector<float>& x, const Proj& w, int n) {
   const size_t k = x.size();
   std::vector<float> y(n);
   for (int r = 0; r < n; ++r) {
     double acc = 0;
-    for (size_t i = 0; i < k; ++i) acc += double(x[i]) * to_f(w[r * k + i]);
+    for (size_t i = 0; i < k; ++i) acc += double(x[i]) * w.ref[r * k + i];
     y[r] = float(acc);
   }
   return y;
@@ -124,33 +155,54 @@ void finish_layer(const Layer& w, int num_heads, int head_dim, const std::vector
   for (int i = 0; i < hidden; ++i) e.h.push_back(round_bf(h1[i] + round_bf(d[i])));
 }
 
-// hidden and intermediate: a layer whose CTA shares of gate_up and down do not fit in shared
-// memory streams them (FusedDecodePlan::stages); the test expects it where it says so.
-void check_layer(int head_dim, int group, int max_cluster, bool fp8 = false, int hidden = kHiddenSmall,
-                 int inter = kInterSmall, bool gate_up_streamed = false, bool down_streamed = false) {
+// One case: the attention's shape and cluster cap, an FP8 cache (fp8_kv) and FP8 weights, the
+// layer's sizes; a layer whose CTA shares of gate_up or down do not fit in shared memory streams
+// them (FusedDecodePlan::stages), and the test expects it where it says so.
+struct Case {
+  int head_dim, group, max_cluster = 16;
+  bool fp8_kv = false, fp8_weights = false;
+  int hidden = kHiddenSmall, inter = kInterSmall;
+  bool gate_up_streamed = false, down_streamed = false;
+};
+
+void check_layer(const Case& t) {
+  const int head_dim = t.head_dim, group = t.group, max_cluster = t.max_cluster, hidden = t.hidden, inter = t.inter;
+  const bool fp8 = t.fp8_kv;
   const int num_heads = group * kKvHeads, q_size = num_heads * head_dim, kv_size = kKvHeads * head_dim;
-  const FusedDecodePlan plan = fused_decode_plan(
-      {hidden, inter, num_heads, kKvHeads, head_dim, kBlock, fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16}, max_cluster);
+  const FusedDecodePlan plan =
+      fused_decode_plan({hidden, inter, num_heads, kKvHeads, head_dim, kBlock,
+                         fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16, t.fp8_weights},
+                        max_cluster);
   if (plan.cluster == 0) {
     MESSAGE("fused decode does not apply here (", std::string(plan.why), "): head_dim ", head_dim, " group ", group,
             " cluster <= ", max_cluster);
     return;
   }
   CHECK(plan.stages[1] == 0);  // o_proj
-  CHECK((plan.stages[2] > 0) == gate_up_streamed);
-  CHECK((plan.stages[3] > 0) == down_streamed);
+  CHECK((plan.stages[2] > 0) == t.gate_up_streamed);
+  CHECK((plan.stages[3] > 0) == t.down_streamed);
   if (plan.cluster != max_cluster) MESSAGE("cluster ", max_cluster, " does not fit here; testing ", plan.cluster);
   std::mt19937 rng(100000 * head_dim + 1000 * group + max_cluster);
-  const Layer w = random_layer(rng, num_heads, head_dim, hidden, inter);
+  const Layer w = random_layer(rng, num_heads, head_dim, hidden, inter, t.fp8_weights);
   const std::vector<bf16> h_in = random_bf16(rng, hidden, -1.f, 1.f);
   PagedCache cache = make_cache(rng, {kContext}, kKvHeads, head_dim, kBlock);
   const int pos = kContext - 1, slot = cache.block_tables[pos / kBlock] * kBlock + pos % kBlock;
   std::vector<float> inv_freq(head_dim / 2);
   for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = float(1.0 / std::pow(1e6, 2.0 * i / head_dim));
 
-  DeviceBuffer<bf16> d_in_norm(w.input_norm), d_qkv(w.qkv), d_qn(w.q_norm), d_kn(w.k_norm), d_o(w.o_proj),
-      d_post(w.post_norm), d_gu(w.gate_up), d_down(w.down), d_k(cache.k), d_v(cache.v), d_h(h_in),
-      d_attn(static_cast<size_t>(q_size)), d_act(static_cast<size_t>(inter));
+  DeviceBuffer<bf16> d_in_norm(w.input_norm), d_qn(w.q_norm), d_kn(w.k_norm), d_post(w.post_norm), d_k(cache.k),
+      d_v(cache.v), d_h(h_in), d_attn(static_cast<size_t>(q_size)), d_act(static_cast<size_t>(inter));
+  // Each projection on the device as the kernels read it: bf16 rows, or codes and row scales.
+  struct DeviceProj {
+    DeviceBuffer<bf16> w;
+    DeviceBuffer<uint8_t> codes;
+    DeviceBuffer<float> scales;
+    explicit DeviceProj(const Proj& p) : w(p.w), codes(p.codes), scales(p.scales) {}
+    FusedWeight view() const {
+      return scales.size() > 0 ? FusedWeight{codes.get(), scales.get()} : FusedWeight{w.get(), nullptr};
+    }
+  };
+  const DeviceProj d_qkv(w.qkv), d_o(w.o_proj), d_gu(w.gate_up), d_down(w.down);
   const std::vector<int32_t> step_ints = {pos, slot, kContext};
   DeviceBuffer<int32_t> d_step(step_ints), d_table(cache.block_tables);
   DeviceBuffer<float> d_freq(inv_freq), d_ss(static_cast<size_t>(2 * kFusedSsParts));
@@ -163,13 +215,14 @@ void check_layer(int head_dim, int group, int max_cluster, bool fp8 = false, int
   const std::vector<float> k_scale = {1.f / 64, 1.f / 100}, v_scale = {1.f / 150, 1.f / 32};
   const Fp8Cache c8 = make_fp8(cache, k_scale, v_scale);
   const KvCache kv = fp8 ? c8.view() : KvCache{d_k.get(), d_v.get()};  // (nvcc 13's cicc crashes on this inline)
-  const FusedDecodeLayer layer{d_in_norm.get(), d_qkv.get(), nullptr,      d_qn.get(), d_kn.get(), d_o.get(),
-                               d_post.get(),    d_gu.get(),  d_down.get(), kv};
+  const FusedDecodeLayer layer{d_in_norm.get(), d_qkv.view(), nullptr,     d_qn.get(), d_kn.get(), d_o.view(),
+                               d_post.get(),    d_gu.view(),  d_down.view(), kv};
   fused_decode_layer(plan, st, layer, nullptr);
 
   std::vector<float> h_f(hidden);
   for (int i = 0; i < hidden; ++i) h_f[i] = to_f(h_in[i]);
   INFO("head_dim ", head_dim, ", group ", group, ", cluster ", plan.cluster, std::string(fp8 ? ", fp8" : ", bf16"),
+       std::string(t.fp8_weights ? " KV, fp8 weights" : " KV, bf16 weights"),
        ", hidden ", hidden, ", intermediate ", inter, ", stages ", plan.stages[1], " ", plan.stages[2], " ",
        plan.stages[3]);
   if (fp8) {
@@ -238,13 +291,24 @@ void check_layer(int head_dim, int group, int max_cluster, bool fp8 = false, int
 TEST_CASE("gpu.kernels.decode_fused one layer matches the CPU reference at each head_dim, group and cluster size") {
   for (int head_dim : {64, 128})
     for (int group = 1; group <= 8; ++group)
-      for (int cluster : {16, 8}) check_layer(head_dim, group, cluster);
+      for (int cluster : {16, 8}) check_layer({.head_dim = head_dim, .group = group, .max_cluster = cluster});
 }
 
 TEST_CASE("gpu.kernels.decode_fused one layer over an FP8 cache matches the CPU reference on its codes") {
   for (int head_dim : {64, 128})
     for (int group : {1, 3, 4, 7, 8})
-      for (int cluster : {16, 8}) check_layer(head_dim, group, cluster, true);
+      for (int cluster : {16, 8})
+        check_layer({.head_dim = head_dim, .group = group, .max_cluster = cluster, .fp8_kv = true});
+}
+
+// E4M3 codes with a scale per row (--quantization fp8) in every projection: the reference
+// multiplies by code * scale.
+TEST_CASE("gpu.kernels.decode_fused one layer with FP8 weights matches the CPU reference on their codes") {
+  for (int head_dim : {64, 128})
+    for (int group : {1, 4, 7})
+      for (int cluster : {16, 8})
+        check_layer({.head_dim = head_dim, .group = group, .max_cluster = cluster, .fp8_weights = true});
+  check_layer({.head_dim = 128, .group = 2, .fp8_kv = true, .fp8_weights = true});
 }
 
 // Layers whose CTA shares exceed shared memory stream them through the stages, row groups of 16
@@ -252,12 +316,20 @@ TEST_CASE("gpu.kernels.decode_fused one layer over an FP8 cache matches the CPU 
 // head: gate_up's 126 rows of 2,048 and down's 16 of 8,192), TinyLlama's (5,632, group 8: gate_up
 // only; down's 16 rows of 5,632 fit), Qwen3-1.7B's over an FP8 cache (6,144: gate_up).
 TEST_CASE("gpu.kernels.decode_fused streams the weights of layers too large for shared memory") {
-  check_layer(64, 4, 16, false, 2048, 8192, true, true);
-  check_layer(64, 8, 16, false, 2048, 5632, true, false);
-  check_layer(128, 2, 16, true, 2048, 6144, true, false);
+  check_layer({.head_dim = 64, .group = 4, .hidden = 2048, .inter = 8192, .gate_up_streamed = true,
+               .down_streamed = true});
+  check_layer({.head_dim = 64, .group = 8, .hidden = 2048, .inter = 5632, .gate_up_streamed = true});
+  check_layer({.head_dim = 128, .group = 2, .fp8_kv = true, .hidden = 2048, .inter = 6144, .gate_up_streamed = true});
   // Down's 19-20 rows of 5,632 (k parts of 704: 22 chunks over 8 warps; a last row group of 3-4
   // rows), and a hidden size past the published sums of squares (2,048).
-  check_layer(128, 2, 16, false, 2560, 5632, true, true);
+  check_layer({.head_dim = 128, .group = 2, .hidden = 2560, .inter = 5632, .gate_up_streamed = true,
+               .down_streamed = true});
+  // FP8 weights: half the bytes, so down's shares fit; gate_up's streams in parts of 1,024 codes
+  // (2,048) or 640 (2,560: 10 chunks over 8 warps).
+  check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
+               .gate_up_streamed = true});
+  check_layer({.head_dim = 128, .group = 2, .fp8_weights = true, .hidden = 2560, .inter = 5632,
+               .gate_up_streamed = true});
 }
 
 TEST_CASE("gpu.kernels.decode_fused refuses the shapes it does not serve, naming why") {

@@ -12,6 +12,16 @@ bool on_unless_zero(const char* name, bool fallback) {
   return e == nullptr ? fallback : std::string_view(e) != "0";
 }
 
+// A positive integer from the variable, or `fallback` when it is unset, empty or not one (a
+// timing switch: no error path).
+long positive_or(const char* name, long fallback) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  return *end == '\0' && v > 0 ? v : fallback;
+}
+
 }  // namespace
 
 CudaTuning cuda_tuning_from_env() {
@@ -22,6 +32,8 @@ CudaTuning cuda_tuning_from_env() {
   t.chain_decode = on_unless_zero("NVLLM_CHAIN_DECODE", true);
   t.peer_all_reduce = on_unless_zero("NVLLM_PEER_ALL_REDUCE", t.peer_all_reduce);
   if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) t.fused_trace = trace;
+  t.fused_stream_smem = size_t(positive_or("NVLLM_FUSED_STREAM_SMEM", 0));
+  t.fused_tile_k = positive_or("NVLLM_FUSED_TILE_K", t.fused_tile_k);
   return t;
 }
 

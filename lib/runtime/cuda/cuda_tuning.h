@@ -14,9 +14,15 @@ struct CudaTuning {
   // Programmatic dependent launch on sm_90+ (kernels/launch.cuh). NVLLM_PDL=0: plain launches.
   bool pdl = true;
   // Decode steps of one sequence as four fused kernels per layer (kernels/decode_fused.cu) where
-  // the model and device allow it (head_dim 128, sm_90+, weight slices that fit in shared
-  // memory). NVLLM_FUSED_DECODE=0: the separate kernels.
+  // the model and device allow it (head_dim 64 or 128, up to 8 q heads a kv head, sm_90+).
+  // NVLLM_FUSED_DECODE=0: the separate kernels.
   bool fused_decode = true;
+  // The fused path's projections whose CTA share does not fit in shared memory stream it in
+  // tiles (kernels::FusedStreaming): the bytes of shared memory such a CTA may take
+  // (NVLLM_FUSED_STREAM_SMEM; 0: all a CTA may have) and the most k values a tile
+  // (NVLLM_FUSED_TILE_K).
+  size_t fused_stream_smem = 0;
+  int fused_tile_k = 1024;
   // The fused path's final norm + LM head + greedy token as one kernel (kernels/decode_head.cu)
   // where the hidden size allows. NVLLM_FUSED_HEAD=0: rmsnorm, gemv and argmax as three.
   bool fused_head = true;

@@ -20,13 +20,10 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
                "(an all-reduce follows o_proj and down)");
     return;
   }
-  if (model.weights().fp8) {  // its kernels read bf16 weights
-    log_info("batch-1 decode runs as separate kernels: the fused path reads bf16 weights, and these are FP8");
-    return;
-  }
   const ModelConfig& c = model.config();
   plan_ = kernels::fused_decode_plan({c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim,
-                                     model.block_size(), model.kv().dtype});
+                                      model.block_size(), model.kv().dtype, model.weights().fp8},
+                                     16, {tuning.fused_stream_smem, tuning.fused_tile_k});
   if (plan_.cluster == 0) {
     log_info("batch-1 decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
@@ -34,8 +31,11 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   const KvViews& kv = model.kv();
   for (int l = 0; l < c.num_layers; ++l) {
     const DeviceLayer& d = model.weights().layers[l];
-    layers_.push_back({d.input_norm, d.qkv.w, d.qkv_bias, d.q_norm, d.k_norm, d.o_proj.w, d.post_norm, d.gate_up.w,
-                       d.down.w, kv.layers[l]});
+    auto weight = [](const DeviceLinear& x) {
+      return x.fp8() ? kernels::FusedWeight{x.codes, x.scales} : kernels::FusedWeight{x.w, nullptr};
+    };
+    layers_.push_back({d.input_norm, weight(d.qkv), d.qkv_bias, d.q_norm, d.k_norm, weight(d.o_proj), d.post_norm,
+                       weight(d.gate_up), weight(d.down), kv.layers[l]});
   }
   ss_ = DeviceBuffer(2 * kernels::kFusedSsParts * sizeof(float));
   head_ = kernels::decode_head_supported(c.hidden_size) && tuning.fused_head;
@@ -96,8 +96,8 @@ void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* ou
     head.table_width = L.width;
     head.host_token = head_token_host_.as<unsigned long long>();
   }
-  head.l2_next = layers_[0].qkv;
-  head.l2_next_bytes = size_t(c.qkv_size()) * H * sizeof(bf16);
+  head.l2_next = layers_[0].qkv.w;
+  head.l2_next_bytes = size_t(c.qkv_size()) * H * (layers_[0].qkv.scale != nullptr ? 1 : sizeof(bf16));
   kernels::decode_head(head, plan_.grid, s);
 }
 
