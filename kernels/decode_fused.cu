@@ -27,8 +27,14 @@
 // Activations written by an earlier kernel of the chain are read with ld.global.cg (L2, not the
 // SM's L1): with PDL a CTA can be resident before its producer finishes.
 //
-// An FP8 KV cache (attention_kernel's T = fp8_e4m3): a lane reads its 8 dims of a cached token as
-// 8 codes (8 bytes) and converts them in registers; the new token's k and v are quantised (the
+// Every shape through the same kernels: head_dim 64 or 128 and 1-8 q heads per kv head in the
+// attention kernel (templates on head_dim and the group held in registers); a projection whose
+// CTA share does not fit in shared memory streams it through a ring of stages (ring_dots) instead
+// of copying it whole before the wait. Weights are bf16 rows or E4M3 codes with a scale per row
+// (kFp8W: the codes converted to bf16 in registers, exactly, and each row's sum times its scale).
+//
+// An FP8 KV cache (attention_kernel's T = fp8_e4m3): a lane reads its dims of a cached token as
+// codes (8 or 4 bytes) and converts them in registers; the new token's k and v are quantised (the
 // codes go to the cache) and the attention uses the same codes for it, as for every other token;
 // k_scale goes into the query, v_scale into the output. The codes of the new token replace its
 // values in shared memory behind one more block barrier; quantising them again where the loop
@@ -518,6 +524,42 @@ __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, in
   __syncthreads();
 }
 
+// block_dots over a whole share in shared memory: bf16 rows, or E4M3 codes (kFp8W).
+template <bool kFp8W>
+__device__ __forceinline__ void whole_dots(const char* ws, const bf16* x, int rows, int k, float* dots) {
+  if constexpr (kFp8W)
+    block_dots_fp8(ws, x, rows, k, dots);
+  else
+    block_dots(reinterpret_cast<const bf16*>(ws), x, rows, k, dots);
+}
+
+// A projection kernel's weight share (layout L, rows from src): streamed through `stages` stages
+// (kStream; the ring it returns) or copied whole, started before the PDL wait ...
+template <bool kStream, bool kFp8W, typename Src>
+__device__ __forceinline__ Ring share_start(char* smem, const ProjLayout& L, int stages, int parts, int k, int rows,
+                                            Src src, int flags) {
+  if constexpr (kStream) {
+    const Ring ring = make_ring(smem, L, stages, parts, k, rows, kFp8W);
+    ring_start(ring, src, flags);
+    return ring;
+  }
+  copy_rows(smem + L.w, k, kFp8W, rows, src, reinterpret_cast<uint64_t*>(smem + L.bar), flags);
+  return Ring{};
+}
+
+// ... and multiplied with x once it is there: dots as block_dots leaves them.
+template <bool kStream, bool kFp8W, typename Src>
+__device__ __forceinline__ void share_dots(const Ring& ring, Src src, char* smem, const ProjLayout& L, const bf16* x,
+                                           int rows, int k, float* dots, int flags, const Tracer& trace) {
+  if constexpr (kStream) {
+    ring_dots<kFp8W>(ring, src, x, dots, flags);
+  } else {
+    mbar_wait(reinterpret_cast<uint64_t*>(smem + L.bar), 0);
+    trace.mark(kTraceWeights);
+    whole_dots<kFp8W>(smem + L.w, x, rows, k, dots);
+  }
+}
+
 // --- the kernels ---
 
 // One cluster per kv head g; CTA `rank` of C owns rows [rank * rows, (rank + 1) * rows) of the
@@ -645,10 +687,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
-  if constexpr (kFp8W)
-    block_dots_fp8(ws, x, L.rows, H, dots);
-  else
-    block_dots(reinterpret_cast<const bf16*>(ws), x, L.rows, H, dots);
+  whole_dots<kFp8W>(ws, x, L.rows, H, dots);
   for (int r = tid; r < L.rows; r += kThreads) {  // row r's value replaces warp 0's partial
     float v = row_dot(dots, L.rows, r);
     if constexpr (kFp8W) v *= qkv_scale;
@@ -848,36 +887,18 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   my_rows(n, &r0, &r1);
   const int rows = r1 - r0, max_rows = ceil_div(n, int(gridDim.x));
   const ProjLayout L = proj_layout(max_rows, k, max_rows, false, kStream ? stages : 0, parts, kFp8W);
-  char* ws = smem + L.w;
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* res = reinterpret_cast<float*>(smem + L.res);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
-  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
-  const FusedWeight wt = w;  // (a copy for the lambdas: capturing the parameter cost registers)
-  auto src = [&](int i) { return weight_row<kFp8W>(wt, r0 + i, k); };
-  const float scale0 = early_scale<kFp8W>(wt, int(threadIdx.x) < rows, r0 + threadIdx.x);
-  Ring ring{};
-  if constexpr (kStream) {
-    ring = make_ring(smem, L, stages, parts, k, rows, kFp8W);
-    ring_start(ring, src, flags);
-  } else {
-    copy_rows(ws, k, kFp8W, rows, src, bar, flags);
-  }
+  auto src = [&](int i) { return weight_row<kFp8W>(w, r0 + i, k); };
+  const float scale0 = early_scale<kFp8W>(w, int(threadIdx.x) < rows, r0 + threadIdx.x);
+  const Ring ring = share_start<kStream, kFp8W>(smem, L, stages, parts, k, rows, src, flags);
   wait_inputs(flags);
   trace.mark(kTraceWaited);
   for (int r = threadIdx.x; r < rows; r += kThreads) res[r] = __bfloat162float(__ldcg(h + r0 + r));  // with x
   load_vector(x_in, k, x);
   trace.mark(kTraceInputs);
-  if constexpr (kStream) {
-    ring_dots<kFp8W>(ring, src, x, dots, flags);
-  } else {
-    mbar_wait(bar, 0);
-    trace.mark(kTraceWeights);
-    if constexpr (kFp8W)
-      block_dots_fp8(ws, x, rows, k, dots);
-    else
-      block_dots(reinterpret_cast<const bf16*>(ws), x, rows, k, dots);
-  }
+  share_dots<kStream, kFp8W>(ring, src, smem, L, x, rows, k, dots, flags, trace);
   float sq = 0.f;
   for (int r = threadIdx.x; r < rows; r += kThreads) {
     float y = row_dot(dots, rows, r);
@@ -915,23 +936,15 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   const int rows = r1 - r0;
   const ProjLayout L =
       proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0, true, kStream ? stages : 0, k_parts, kFp8W);
-  char* ws = smem + L.w;
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   float* red = reinterpret_cast<float*>(smem + L.red);
-  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
   auto matrix_row = [&](int i) { return i < rows ? r0 + i : inter + r0 + i - rows; };  // gate rows, then up rows
   auto src = [&](int i) { return weight_row<kFp8W>(gate_up, matrix_row(i), hidden); };
   const bool my_row = int(threadIdx.x) < rows;
   const float gate_scale0 = early_scale<kFp8W>(gate_up, my_row, r0 + threadIdx.x),
               up_scale0 = early_scale<kFp8W>(gate_up, my_row, inter + r0 + threadIdx.x);
-  Ring ring{};
-  if constexpr (kStream) {
-    ring = make_ring(smem, L, stages, k_parts, hidden, 2 * rows, kFp8W);
-    ring_start(ring, src, flags);
-  } else {
-    copy_rows(ws, hidden, kFp8W, 2 * rows, src, bar, flags);
-  }
+  const Ring ring = share_start<kStream, kFp8W>(smem, L, stages, k_parts, hidden, 2 * rows, src, flags);
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
   stage(norm_s, norm_w, hidden * 2);
   cp_async_commit();
@@ -939,16 +952,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   trace.mark(kTraceWaited);
   load_normed_any(h, ss, parts, norm_s, hidden, eps, x, red);
   trace.mark(kTraceInputs);
-  if constexpr (kStream) {
-    ring_dots<kFp8W>(ring, src, x, dots, flags);
-  } else {
-    mbar_wait(bar, 0);
-    trace.mark(kTraceWeights);
-    if constexpr (kFp8W)
-      block_dots_fp8(ws, x, 2 * rows, hidden, dots);
-    else
-      block_dots(reinterpret_cast<const bf16*>(ws), x, 2 * rows, hidden, dots);
-  }
+  share_dots<kStream, kFp8W>(ring, src, smem, L, x, 2 * rows, hidden, dots, flags, trace);
   for (int r = threadIdx.x; r < rows; r += kThreads) {
     float g = row_dot(dots, 2 * rows, r), u = row_dot(dots, 2 * rows, rows + r);
     if constexpr (kFp8W) {

@@ -33,8 +33,8 @@ import hf_parity  # noqa: E402  (the checkpoint builder)
 SETTINGS = {"kv": (["--kv-cache-dtype", "fp8"], 0.01), "weights": (["--quantization", "fp8"], 0.03)}
 
 
-def run(nvllm, model_dir, rows, setting, name, log):
-    flags = SETTINGS[setting][0] if setting != "bf16" else []
+def run(nvllm, model_dir, rows, setting, name, log, extra=()):
+    flags = (SETTINGS[setting][0] if setting != "bf16" else []) + list(extra)
     return hf_parity.run_requests(nvllm, model_dir, rows, f"{name}.jsonl", f"{name}_{setting}_out.jsonl", flags, log)
 
 
@@ -70,7 +70,7 @@ def check(arch, strength, what, args, log):
     out = {}
     secs = {}
     for dt in ("bf16", what):
-        out[dt], secs[dt] = run(args.nvllm, work, greedy, dt, "greedy", log)
+        out[dt], secs[dt] = run(args.nvllm, work, greedy, dt, "greedy", log, args.greedy_flags.split())
     tokens = {dt: [r["token_ids"] for r in out[dt]] for dt in out}
     identical = sum(a == b for a, b in zip(tokens["bf16"], tokens[what]))
     same_tokens = sum(x == y for a, b in zip(tokens["bf16"], tokens[what]) for x, y in zip(a, b))
@@ -91,7 +91,7 @@ def check(arch, strength, what, args, log):
         kls.append(kl)
         masses.append(mass)
         agree += a["token_ids"][0] == b["token_ids"][0]
-    return {"what": what, "arch": arch, "planted": strength, "num_prompts": len(prompts), "max_tokens": args.max_tokens,
+    return {"what": what, "arch": arch, "planted": strength, "greedy_flags": args.greedy_flags, "num_prompts": len(prompts), "max_tokens": args.max_tokens,
             "greedy_identical": identical, "greedy_tokens_equal": same_tokens,
             "greedy_tokens_total": sum(len(t) for t in tokens["bf16"]),
             "teacher_forced_positions": len(kls), "kl_mean": sum(kls) / len(kls), "kl_max": max(kls),
@@ -105,6 +105,9 @@ def main():
     ap.add_argument("--work", default="/tmp/nvllm_fp8")
     ap.add_argument("--arch", default="qwen3:64,llama:16", help="arch:strength pairs (hf_parity's choices)")
     ap.add_argument("--what", default="kv,weights", help="kv (FP8 KV cache), weights (FP8 weights), or both")
+    ap.add_argument("--greedy-flags", default="",
+                    help="nvllm flags for both greedy runs: '--max-num-seqs 1' sends every decode step "
+                         "through the batch-1 (fused) kernels")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     results = []

@@ -11,7 +11,8 @@ For each architecture it:
      on the bf16 weights as saved (the reference: no rounding but the checkpoint's) and in
      plain bf16 (what a transformers user gets; the "floor" says how often transformers' own
      bf16 rounding changes a greedy continuation);
-  3. runs `nvllm generate` greedily with CUDA graphs, eagerly, without the prefix cache and under
+  3. runs `nvllm generate` greedily with CUDA graphs, eagerly, without the prefix cache, one
+     sequence at a time (every decode step through the fused batch-1 kernels) and under
      preemption, asking for the top-20 log-probabilities of every generated token, and counts the
      prompts whose 64 tokens equal the reference's;
   4. teacher-forces the reference on prompt + nvllm's tokens and compares the log-probabilities
@@ -249,6 +250,8 @@ def compare(arch, args, log):
               "reference": "transformers fp32 on the bf16 checkpoint",
               "hf_bf16_identical_to_reference": same(hf16_tokens, ref_tokens)}
     variants = {"graphs": [], "eager": ["--enforce-eager"], "no-prefix-cache": ["--prefix-caching", "off"],
+                # One sequence at a time: every decode step through the batch-1 (fused) kernels.
+                "single-stream": ["--max-num-seqs", "1"],
                 # Greedy admission: the default (planned) admits only what the small cache holds to
                 # the end, so it never preempts (0 preemptions on qwen2 and llama8b, fourteenth session).
                 "preemption": ["--num-kv-blocks", str(args.preempt_blocks), "--block-size", "16",
