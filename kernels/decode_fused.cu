@@ -975,13 +975,14 @@ struct ProjSmem {
   size_t bytes;
   int stages, parts;
 };
-ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem, size_t stream_smem, int tile_k) {
+ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem, size_t stream_smem, int tile_k,
+                   size_t whole_smem) {
   const int rows = ceil_div(n, grid), share = pairs ? 2 * rows : rows, parts = stream_parts(k, tile_k, fp8);
   auto layout = [&](int stages) {
     return pairs ? proj_layout(share, k, 0, true, stages, parts, fp8)
                  : proj_layout(rows, k, rows, false, stages, parts, fp8);
   };
-  if (layout(0).total <= max_smem) return {layout(0).total, 0, 1};
+  if (layout(0).total <= std::min(max_smem, whole_smem)) return {layout(0).total, 0, 1};
   int stages = std::min(kMaxStages, ceil_div(share, kTileRows) * parts);
   while (stages >= 2 && layout(stages).total > stream_smem) --stages;
   return stages >= 2 ? ProjSmem{layout(stages).total, stages, parts} : ProjSmem{0, -1, 0};
@@ -1111,7 +1112,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   // one call and 1.169 vs 1.187 in another (bench/NOTES.md).
   const size_t stream_smem = std::min(size_t(max_smem), streaming.smem > 0 ? streaming.smem : size_t(max_smem));
   auto size = [&](int n, int k, bool pairs) {
-    return proj_smem(n, k, std::min(n, sms), pairs, s.fp8_weights, max_smem, stream_smem, streaming.tile_k);
+    return proj_smem(n, k, std::min(n, sms), pairs, s.fp8_weights, max_smem, stream_smem, streaming.tile_k,
+                     streaming.whole > 0 ? streaming.whole : max_smem);
   };
   const ProjSmem down = size(H, I, false), gu = size(I, H, true), o = size(H, q_size, false);
   // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,

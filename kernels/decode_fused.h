@@ -21,9 +21,12 @@ struct FusedDecodeShape {
 
 // How a projection whose CTA share does not fit in shared memory streams it: the shared memory
 // such a CTA may take (0: all a CTA may have) and the most k values of a tile (16 rows).
+// whole: the largest share copied whole before the kernel waits (0: all a CTA may have); a
+// larger one streams.
 struct FusedStreaming {
   size_t smem = 0;
   int tile_k = 1024;
+  size_t whole = 0;
 };
 
 // How the fused path runs on this device; cluster == 0 when it does not apply (`why` says why).

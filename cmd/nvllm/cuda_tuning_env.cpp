@@ -34,6 +34,7 @@ CudaTuning cuda_tuning_from_env() {
   if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) t.fused_trace = trace;
   t.fused_stream_smem = size_t(positive_or("NVLLM_FUSED_STREAM_SMEM", 0));
   t.fused_tile_k = positive_or("NVLLM_FUSED_TILE_K", t.fused_tile_k);
+  t.fused_whole_smem = size_t(positive_or("NVLLM_FUSED_WHOLE_SMEM", 0));
   return t;
 }
 

@@ -23,6 +23,9 @@ struct CudaTuning {
   // (NVLLM_FUSED_TILE_K).
   size_t fused_stream_smem = 0;
   int fused_tile_k = 1024;
+  // The largest CTA share copied whole before a fused kernel waits (NVLLM_FUSED_WHOLE_SMEM; 0:
+  // all a CTA may have); larger ones stream.
+  size_t fused_whole_smem = 0;
   // The fused path's final norm + LM head + greedy token as one kernel (kernels/decode_head.cu)
   // where the hidden size allows. NVLLM_FUSED_HEAD=0: rmsnorm, gemv and argmax as three.
   bool fused_head = true;
