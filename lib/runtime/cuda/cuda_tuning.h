@@ -26,6 +26,9 @@ struct CudaTuning {
   // The largest CTA share copied whole before a fused kernel waits (NVLLM_FUSED_WHOLE_SMEM; 0:
   // all a CTA may have); larger ones stream.
   size_t fused_whole_smem = 0;
+  // The fused attention kernel's largest thread-block cluster, 16 or 8 CTAs a kv head
+  // (NVLLM_FUSED_CLUSTER).
+  int fused_max_cluster = 16;
   // The fused path's final norm + LM head + greedy token as one kernel (kernels/decode_head.cu)
   // where the hidden size allows. NVLLM_FUSED_HEAD=0: rmsnorm, gemv and argmax as three.
   bool fused_head = true;

@@ -23,7 +23,7 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   const ModelConfig& c = model.config();
   plan_ = kernels::fused_decode_plan({c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim,
                                       model.block_size(), model.kv().dtype, model.weights().fp8},
-                                     16, {tuning.fused_stream_smem, tuning.fused_tile_k, tuning.fused_whole_smem});
+                                     tuning.fused_max_cluster, {tuning.fused_stream_smem, tuning.fused_tile_k, tuning.fused_whole_smem});
   if (plan_.cluster == 0) {
     log_info("batch-1 decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
