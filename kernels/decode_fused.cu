@@ -43,6 +43,7 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <array>
 #include <type_traits>
 
 #include "kernels/common.cuh"
@@ -577,9 +578,41 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
                         reinterpret_cast<const void*>(o_stream), reinterpret_cast<const void*>(gu_kernel),
                         reinterpret_cast<const void*>(gu_stream)})
     CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  // The projections. A streamed one takes all the shared memory a CTA may have (the most stages
+  // in flight) unless FusedStreaming::smem says less. Half an SM, which lets the next kernel's CTA
+  // launch beside it, measured mixed on the H100 (batch 1, tiles of 1,024; half vs all):
+  // Qwen3-1.7B 1.645 vs 1.699 ms a step, TinyLlama 1.031 vs 0.975, Llama-3.2-1B 1.180 vs 1.163 in
+  // one call and 1.169 vs 1.187 in another (bench/NOTES.md).
+  const size_t stream_smem = std::min(size_t(max_smem), streaming.smem > 0 ? streaming.smem : size_t(max_smem));
+  auto size = [&](int n, int k, bool pairs) {
+    return proj_smem(n, k, std::min(n, sms), pairs, s.fp8_weights, max_smem, stream_smem, streaming.tile_k,
+                     streaming.whole > 0 ? streaming.whole : max_smem);
+  };
+  const ProjSmem down = size(H, I, false), gu = size(I, H, true), o = size(H, q_size, false);
+  // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,
+  // 60 registers for Qwen3-0.6B) fit four to an SM that gate_up has left: such SMs pull four
+  // weight shares through one port and finish last. Sized past a third of the SM, at most two
+  // share one: 0.666 vs 0.699 ms GPU a step on the H100 (bench/NOTES.md, tenth session). Three
+  // to an SM gave 0.675, one 0.730; the same cap on o_proj made the step slower.
+  const size_t two_per_sm = align_up(size_t(sm_smem) / 3 - size_t(reserved) + 1, 16);
+  p.smem[3] = std::min(size_t(max_smem), std::max(down.bytes, two_per_sm));
+  if (o.stages < 0 || gu.stages < 0 || down.stages < 0)
+    return no("not even two streamed tiles of a projection fit in shared memory");
+  for (const auto& [i, k] : {std::pair{1, o}, std::pair{2, gu}, std::pair{3, down}}) {
+    p.stages[i] = k.stages;
+    p.parts[i] = k.parts;
+  }
+  p.smem[1] = o.bytes;
+  p.smem[2] = gu.bytes;
+
   // Clusters of 16 CTAs (non-portable, but H100 has them) put ~one CTA per SM on the attention
-  // kernel's weights and context; 8 where 16 cannot be scheduled.
-  for (int cluster : {16, 8}) {
+  // kernel's weights and context; 8 where 16 cannot be scheduled, and first where the down kernel
+  // before it takes more than half an SM's shared memory: a cluster needs all its SMs at once,
+  // and one of 16 behind such a down kernel started late (H100 trace, Llama-3.2-1B: attention
+  // 20.1 us a layer at 16, 12.5 at 8; bench/NOTES.md).
+  const size_t half_sm = size_t(sm_smem) / 2 - size_t(reserved);
+  const std::array<int, 2> clusters = p.smem[3] > half_sm ? std::array{8, 16} : std::array{16, 8};
+  for (int cluster : clusters) {
     if (cluster > max_cluster) continue;
     const size_t smem = attention_smem(s, cluster);
     // A CTA's q/k/v rows go out as float4 pieces; the (max, sum) of a head go to CTAs 0..C-1
@@ -607,33 +640,6 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
     }
   }
   if (p.cluster == 0) return no("no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
-
-  // The projections. A streamed one takes all the shared memory a CTA may have (the most stages
-  // in flight) unless FusedStreaming::smem says less. Half an SM, which lets the next kernel's CTA
-  // launch beside it, measured mixed on the H100 (batch 1, tiles of 1,024; half vs all):
-  // Qwen3-1.7B 1.645 vs 1.699 ms a step, TinyLlama 1.031 vs 0.975, Llama-3.2-1B 1.180 vs 1.163 in
-  // one call and 1.169 vs 1.187 in another (bench/NOTES.md).
-  const size_t stream_smem = std::min(size_t(max_smem), streaming.smem > 0 ? streaming.smem : size_t(max_smem));
-  auto size = [&](int n, int k, bool pairs) {
-    return proj_smem(n, k, std::min(n, sms), pairs, s.fp8_weights, max_smem, stream_smem, streaming.tile_k,
-                     streaming.whole > 0 ? streaming.whole : max_smem);
-  };
-  const ProjSmem down = size(H, I, false), gu = size(I, H, true), o = size(H, q_size, false);
-  // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,
-  // 60 registers for Qwen3-0.6B) fit four to an SM that gate_up has left: such SMs pull four
-  // weight shares through one port and finish last. Sized past a third of the SM, at most two
-  // share one: 0.666 vs 0.699 ms GPU a step on the H100 (bench/NOTES.md, tenth session). Three
-  // to an SM gave 0.675, one 0.730; the same cap on o_proj made the step slower.
-  const size_t two_per_sm = align_up(size_t(sm_smem) / 3 - size_t(reserved) + 1, 16);
-  p.smem[3] = std::min(size_t(max_smem), std::max(down.bytes, two_per_sm));
-  if (o.stages < 0 || gu.stages < 0 || down.stages < 0)
-    return no("not even two streamed tiles of a projection fit in shared memory");
-  for (const auto& [i, k] : {std::pair{1, o}, std::pair{2, gu}, std::pair{3, down}}) {
-    p.stages[i] = k.stages;
-    p.parts[i] = k.parts;
-  }
-  p.smem[1] = o.bytes;
-  p.smem[2] = gu.bytes;
   for (ResidualKernel f : {o_kernel, o_stream})
     CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(std::max(p.smem[1], p.smem[3]))));
   for (GateUpKernel f : {gu_kernel, gu_stream})
