@@ -181,7 +181,7 @@ void check_layer(const Case& t) {
   CHECK(plan.stages[1] == 0);  // o_proj
   CHECK((plan.stages[2] > 0) == t.gate_up_streamed);
   CHECK((plan.stages[3] > 0) == t.down_streamed);
-  if (plan.cluster != max_cluster) MESSAGE("cluster ", max_cluster, " does not fit here; testing ", plan.cluster);
+  if (plan.cluster != max_cluster) MESSAGE("the plan runs clusters of ", plan.cluster, " (at most ", max_cluster, ")");
   std::mt19937 rng(100000 * head_dim + 1000 * group + max_cluster);
   const Layer w = random_layer(rng, num_heads, head_dim, hidden, inter, t.fp8_weights);
   const std::vector<bf16> h_in = random_bf16(rng, hidden, -1.f, 1.f);
