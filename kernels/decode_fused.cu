@@ -556,7 +556,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   const int group = s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0 ? s.num_heads / s.num_kv_heads : 0;
   if (group < 1 || group > kMaxGroup) return no("q heads per kv head not 1 to 8");
   const AttentionKernel attention = attention_for(s);
-  if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0) return no("hidden or intermediate size not a multiple of 32");
+  if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0)
+    return no("hidden or intermediate size not a multiple of 32");
   if (s.fp8_weights && (s.hidden % 64 != 0 || s.intermediate % 64 != 0))
     return no("FP8 weights with a hidden or intermediate size not a multiple of 64");
   if (s.block_size < 1) return no("block size below 1");
@@ -641,7 +642,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   }
   if (p.cluster == 0) return no("no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
   for (ResidualKernel f : {o_kernel, o_stream})
-    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(std::max(p.smem[1], p.smem[3]))));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(std::max(p.smem[1], p.smem[3]))));
   for (GateUpKernel f : {gu_kernel, gu_stream})
     CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[2])));
   return p;
@@ -672,12 +674,14 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
                   (w.gate_up.scale != nullptr) == fp8 && (w.down.scale != nullptr) == fp8,
               "internal: fused decode planned for other weights (bf16 vs FP8) than the layer's");
   launch_pdl(residual_for(p.stages[1] > 0, fp8), dim3(grid_h), dim3(kThreads), p.smem[1], stream,
-             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, p.stages[1], p.parts[1], st.trace, 1);
+             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, p.stages[1], p.parts[1],
+             st.trace, 1);
   launch_pdl(gate_up_for(p.stages[2] > 0, fp8), dim3(grid_i), dim3(kThreads), p.smem[2], stream,
              static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post), grid_h, w.post_norm, H, w.gate_up,
              I, st.act, st.eps, flags, p.stages[2], p.parts[2], st.trace);
   launch_pdl(residual_for(p.stages[3] > 0, fp8), dim3(grid_h), dim3(kThreads), p.smem[3], stream,
-             static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, p.stages[3], p.parts[3], st.trace, 3);
+             static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, p.stages[3], p.parts[3],
+             st.trace, 3);
 }
 
 }  // namespace nvllm::kernels

@@ -172,7 +172,8 @@ __device__ void copy_rows(char* dst, int k, bool fp8, int rows, Src src, uint64_
   }
   __syncwarp();
   const int stride = row_bytes(k, fp8);
-  for (int i = threadIdx.x; i < rows; i += 32) bulk_copy_w(dst + size_t(i) * stride, src(i), bytes, bar, flags & kFlagEvict);
+  for (int i = threadIdx.x; i < rows; i += 32)
+    bulk_copy_w(dst + size_t(i) * stride, src(i), bytes, bar, flags & kFlagEvict);
 }
 
 // Row `row` of a projection's weights of k values a row (bf16, or E4M3 codes: kFp8W), in global
@@ -283,10 +284,11 @@ __device__ __forceinline__ uint4 lds16(const bf16* p) { return *reinterpret_cast
 
 // Dot products of `rows` weight rows in shared memory (row r at w + r * row_stride(k)) with x
 // (shared, k values, k a multiple of 32), on the tensor cores; on return (after a block barrier)
-// dots holds each warp's partial sum of every row, which row_dot adds up. mma.sync m16n8k16 takes 16 rows as A and x as B. Lane (g, t) =
-// (lane / 4, lane % 4) reads 16 bytes of rows g and g + 8 at k = 32 c + 8 t, which are its A
-// fragments of two products: the order of k inside a product is free as long as B follows it, and
-// the lane's B is the same 16 bytes of x. Every column of B holds x; column 0 is read back. A tile
+// dots holds each warp's partial sum of every row, which row_dot adds up. mma.sync m16n8k16 takes
+// 16 rows as A and x as B. Lane (g, t) = (lane / 4, lane % 4) reads 16 bytes of rows g and g + 8
+// at k = 32 c + 8 t, which are its A fragments of two products: the order of k inside a product
+// is free as long as B follows it, and the lane's B is the same 16 bytes of x. Every column of B
+// holds x; column 0 is read back. A tile
 // of at most 8 rows (o_proj and down: 1,024 rows on 132 CTAs) would leave rows 8..15 of A idle:
 // there they hold the same rows at chunk c + kWarps and column 1 of B holds x there, so a
 // product does 16 rows' worth of work either way; the row's sum is then column 0 of rows 0..7

@@ -194,7 +194,8 @@ TEST_CASE("gpu.cuda_runner with FP8 weights matches the CPU runner's --quantizat
   }
 }
 
-TEST_CASE("gpu.cuda_runner batch-1 decode with FP8 weights: the fused kernels match the CPU runner's --quantization fp8") {
+TEST_CASE(
+    "gpu.cuda_runner batch-1 decode with FP8 weights: the fused kernels match the CPU runner's --quantization fp8") {
   // The fused kernels read the projections' E4M3 codes (converted to bf16 in registers) and
   // multiply each row's sum by its scale; the separate kernels run the FP8 gemv on the same codes.
   // Both must match the CPU's FP8 function, sit closer to it than to the unquantised model's, and

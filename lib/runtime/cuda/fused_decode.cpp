@@ -23,17 +23,18 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   const ModelConfig& c = model.config();
   plan_ = kernels::fused_decode_plan({c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim,
                                       model.block_size(), model.kv().dtype, model.weights().fp8},
-                                     tuning.fused_max_cluster, {tuning.fused_stream_smem, tuning.fused_tile_k, tuning.fused_whole_smem});
+                                     tuning.fused_max_cluster,
+                                     {tuning.fused_stream_smem, tuning.fused_tile_k, tuning.fused_whole_smem});
   if (plan_.cluster == 0) {
     log_info("batch-1 decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
   }
   const KvViews& kv = model.kv();
+  auto weight = [](const DeviceLinear& x) {
+    return x.fp8() ? kernels::FusedWeight{x.codes, x.scales} : kernels::FusedWeight{x.w, nullptr};
+  };
   for (int l = 0; l < c.num_layers; ++l) {
     const DeviceLayer& d = model.weights().layers[l];
-    auto weight = [](const DeviceLinear& x) {
-      return x.fp8() ? kernels::FusedWeight{x.codes, x.scales} : kernels::FusedWeight{x.w, nullptr};
-    };
     layers_.push_back({d.input_norm, weight(d.qkv), d.qkv_bias, d.q_norm, d.k_norm, weight(d.o_proj), d.post_norm,
                        weight(d.gate_up), weight(d.down), kv.layers[l]});
   }
