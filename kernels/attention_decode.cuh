@@ -1,6 +1,6 @@
-// What the two decode-attention kernels share (attention_decode.cu: CUDA cores, bf16 and FP8
-// caches; attention_decode_tc.cu: tensor cores, FP8 caches): their parameters, how a context is
-// split, and how a CTA leaves a head's result. Internal to those two files.
+// What the two decode-attention kernels share (attention_decode.cu: CUDA cores;
+// attention_decode_tc.cu: tensor cores; both over bf16 and FP8 caches): their parameters, how a
+// context is split, and how a CTA leaves a head's result. Internal to those two files.
 #pragma once
 
 #include <cstdint>
@@ -84,10 +84,10 @@ __device__ __forceinline__ void store_head_output(const DecodeParams& p, int s, 
   }
 }
 
-// The tensor-core kernel over an FP8 cache (attention_decode_tc.cu), for q heads per kv head
-// `group` <= kTcMaxGroup (the mma's N side) and head_dim 64 or 128; the caller launches the
-// reduce after it.
+// The tensor-core kernel (attention_decode_tc.cu) over an FP8 (`fp8`) or bf16 cache, for q heads
+// per kv head `group` <= kTcMaxGroup (the mma's N side) and head_dim 64 or 128; the caller
+// launches the reduce after it.
 constexpr int kTcMaxGroup = 8;
-void launch_decode_fp8_tc(const DecodeParams& p, int head_dim, int num_seqs, cudaStream_t stream);
+void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, cudaStream_t stream);
 
 }  // namespace nvllm::kernels::decode_detail

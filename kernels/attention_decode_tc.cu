@@ -1,28 +1,35 @@
-// Decode attention over an FP8 cache on the tensor cores: one query per sequence, the q heads
-// of one kv head (up to 8) as the N side of mma.sync m16n8k16 (f16 in, fp32 accumulate), 16
-// tokens as its M side, the codes converted to f16 (exactly) in registers.
+// Decode attention on the tensor cores: one query per sequence, the q heads of one kv head (up
+// to 8) as the N side of mma.sync m16n8k16 (fp32 accumulate), 16 tokens as its M side. An FP8
+// cache's codes are converted to f16 (exactly) in registers and multiplied as f16; a bf16 cache's
+// values go to a bf16 mma as loaded.
 //
-// Why: the CUDA-core kernel (attention_decode.cu) spends ~55 warp instructions a token and kv
-// head on an FP8 cache (two 16-code conversions, 128 FMAs and 12 shuffles a lane of its 8-lane
-// row, then 64 FMAs for V at 4 q heads): twice bf16's per byte, so it is issue-bound at 71-82%
-// of the copy rate. Here a warp takes 16 tokens at a time: S^T = K Q^T is D/16 mma, O^T += V^T P^T
-// another D/16, the conversions one instruction per two codes.
+// Why: the CUDA-core kernel (attention_decode.cu) spends its instructions per token and q head:
+// on an FP8 cache ~55 warp instructions a token and kv head at 4 q heads (two 16-code conversions,
+// 128 FMAs and 12 shuffles a lane of its 8-lane row, then 64 FMAs for V), issue-bound at 71-82% of
+// the copy rate; on a bf16 cache at 4 q heads (Qwen3-8B, Llama-3-8B) 75-80% of 3.03 TB/s against
+// 91% at 2. Here a warp takes 16 tokens at a time: S^T = K Q^T is D/16 mma, O^T += V^T P^T
+// another D/16, whatever the group.
 //
 // Layouts (lane = 4 g + c; fragments as the PTX ISA gives them for m16n8k16 and movmatrix):
 //  - S^T = K Q^T: A[m = token][k = dim], lane (g, c) holds tokens g and g + 8. The dot product
-//    does not care in which order the dims are summed, so each lane loads D/4 consecutive codes
+//    does not care in which order the dims are summed, so each lane loads D/4 consecutive values
 //    of its tokens (c * D/4 ..): k-step j's logical columns 2c, 2c + 1 / 2c + 8, 2c + 9 are the
-//    real dims c * D/4 + 4j + 0, 1 / 2, 3, one 32-bit word of codes. Q^T's B fragments (column
-//    n = head g, zero past the group) are loaded in the same order.
-//  - O^T += V^T P^T: A[m = dim][k = token] wants two tokens' codes of one dim a lane: lane (g, c)
-//    loads D/8 consecutive codes (g * D/8 ..) of tokens 2c, 2c + 1, 2c + 8, 2c + 9 and pairs the
-//    tokens' bytes (byte_perm); m-tile jm's rows g / g + 8 are the real dims g * D/8 + 2 jm + 0 / 1.
-//    P^T's B fragments (tokens 2c, 2c + 1 / 2c + 8, 2c + 9 of head g) are S^T's C fragments
-//    (token g / g + 8 at heads 2c, 2c + 1) transposed by movmatrix, two 8 x 8 halves.
+//    real dims c * D/4 + 4j + 0, 1 / 2, 3. Q^T's B fragments (column n = head g, zero past the
+//    group) are loaded in the same order.
+//  - O^T += V^T P^T: A[m = dim][k = token] wants two tokens' values of one dim a lane: lane (g, c)
+//    loads D/8 consecutive values (g * D/8 ..) of tokens 2c, 2c + 1, 2c + 8, 2c + 9 and pairs the
+//    tokens' elements (byte_perm); m-tile jm's rows g / g + 8 are the real dims g * D/8 + 2 jm + 0
+//    / 1. P^T's B fragments (tokens 2c, 2c + 1 / 2c + 8, 2c + 9 of head g) are S^T's C fragments
+//    (token g / g + 8 at heads 2c, 2c + 1) transposed by movmatrix, two 8 x 8 halves. P is
+//    rounded to the mma's type: f16 (11 bits) once; bf16 (8 bits) as two parts, hi and the
+//    remainder lo, each multiplied (D/16 more mma, far under the tensor cores' rate): with P in
+//    one bf16, the separate kernels of two GPU-test models (groups 7 and 8) left the fused
+//    path's 1% agreement. The softmax sums the values the mma used, so the output is a weighted mean of V.
 //  - Each warp loads its next tile while it computes this one (registers, double-buffered).
-// Bytes and FLOPs as attention_decode.cu (one byte a K or V element); the FLOPs are 8 / group
-// times what the heads need (the padded mma columns), still far under the tensor cores' rate.
+// Bytes and FLOPs as attention_decode.cu; the FLOPs are 8 / group times what the heads need (the
+// padded mma columns), still far under the tensor cores' rate.
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention_decode.cuh"
 #include "kernels/common.cuh"
@@ -37,7 +44,7 @@ constexpr int kTcWarps = kTcThreads / 32;
 constexpr int kTile = 16;
 
 template <int kBytes>
-__device__ __forceinline__ void load_codes(uint32_t (&w)[kBytes / 4], const uint8_t* src) {
+__device__ __forceinline__ void load_words(uint32_t (&w)[kBytes / 4], const uint8_t* src) {
   if constexpr (kBytes == 8) {
     const uint2 v = *reinterpret_cast<const uint2*>(src);
     w[0] = v.x;
@@ -54,52 +61,124 @@ __device__ __forceinline__ void load_codes(uint32_t (&w)[kBytes / 4], const uint
   }
 }
 
-// A 16 x 16 block of f16 pairs, transposed: movmatrix on each 8 x 8 half.
+// A 16 x 16 block of 16-bit pairs, transposed: movmatrix on each 8 x 8 half.
 __device__ __forceinline__ uint32_t transpose_8x8(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
 }
 
-// One tile's codes: K of tokens g, g + 8 (a lane's quarter of each row), V of tokens 2c, 2c + 1,
-// 2c + 8, 2c + 9 (a lane's eighth); zero past the split's end.
+// The cache element's side of the kernel: how many 32-bit words a lane holds of a tile, how they
+// become A fragments, and the mma they go to.
+template <typename T, int D>
+struct TcCache;
+
+// FP8: codes converted to f16 pairs (exact), f16 mma; scales folded in outside the loop.
 template <int D>
-struct TileCodes {
-  uint32_t k[2][D / 16];
-  uint32_t v[4][D / 32];
+struct TcCache<fp8_e4m3, D> {
+  static constexpr int kKWords = D / 16;  // a token's quarter row: D/4 codes
+  static constexpr int kVWords = D / 32;  // a token's eighth row: D/8 codes
+  static constexpr SplitPolicy kSplit = kFp8Splits;
+  static constexpr int kPParts = 1;  // P as f16: 11 bits
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) { return pack_f16(lo, hi); }
+  static __device__ __forceinline__ float2 unpack(uint32_t x) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&x));
+  }
+  static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    mma_f16_16816(c, a, b0, b1);
+  }
+  // K's A fragment of k-step j: dims 4j + 0, 1 (low pair of word j) and 4j + 2, 3 (high pair).
+  static __device__ __forceinline__ void k_frag(uint32_t (&a)[4], const uint32_t (&k)[2][kKWords], int j) {
+    a[0] = e4m3x2_to_f16x2(k[0][j]);
+    a[1] = e4m3x2_to_f16x2(k[1][j]);
+    a[2] = e4m3x2_to_f16x2(k[0][j] >> 16);
+    a[3] = e4m3x2_to_f16x2(k[1][j] >> 16);
+  }
+  // V^T's A fragment of m-tile n: its rows g / g + 8 (dims 2n, 2n + 1) are bytes 2 (n % 2) and
+  // 2 (n % 2) + 1 of word n / 2, paired across tokens.
+  static __device__ __forceinline__ void v_frag(uint32_t (&a)[4], const uint32_t (&v)[4][kVWords], int n) {
+    const int q = n >> 1;
+    const uint32_t sel = n & 1 ? 0x7362u : 0x5140u;
+    const uint32_t p01 = __byte_perm(v[0][q], v[1][q], sel), p89 = __byte_perm(v[2][q], v[3][q], sel);
+    a[0] = e4m3x2_to_f16x2(p01);
+    a[1] = e4m3x2_to_f16x2(p01 >> 16);
+    a[2] = e4m3x2_to_f16x2(p89);
+    a[3] = e4m3x2_to_f16x2(p89 >> 16);
+  }
 };
 
-template <int D, typename SlotOf>
-__device__ __forceinline__ void load_tile(TileCodes<D>& tc, int t0, int end, int g, int c, const uint8_t* k_head,
+// bf16: values as loaded, bf16 mma (the query is bf16 already, so S^T is exact products).
+template <int D>
+struct TcCache<bf16, D> {
+  static constexpr int kKWords = D / 8;   // a token's quarter row: D/4 values
+  static constexpr int kVWords = D / 16;  // a token's eighth row: D/8 values
+  static constexpr SplitPolicy kSplit = kBf16Splits;
+  static constexpr int kPParts = 2;  // P as bf16 hi + lo: 16 bits, as the CUDA-core kernel's fp32 to ~1e-5
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) { return pack_bf16(lo, hi); }
+  static __device__ __forceinline__ float2 unpack(uint32_t x) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+  }
+  static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    mma_bf16_16816(c, a, b0, b1);
+  }
+  static __device__ __forceinline__ void k_frag(uint32_t (&a)[4], const uint32_t (&k)[2][kKWords], int j) {
+    a[0] = k[0][2 * j];
+    a[1] = k[1][2 * j];
+    a[2] = k[0][2 * j + 1];
+    a[3] = k[1][2 * j + 1];
+  }
+  // Word n of a token holds dims 2n (low half, row g) and 2n + 1 (high half, row g + 8).
+  static __device__ __forceinline__ void v_frag(uint32_t (&a)[4], const uint32_t (&v)[4][kVWords], int n) {
+    a[0] = __byte_perm(v[0][n], v[1][n], 0x5410);
+    a[1] = __byte_perm(v[0][n], v[1][n], 0x7632);
+    a[2] = __byte_perm(v[2][n], v[3][n], 0x5410);
+    a[3] = __byte_perm(v[2][n], v[3][n], 0x7632);
+  }
+};
+
+// One tile of a lane: K of tokens g, g + 8 (a quarter of each row), V of tokens 2c, 2c + 1,
+// 2c + 8, 2c + 9 (an eighth); zero past the split's end.
+template <typename T, int D>
+struct Tile {
+  using C = TcCache<T, D>;
+  uint32_t k[2][C::kKWords];
+  uint32_t v[4][C::kVWords];
+};
+
+template <typename T, int D, typename SlotOf>
+__device__ __forceinline__ void load_tile(Tile<T, D>& tc, int t0, int end, int g, int c, const uint8_t* k_head,
                                           const uint8_t* v_head, const SlotOf& slot_of) {
+  using C = TcCache<T, D>;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int t = t0 + 8 * half + g;
     if (t < end) {
-      load_codes<D / 4>(tc.k[half], k_head + slot_of(t) + c * (D / 4));
+      load_words<4 * C::kKWords>(tc.k[half], k_head + slot_of(t) + c * 4 * C::kKWords);
     } else {
 #pragma unroll
-      for (int j = 0; j < D / 16; ++j) tc.k[half][j] = 0u;
+      for (int j = 0; j < C::kKWords; ++j) tc.k[half][j] = 0u;
     }
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int t = t0 + 2 * c + (i & 1) + 8 * (i >> 1);
     if (t < end) {
-      load_codes<D / 8>(tc.v[i], v_head + slot_of(t) + g * (D / 8));
+      load_words<4 * C::kVWords>(tc.v[i], v_head + slot_of(t) + g * 4 * C::kVWords);
     } else {
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j) tc.v[i][j] = 0u;
+      for (int j = 0; j < C::kVWords; ++j) tc.v[i][j] = 0u;
     }
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kTcThreads) attention_decode_fp8_tc_kernel(DecodeParams p) {
-  constexpr int kKSteps = D / 16;  // k-steps of S^T, = 32-bit words of K codes a lane holds a token
-  constexpr int kKCodes = D / 4;   // a lane's codes of each of its two tokens' K rows
-  constexpr int kVCodes = D / 8;   // a lane's codes of each of its four tokens' V rows
+template <typename T, int D>
+__global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeParams p) {
+  using C = TcCache<T, D>;
+  constexpr bool kFp8 = std::is_same_v<T, fp8_e4m3>;
+  constexpr int kKSteps = D / 16;  // k-steps of S^T
   constexpr int kOTiles = D / 16;  // m-tiles of O^T
+  constexpr int kQuarter = D / 4;  // a lane's dims of a K row
+  constexpr int kEighth = D / 8;   // a lane's dims of a V row
   constexpr int kOStride = D + 4;  // padded rows of the combine buffer
   __shared__ float sm_o[kTcWarps][kTcMaxGroup][kOStride];
   __shared__ float sm_m[kTcWarps][kTcMaxGroup], sm_l[kTcWarps][kTcMaxGroup];
@@ -108,38 +187,41 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_fp8_tc_kernel(Dec
   const int kvh = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
   const int head0 = kvh * group;
   const int ctx = p.context_lens[s];
-  constexpr SplitPolicy kSplit = kFp8Splits;  // (p.split, as a constant)
+  constexpr SplitPolicy kSplit = C::kSplit;  // (p.split, as a constant)
   const int partition = partition_for(ctx, kSplit), used = splits_for(ctx, kSplit);
   if (split >= used) return;  // the reduce reads only the sequence's own splits
   const int start = split * partition, end = min(ctx, start + partition);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 
   // Q^T's B fragments, k-step j: head g's dims 4j + 0, 1 and 4j + 2, 3 of this lane's quarter
-  // (c * kKCodes ..), f16; heads past the group are zero.
+  // (c * kQuarter ..), in the mma's type; heads past the group are zero.
   uint32_t qb[kKSteps][2];
   {
-    const bf16* q0 = p.q + size_t(s) * p.q_stride + size_t(head0 + g) * D + c * kKCodes;
+    const bf16* q0 = p.q + size_t(s) * p.q_stride + size_t(head0 + g) * D + c * kQuarter;
 #pragma unroll
     for (int j = 0; j < kKSteps; ++j) {
-      float f[4] = {0.f, 0.f, 0.f, 0.f};
-      if (g < group) {
-        const uint2 raw = *reinterpret_cast<const uint2*>(q0 + 4 * j);
+      uint2 raw = make_uint2(0u, 0u);
+      if (g < group) raw = *reinterpret_cast<const uint2*>(q0 + 4 * j);
+      if constexpr (kFp8) {
         const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
         const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-        f[0] = lo.x, f[1] = lo.y, f[2] = hi.x, f[3] = hi.y;
+        qb[j][0] = pack_f16(lo.x, lo.y);
+        qb[j][1] = pack_f16(hi.x, hi.y);
+      } else {
+        qb[j][0] = raw.x;
+        qb[j][1] = raw.y;
       }
-      qb[j][0] = pack_f16(f[0], f[1]);
-      qb[j][1] = pack_f16(f[2], f[3]);
     }
   }
-  // Scores are (q . codes) * k_scale * softmax scale, in log2 units.
-  const float score_scale = p.scale_log2 * p.k_scale[kvh];
+  // Scores are (q . k) * softmax scale (FP8: times k_scale), in log2 units.
+  float score_scale = p.scale_log2;
+  if constexpr (kFp8) score_scale *= p.k_scale[kvh];
 
   const int32_t* table = p.block_tables + size_t(s) * p.max_blocks_per_seq;
   const int block_mask = (1 << p.block_shift) - 1;
-  const size_t row_stride = size_t(p.num_kv_heads) * D;  // bytes between consecutive cache slots
-  const uint8_t* k_head = static_cast<const uint8_t*>(p.k_cache) + size_t(kvh) * D;
-  const uint8_t* v_head = static_cast<const uint8_t*>(p.v_cache) + size_t(kvh) * D;
+  const size_t row_stride = size_t(p.num_kv_heads) * D * sizeof(T);  // bytes between cache slots
+  const uint8_t* k_head = static_cast<const uint8_t*>(p.k_cache) + size_t(kvh) * D * sizeof(T);
+  const uint8_t* v_head = static_cast<const uint8_t*>(p.v_cache) + size_t(kvh) * D * sizeof(T);
   auto slot_of = [&](int t) {
     return (size_t(table[t >> p.block_shift]) << p.block_shift | size_t(t & block_mask)) * row_stride;
   };
@@ -152,19 +234,19 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_fp8_tc_kernel(Dec
 
   constexpr int kStride = kTcWarps * kTile;
   int t0 = start + warp * kTile;
-  TileCodes<D> cur;
-  if (t0 < end) load_tile<D>(cur, t0, end, g, c, k_head, v_head, slot_of);
+  Tile<T, D> cur;
+  if (t0 < end) load_tile<T, D>(cur, t0, end, g, c, k_head, v_head, slot_of);
   for (; t0 < end; t0 += kStride) {
-    TileCodes<D> next;  // the warp's next tile, in flight while this one is computed
-    if (t0 + kStride < end) load_tile<D>(next, t0 + kStride, end, g, c, k_head, v_head, slot_of);
+    Tile<T, D> next;  // the warp's next tile, in flight while this one is computed
+    if (t0 + kStride < end) load_tile<T, D>(next, t0 + kStride, end, g, c, k_head, v_head, slot_of);
 
     // S^T: st[0], st[1] token g at heads 2c, 2c + 1; st[2], st[3] token g + 8.
     float st[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int j = 0; j < kKSteps; ++j) {
-      const uint32_t a[4] = {e4m3x2_to_f16x2(cur.k[0][j]), e4m3x2_to_f16x2(cur.k[1][j]),
-                             e4m3x2_to_f16x2(cur.k[0][j] >> 16), e4m3x2_to_f16x2(cur.k[1][j] >> 16)};
-      mma_f16_16816(st, a, qb[j][0], qb[j][1]);
+      uint32_t a[4];
+      C::k_frag(a, cur.k, j);
+      C::mma(st, a, qb[j][0], qb[j][1]);
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) st[e] = t0 + g + 8 * (e >> 1) < end ? st[e] * score_scale : -INFINITY;
@@ -186,33 +268,38 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_fp8_tc_kernel(Dec
         o[n][2 + h] *= alpha;
       }
 #pragma unroll
-      for (int e = h; e < 4; e += 2) {
-        st[e] = m_new == -INFINITY ? 0.f : exp2f(st[e] - m_new);
-        l[h] += st[e];
+      for (int e = h; e < 4; e += 2) st[e] = m_new == -INFINITY ? 0.f : exp2f(st[e] - m_new);
+    }
+    // P^T's B fragments, each part: tokens 2c, 2c + 1 (b[part][0]) and 2c + 8, 2c + 9 (b[part][1])
+    // of head g, from S^T's rows g and g + 8. P goes to the mma in its type, as C::kPParts parts
+    // whose sum is P to 16 bits (bf16: hi + lo) or one (f16, 11 bits); l sums what the mma uses.
+    uint32_t b[C::kPParts][2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float rest[2] = {st[2 * r], st[2 * r + 1]};
+#pragma unroll
+      for (int part = 0; part < C::kPParts; ++part) {
+        const uint32_t packed = C::pack(rest[0], rest[1]);
+        const float2 used_p = C::unpack(packed);
+        l[0] += used_p.x;
+        l[1] += used_p.y;
+        rest[0] -= used_p.x;
+        rest[1] -= used_p.y;
+        b[part][r] = transpose_8x8(packed);
       }
     }
-    // P^T's B fragments: tokens 2c, 2c + 1 (b0) and 2c + 8, 2c + 9 (b1) of head g.
-    const uint32_t b0 = transpose_8x8(pack_f16(st[0], st[1])), b1 = transpose_8x8(pack_f16(st[2], st[3]));
-    // V^T's A fragments, m-tile jm: rows g, g + 8 = bytes 2 jm, 2 jm + 1 of this lane's eighth,
-    // tokens (2c, 2c + 1) and (2c + 8, 2c + 9), paired by byte_perm.
 #pragma unroll
-    for (int q = 0; q < kVCodes / 4; ++q) {
-      const uint32_t lo01 = __byte_perm(cur.v[0][q], cur.v[1][q], 0x5140);
-      const uint32_t hi01 = __byte_perm(cur.v[0][q], cur.v[1][q], 0x7362);
-      const uint32_t lo89 = __byte_perm(cur.v[2][q], cur.v[3][q], 0x5140);
-      const uint32_t hi89 = __byte_perm(cur.v[2][q], cur.v[3][q], 0x7362);
-      const uint32_t a_lo[4] = {e4m3x2_to_f16x2(lo01), e4m3x2_to_f16x2(lo01 >> 16), e4m3x2_to_f16x2(lo89),
-                                e4m3x2_to_f16x2(lo89 >> 16)};
-      const uint32_t a_hi[4] = {e4m3x2_to_f16x2(hi01), e4m3x2_to_f16x2(hi01 >> 16), e4m3x2_to_f16x2(hi89),
-                                e4m3x2_to_f16x2(hi89 >> 16)};
-      mma_f16_16816(o[2 * q], a_lo, b0, b1);
-      mma_f16_16816(o[2 * q + 1], a_hi, b0, b1);
+    for (int n = 0; n < kOTiles; ++n) {
+      uint32_t a[4];
+      C::v_frag(a, cur.v, n);
+#pragma unroll
+      for (int part = 0; part < C::kPParts; ++part) C::mma(o[n], a, b[part][0], b[part][1]);
     }
     cur = next;
   }
 
   // Each warp's heads into shared memory, the dims back in place: o[jm][h] and o[jm][2 + h] hold
-  // head 2c + h at the real dims g * kVCodes + 2 jm and + 1.
+  // head 2c + h at the real dims g * kEighth + 2 jm and + 1.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 4);
@@ -221,8 +308,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_fp8_tc_kernel(Dec
     const int head = 2 * c + h;
 #pragma unroll
     for (int n = 0; n < kOTiles; ++n) {
-      sm_o[warp][head][g * kVCodes + 2 * n] = o[n][h];
-      sm_o[warp][head][g * kVCodes + 2 * n + 1] = o[n][2 + h];
+      sm_o[warp][head][g * kEighth + 2 * n] = o[n][h];
+      sm_o[warp][head][g * kEighth + 2 * n + 1] = o[n][2 + h];
     }
     if (g == 0) {
       sm_m[warp][head] = m[h];
@@ -230,25 +317,34 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_fp8_tc_kernel(Dec
     }
   }
   __syncthreads();
-  const float v_scale = p.v_scale[kvh];  // the output is sum p code * v_scale / sum p
+  float out_scale = 1.f;  // FP8: the output is sum p code * v_scale / sum p
+  if constexpr (kFp8) out_scale = p.v_scale[kvh];
   for (int i = threadIdx.x; i < group * D; i += kTcThreads) {
     const int h = i / D, d = i % D;
     const SoftmaxPart r = merge_softmax(  // a warp that saw no token has max -inf
         kTcWarps, [&](int j) { return sm_m[j][h]; }, [&](int j) { return sm_l[j][h]; },
         [&](int j) { return sm_o[j][h][d]; });
-    store_head_output(p, s, head0 + h, split, used, D, d, r.acc * v_scale, r.m, r.l);
+    store_head_output(p, s, head0 + h, split, used, D, d, r.acc * out_scale, r.m, r.l);
   }
+}
+
+template <typename T>
+void launch_dims(const DecodeParams& p, int head_dim, int num_seqs, cudaStream_t stream) {
+  const dim3 grid(p.num_kv_heads, num_seqs, p.num_splits);
+  if (head_dim == 128)
+    attention_decode_tc_kernel<T, 128><<<grid, kTcThreads, 0, stream>>>(p);
+  else
+    attention_decode_tc_kernel<T, 64><<<grid, kTcThreads, 0, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-void launch_decode_fp8_tc(const DecodeParams& p, int head_dim, int num_seqs, cudaStream_t stream) {
-  const dim3 grid(p.num_kv_heads, num_seqs, p.num_splits);
-  if (head_dim == 128)
-    attention_decode_fp8_tc_kernel<128><<<grid, kTcThreads, 0, stream>>>(p);
+void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, cudaStream_t stream) {
+  if (fp8)
+    launch_dims<fp8_e4m3>(p, head_dim, num_seqs, stream);
   else
-    attention_decode_fp8_tc_kernel<64><<<grid, kTcThreads, 0, stream>>>(p);
-  CUDA_CHECK(cudaGetLastError());
+    launch_dims<bf16>(p, head_dim, num_seqs, stream);
 }
 
 }  // namespace nvllm::kernels::decode_detail

@@ -6,8 +6,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <numeric>
 #include <cstring>
+#include <numeric>
+#include <string>
 #include <utility>
 
 #include "core/error.h"
@@ -27,7 +28,7 @@ std::vector<float> test_scales(int heads, int offset) {
   return s;
 }
 
-// `simt`: an FP8 cache through the CUDA-core kernel instead of the tensor-core one.
+// `simt`: the CUDA-core kernel instead of the tensor-core one.
 void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std::vector<int> ctx,
               uint32_t seed, bool small_workspace = false, bool fp8 = false, bool simt = false) {
   std::mt19937 rng(seed);
@@ -63,7 +64,7 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
   attention_decode(d_q.get(), q_stride, cache, batch, d_out.get(), num_heads, num_kv_heads, head_dim, block_size,
                    scale, ws.get(), ws_bytes, nullptr, simt);
   const double err = rel_error(d_out.download(), ref);
-  INFO((fp8 ? (simt ? "fp8 (CUDA cores)" : "fp8 (tensor cores)") : "bf16"), " heads=", num_heads, "/", num_kv_heads,
+  INFO((fp8 ? "fp8" : "bf16"), (simt ? " (CUDA cores)" : " (tensor cores)"), " heads=", num_heads, "/", num_kv_heads,
        " d=", head_dim, " bs=", block_size, " rel_error=", err);
   CHECK(err < kBf16Tolerance);
   if (fp8) {
@@ -81,24 +82,30 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
 }  // namespace
 
 TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
-  run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 1);  // Qwen3-0.6B, splits
-  run_case(32, 8, 64, 1, {5, 64, 700}, 2);                       // group 4, block size 1
-  run_case(64, 8, 128, 256, {257, 1, 3000}, 3);                  // group 8: two chunks of 4
-  run_case(8, 8, 64, 32, {33, 100}, 4);                          // multi-head (group 1)
-  run_case(12, 2, 128, 64, {200, 4100}, 5);                      // group 6: three chunks of 2
-  run_case(16, 8, 128, 16, {1, 100, 128}, 6, true);              // one split each: no workspace needed
-  run_case(16, 8, 128, 16, {1, 900, 2000}, 6, true);             // longer: the missing workspace is an error
-  // Many sequences, as in a decode batch: the grid's x/y/z all in use.
-  std::vector<int> many(300);
-  std::mt19937 rng(7);
-  for (auto& len : many) len = 1 + int(rng() % 600);
-  run_case(16, 8, 128, 16, many, 8);
+  // Both kernels: the tensor-core one (the default for groups of 1..8; P rounded to bf16 for its
+  // mma) and the CUDA-core one (simt), which also serves groups over 8.
+  for (const bool simt : {false, true}) {
+    run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 1, false, false, simt);  // Qwen3-0.6B, splits
+    run_case(32, 8, 64, 1, {5, 64, 700}, 2, false, false, simt);                       // group 4, block size 1
+    run_case(64, 8, 128, 256, {257, 1, 3000}, 3, false, false, simt);                  // group 8: two chunks of 4
+    run_case(8, 8, 64, 32, {33, 100}, 4, false, false, simt);                          // multi-head (group 1)
+    run_case(12, 2, 128, 64, {200, 4100}, 5, false, false, simt);                      // group 6: three chunks of 2
+    run_case(14, 2, 64, 16, {31, 513, 2049}, 9, false, false, simt);                   // group 7 (Qwen2.5-0.5B)
+    run_case(16, 8, 128, 16, {1, 100, 128}, 6, true, false, simt);   // one split each: no workspace needed
+    run_case(16, 8, 128, 16, {1, 900, 2000}, 6, true, false, simt);  // longer: the missing workspace is an error
+    // Many sequences, as in a decode batch: the grid's x/y/z all in use.
+    std::vector<int> many(300);
+    std::mt19937 rng(7);
+    for (auto& len : many) len = 1 + int(rng() % 600);
+    run_case(16, 8, 128, 16, many, 8, false, false, simt);
+  }
+  run_case(32, 2, 128, 8, {16, 47, 1500}, 10);  // group 16: past the mma's columns, the CUDA cores
 }
 
 TEST_CASE("gpu.kernels.attention_decode over an FP8 cache matches the CPU reference on its codes") {
-  // Both kernels: the tensor-core one (the default; groups of 1..8 q heads a kv head as the
-  // mma's columns, tiles of 16 tokens ending inside a context, columns past the group zero) and
-  // the CUDA-core one (simt), which also serves groups over 8.
+  // Both kernels: the default (the tensor cores for groups of 3..8: the group's q heads as the
+  // mma's columns, those past it zero, tiles of 16 tokens ending inside a context; the CUDA cores
+  // for the rest) and the CUDA-core one for every group (simt).
   for (const bool simt : {false, true}) {
     run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 11, false, true, simt);  // Qwen3-0.6B, splits
     run_case(32, 8, 64, 1, {5, 64, 700}, 12, false, true, simt);                       // group 4, block size 1
@@ -128,9 +135,10 @@ TEST_CASE("gpu.kernels.attention_decode refuses an FP8 cache without scales") {
 // A sequence's output must not depend on what it is decoded with: alone (its own length as
 // the bound) and in a batch whose bound is a CUDA graph's (8192), bit for bit.
 TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
-  for (bool fp8 : {false, true}) {
-  INFO((fp8 ? "fp8" : "bf16"));
-  const int heads = 16, kv_heads = 8, d = 128, bs = 16;
+  for (const bool fp8 : {false, true})
+  for (const int heads : {16, 32}) {  // groups 2 and 4: the CUDA cores and the tensor cores
+  INFO((fp8 ? "fp8" : "bf16"), " heads=", heads);
+  const int kv_heads = 8, d = 128, bs = 16;
   const std::vector<int> ctx = {300, 1000, 5000, 1};
   std::mt19937 rng(11);
   const int num_seqs = int(ctx.size());
@@ -170,8 +178,8 @@ TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
 namespace {
 
 // The cache's element size (2: bf16, 1: FP8) sets the bytes; the tokens are the same.
-void bench_decode(bool fp8, bool simt = false) {
-  const int heads = 16, kv_heads = 8, d = 128, bs = 16, total_tokens = 256 * 1024;
+void bench_decode(bool fp8, bool simt = false, int heads = 16) {
+  const int kv_heads = 8, d = 128, bs = 16, total_tokens = 256 * 1024;
   const size_t cache_elems = size_t(total_tokens) * kv_heads * d, elem = fp8 ? 1 : 2;
   DeviceBuffer<char> k(cache_elems * elem), v(cache_elems * elem);
   DeviceBuffer<bf16> q(size_t(256) * heads * d), out(size_t(256) * heads * d);
@@ -186,7 +194,7 @@ void bench_decode(bool fp8, bool simt = false) {
   fill_random<<<1024, 256>>>(q.get(), q.size(), 3);
   const KvCache cache = fp8 ? KvCache{k.get(), v.get(), KvDtype::kFp8E4M3, scales.get(), scales.get()}
                             : KvCache{k.get(), v.get()};
-  const char* name = !fp8 ? "attention_decode bf16" : simt ? "attention_decode fp8 (CUDA cores)" : "attention_decode fp8";
+  const std::string name = std::string("attention_decode ") + (fp8 ? "fp8" : "bf16") + (simt ? " (CUDA cores)" : "");
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
@@ -222,7 +230,7 @@ void bench_decode(bool fp8, bool simt = false) {
     rates.push_back(bytes / (med * 1e-3));
     std::printf("%s S=%d ctx=%d H=%d KVH=%d D=%d bs=%d: KV bytes %.3f GB, floor at 3.03 TB/s "
                 "%.1f us, median %.1f us (min %.1f), %.0f GB/s = %.1f%% of 3.03 TB/s\n",
-                name, num_seqs, ctx, heads, kv_heads, d, bs, bytes / 1e9, bytes / 3.03e12 * 1e6, med * 1e3,
+                name.c_str(), num_seqs, ctx, heads, kv_heads, d, bs, bytes / 1e9, bytes / 3.03e12 * 1e6, med * 1e3,
                 ms[0] * 1e3, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 3.03e12);
   }
   // The copy ceiling on this card: a device-to-device copy of the K cache (read + write), the
@@ -240,7 +248,7 @@ void bench_decode(bool fp8, bool simt = false) {
   std::sort(copy_ms.begin(), copy_ms.end());
   const double copy_rate = 2.0 * cache_elems * elem / (copy_ms[copy_ms.size() / 2] * 1e-3);
   std::printf("device copy: %.0f GB/s (read + write); %s at 256 x 1024 reads its bytes at %.1f%% of it\n",
-              copy_rate / 1e9, name, 100.0 * rates[0] / copy_rate);
+              copy_rate / 1e9, name.c_str(), 100.0 * rates[0] / copy_rate);
   CUDA_CHECK(cudaEventDestroy(e0));
   CUDA_CHECK(cudaEventDestroy(e1));
 }
@@ -248,12 +256,20 @@ void bench_decode(bool fp8, bool simt = false) {
 
 // Timing at the issue's shape (batch 256 x context 1024, Qwen3-0.6B heads, block size 16), and
 // the same number of cached tokens as fewer, longer sequences (where the split-K matters).
-TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) { bench_decode(false); }
+// Then the Qwen3-8B / Llama-3-8B heads (32 q, 8 kv: group 4). Each on both kernels.
+TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) {
+  for (const int heads : {16, 32}) {
+    bench_decode(false, false, heads);
+    bench_decode(false, true, heads);
+  }
+}
 
 // The same over an FP8 cache: half the bytes; the rate is counted in FP8 bytes.
 TEST_CASE("bench.attention_decode_fp8 batch 256 x 1024" * doctest::skip()) {
-  bench_decode(true);
-  bench_decode(true, true);  // the CUDA-core kernel, for comparison
+  for (const int heads : {16, 32}) {
+    bench_decode(true, false, heads);
+    bench_decode(true, true, heads);  // the CUDA-core kernel, for comparison
+  }
 }
 
 }  // namespace nvllm::kernels::test
