@@ -32,15 +32,15 @@ const char* Gemm::kind_name(Kind kind) {
   return "GEMM";
 }
 
-namespace {
-
-int pow2_bucket(int m) {
+// Powers of two up to 32 and past 512, steps of 16 between. Every CUDA-graph size (1, 2, 4, 8,
+// 16, 24, 32, then multiples of 16) pads a batch within its bucket.
+int gemm_bucket(int m) {
+  constexpr int kFineFrom = 32, kFineTo = 512, kStep = 16;
+  if (m > kFineFrom && m <= kFineTo) return (m + kStep - 1) / kStep * kStep;
   int b = 1;
   while (b < m) b <<= 1;
   return b;
 }
-
-}  // namespace
 
 // cuBLASLt is column-major. A row-major [rows, cols] matrix is a column-major [cols, rows] one, so
 // y^T [n, m] = w [n, k] · x^T [k, m]: A = w seen as column-major [k, n] and transposed, B = x seen
@@ -81,7 +81,7 @@ cublasLtMatmulAlgo_t Gemm::heuristic(const Plan& p, cublasLtMatrixLayout_t b, cu
 }
 
 cublasLtMatmulAlgo_t Gemm::bucket_algo(const Plan& p, int m, int n, int k, Kind kind) {
-  const int bucket = pow2_bucket(m);
+  const int bucket = gemm_bucket(m);
   const Key key{bucket, n, k, kind};
   auto it = bucket_algos_.find(key);
   if (it == bucket_algos_.end()) {

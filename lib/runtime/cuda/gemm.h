@@ -3,11 +3,14 @@
 // row of each (FP8 weights: per output channel; activations: per token) and bf16 output.
 //
 // cuBLASLt's heuristic picks a kernel (tile shape, split-K) per shape, and another kernel rounds a
-// row differently. We pick one algorithm per power-of-two bucket of m, with the heuristic at the
-// bucket's top, and use it for every m in the bucket: a row then comes out the same whether it is
-// multiplied with 100 others or 111 (a CUDA-graph replay pads the batch to its captured size; every
-// power of two is a captured size, so padding never leaves the bucket). Plans are cached per (m, n,
-// k, kind), so graph capture never calls the heuristic.
+// row differently. We pick one algorithm per bucket of m, with the heuristic at the bucket's top,
+// and use it for every m in the bucket: a row then comes out the same whether it is multiplied
+// with 100 others or 104 (a CUDA-graph replay pads the batch to its captured size, and every
+// captured size pads within its bucket). Buckets are powers of two up to 32 and past 512, and steps
+// of 16 between: the decode batches of large models, where the heuristic's choice for the bucket's
+// top ran far slower at m below it (Qwen3-8B's layer at m = 160: 214 us with m = 256's choice,
+// 168 us with its own; bench/NOTES.md, seventeenth session). Plans are cached per (m, n, k, kind),
+// so graph capture never calls the heuristic.
 #pragma once
 
 #include <cublasLt.h>
@@ -21,6 +24,9 @@
 #include "runtime/cuda/device_buffer.h"
 
 namespace nvllm {
+
+// The m whose heuristic choice serves a product of m rows (the bucket's top; see above).
+int gemm_bucket(int m);
 
 class Gemm {
  public:
