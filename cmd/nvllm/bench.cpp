@@ -135,7 +135,8 @@ struct RunResult {
   double seconds = 0;
   std::vector<double> step_s;
   std::vector<double> step_device_s;  // one engine: the runner's device time of each step (0: not measured)
-  std::vector<int64_t> step_outputs;  // output tokens sampled so far, after each step
+  std::vector<int64_t> step_started;  // sequences with their first token so far, after each step
+  std::vector<int64_t> step_finished; // requests finished so far, after each step
   std::vector<FinishedRequest> finished;
   std::vector<EngineLoad> engines;    // what each data-parallel engine did
 };
@@ -159,7 +160,8 @@ RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& request
     for (FinishedRequest& done : engine.step()) result.finished.push_back(std::move(done));
     result.step_s.push_back(seconds_since(t));
     result.step_device_s.push_back(engine.size() == 1 ? m.runner().last_step_device_seconds() : 0.0);
-    result.step_outputs.push_back(engine.stats().output_tokens);
+    result.step_started.push_back(engine.stats().started_seqs);
+    result.step_finished.push_back(static_cast<int64_t>(result.finished.size()));
     bar.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
     log.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
   }
@@ -410,7 +412,9 @@ void check_latency_fits(const BenchFlags& f, const LoadedModel& m, int input_len
 }
 
 // The timed parts of latency runs: prefill (every step up to the one that samples the last
-// sequence's first token) and the decode steps after it.
+// sequence's first token) and the decode steps of the whole batch after it (up to the one in which
+// the first sequences finish: with chunked prefill the first prompts' sequences finish before the
+// last ones, and the steps after them decode a smaller batch than the one asked for).
 struct LatencyTimes {
   std::vector<double> prefill_s, decode_s, decode_device_s, e2e_s;
   int64_t prefill_steps = 0;  // the fewest of any iteration (the bound counts a weights read a step)
@@ -423,11 +427,11 @@ void add_latency_run(LatencyTimes& t, RunResult run, int batch_size) {
   double prefill = 0;
   while (i < run.step_s.size()) {
     prefill += run.step_s[i];
-    if (run.step_outputs[i++] >= batch_size) break;
+    if (run.step_started[i++] >= batch_size) break;
   }
   t.prefill_s.push_back(prefill);
   t.prefill_steps = t.prefill_s.size() == 1 ? static_cast<int64_t>(i) : std::min<int64_t>(t.prefill_steps, i);
-  for (; i < run.step_s.size(); ++i) {
+  for (; i < run.step_s.size() && run.step_finished[i - 1] == 0; ++i) {
     t.decode_s.push_back(run.step_s[i]);
     t.decode_device_s.push_back(run.step_device_s[i]);
   }
@@ -465,6 +469,10 @@ int run_latency(const BenchFlags& f) {
                 " preemptions; its timings would not be of the asked batch");
     add_latency_run(t, std::move(run), f.batch_size);
   }
+  NVLLM_CHECK(output_len <= 1 || !t.decode_s.empty(), "bench latency: no decode step ran the whole batch of ",
+              f.batch_size, ": the first sequences finished their ", output_len,
+              " tokens while the last prompts were still prefilled (", t.prefill_steps,
+              " prefill steps); raise --output-len past that, or --max-num-batched-tokens");
   const auto [peak_bandwidth, peak_flops] = peaks(f, m);
   const bool bounded = peak_bandwidth > 0;
   // Prefill: the prompts' FLOPs (cached tokens attended, not computed) and a weights read a step.
@@ -489,6 +497,7 @@ int run_latency(const BenchFlags& f) {
   report["decode_tokens_per_s"] = decode_p50 > 0 ? f.batch_size / decode_p50 : 0.0;
   report["prefill_flops"] = prefill_roof.flops;
   report["prefill_steps"] = t.prefill_steps;
+  report["decode_steps"] = static_cast<int64_t>(t.decode_s.size());  // of the whole batch, all iterations
   const auto bound_json = [&](double b) { return bounded ? nlohmann::json(b) : nlohmann::json(); };
   report["prefill_bound_s"] = bound_json(prefill_bound_s);
   report["decode_step_bound_s"] = bound_json(step_bound_s);

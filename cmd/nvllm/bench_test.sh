@@ -71,6 +71,28 @@ grep -q "^WARNING: the run" "$tmp/slow_card_tp.txt"
 ! grep -q WARNING "$tmp/fast_card.txt"
 grep -q "of the bound" "$tmp/fast_card.txt"
 
+# Chunked prefill, one prompt a step (a 64-token budget, 64-token prompts): the sequences whose
+# prompts are done decode while the others are prefilled. Prefill ends with the step that samples
+# the last sequence's first token, so it takes at least 4 steps, however many tokens the early
+# sequences have sampled by then; the decode steps timed are those of the whole batch, up to the
+# one in which the first sequence (started in step 1, a token every step) samples its 8th token.
+"$nvllm" bench latency "${common[@]}" --batch-size 4 --input-len 64 --output-len 8 --iterations 1 --no-warmup \
+  --max-num-batched-tokens 64 --output-json "$tmp/chunked.json" >"$tmp/chunked.txt"
+python3 - "$tmp/chunked.json" <<'PY'
+import json, sys
+lat = json.load(open(sys.argv[1]))
+assert lat["prefill_steps"] >= 4, lat["prefill_steps"]
+assert lat["prefill_steps"] + lat["decode_steps"] == 8, (lat["prefill_steps"], lat["decode_steps"])
+PY
+
+# Prompts that take longer to prefill than the first sequences take to finish: no decode step of
+# the whole batch, and the report says so instead of timing a smaller batch.
+if "$nvllm" bench latency "${common[@]}" --batch-size 4 --input-len 64 --output-len 3 --iterations 1 --no-warmup \
+  --max-num-batched-tokens 64 >"$tmp/none.txt" 2>&1; then
+  echo "bench latency timed no whole-batch step but succeeded"; exit 1
+fi
+grep -q "no decode step ran the whole batch of 4" "$tmp/none.txt"
+
 # A model whose vocabulary is smaller than the 10,000 ids random prompts are drawn from.
 mkdir "$tmp/small"
 cp "$testdata/tiny-qwen3/"* "$tmp/small/"

@@ -138,6 +138,7 @@ TEST_CASE("data parallel: 2 and 3 engines give every request the outputs of one 
       sum.prompt_tokens += e.prompt_tokens;
       sum.cached_tokens += e.cached_tokens;
       sum.output_tokens += e.output_tokens;
+      sum.started_seqs += e.started_seqs;
       sum.steps += e.steps;
       sum.computed_tokens += e.computed_tokens;
       sum.preemptions += e.preemptions;
@@ -151,6 +152,7 @@ TEST_CASE("data parallel: 2 and 3 engines give every request the outputs of one 
     CHECK(m.prompt_tokens == sum.prompt_tokens);
     CHECK(m.cached_tokens == sum.cached_tokens);
     CHECK(m.output_tokens == sum.output_tokens);
+    CHECK(m.started_seqs == sum.started_seqs);
     CHECK(m.steps == sum.steps);
     CHECK(m.computed_tokens == sum.computed_tokens);
     CHECK(m.preemptions == sum.preemptions);

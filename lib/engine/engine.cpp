@@ -251,7 +251,10 @@ void Engine::Impl::append_token(Sequence& seq, int32_t token, float logprob, std
                                 double t) {
   seq.token_ids.push_back(token);
   ++stats.output_tokens;
-  if (seq.first_token_s < 0) seq.first_token_s = t;
+  if (seq.first_token_s < 0) {
+    seq.first_token_s = t;
+    ++stats.started_seqs;
+  }
   if (seq.params->logprobs) {
     seq.logprobs.push_back(logprob);
     seq.top_logprobs.push_back(std::move(top));

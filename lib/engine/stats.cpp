@@ -37,6 +37,7 @@ void RunStats::add_counts(const RunStats& o) {
   prompt_tokens += o.prompt_tokens;
   cached_tokens += o.cached_tokens;
   output_tokens += o.output_tokens;
+  started_seqs += o.started_seqs;
   steps += o.steps;
   computed_tokens += o.computed_tokens;
   preemptions += o.preemptions;

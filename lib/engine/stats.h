@@ -14,6 +14,7 @@ struct RunStats {
   int64_t prompt_tokens = 0;   // prompt tokens of finished requests (once per request)
   int64_t cached_tokens = 0;   // of those, served from the prefix cache at first admission
   int64_t output_tokens = 0;   // tokens sampled so far (all sequences)
+  int64_t started_seqs = 0;    // sequences that have sampled their first token
   int64_t steps = 0;           // engine steps that ran the model
   int64_t computed_tokens = 0; // tokens run through the model: prefill chunks, decodes, recompute
   int64_t preemptions = 0;
