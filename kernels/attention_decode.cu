@@ -235,7 +235,7 @@ size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int hea
 
 void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
                       int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream, bool simt) {
+                      size_t workspace_bytes, cudaStream_t stream, DecodeKernel kernel) {
   if (batch.num_seqs <= 0) return;
   NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_decode: head_dim ", head_dim,
               " is not supported (64 or 128)");
@@ -281,11 +281,17 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   const bool fp8 = cache.dtype == KvDtype::kFp8E4M3;
   NVLLM_CHECK(!fp8 || (cache.k_scale != nullptr && cache.v_scale != nullptr),
               "attention_decode: an FP8 cache needs scales");
-  // Groups of 3..8 q heads a kv head on the tensor cores: at 4 (Qwen3-8B, Llama-3-8B) 82-91% of
-  // 3.03 TB/s against 75-81% on the CUDA cores (bf16), 79% against 52% (FP8). At 1-2 the CUDA
-  // cores' per-token work is small enough: 88-92% (bf16) and 84-85% (FP8) against 81-92% and 80-81%
-  // on the tensor cores (H100, bench/NOTES.md, seventeenth session).
-  if (group > 2 && group <= kTcMaxGroup && !simt) {
+  // Groups of 2..8 q heads a kv head on the tensor cores (H100, bench.attention_decode*, % of 3.03
+  // TB/s at 256 x 1,024 / 64 x 4,096 / 8 x 32,768 / 256 x 256): at 4 (Qwen3-8B, Llama-3-8B) bf16
+  // 88 / 92 / 92 / 73 against 75 / 81 / 82 / 59 on the CUDA cores, FP8 86 / 85 / 84 / 66 against
+  // 52 / 55 / 55 / 35; at 2 (Qwen3-0.6B) bf16 92 / 94 / 92 / 78 against 91 / 92 / 87 / 77, FP8
+  // 88 / 86 / 85 / 70 against 86 / 85 / 85 / 64 (bench/NOTES.md, seventeenth session). A group
+  // of 1 (unmeasured) would use one mma column in 8; it stays on the CUDA cores, as do groups over 8.
+  NVLLM_CHECK(kernel != DecodeKernel::kTensorCores || group <= kTcMaxGroup,
+              "attention_decode: the tensor-core kernel takes up to ", kTcMaxGroup, " q heads a kv head, not ", group);
+  const bool tensor_cores = kernel == DecodeKernel::kTensorCores ||
+                            (kernel == DecodeKernel::kAuto && group >= 2 && group <= kTcMaxGroup);
+  if (tensor_cores) {
     launch_decode_tc(p, fp8, head_dim, batch.num_seqs, stream);
     launch_reduce(p, head_dim, batch.num_seqs, stream);
   } else if (fp8) {

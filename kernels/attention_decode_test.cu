@@ -28,9 +28,10 @@ std::vector<float> test_scales(int heads, int offset) {
   return s;
 }
 
-// `simt`: the CUDA-core kernel instead of the tensor-core one.
+// `kernel`: which decode kernel (kAuto: the one the runner gets).
 void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std::vector<int> ctx,
-              uint32_t seed, bool small_workspace = false, bool fp8 = false, bool simt = false) {
+              uint32_t seed, bool small_workspace = false, bool fp8 = false,
+              DecodeKernel kernel = DecodeKernel::kAuto) {
   std::mt19937 rng(seed);
   const int num_seqs = int(ctx.size());
   const int q_stride = (num_heads + 2 * num_kv_heads) * head_dim;  // q inside a fused qkv row
@@ -56,15 +57,15 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
   if (small_workspace && max_ctx > 128) {
     // A context longer than one split needs the workspace: a clear error, not a guess.
     CHECK_THROWS_AS(attention_decode(d_q.get(), q_stride, cache, batch, d_out.get(), num_heads, num_kv_heads,
-                                     head_dim, block_size, scale, ws.get(), ws_bytes, nullptr, simt),
+                                     head_dim, block_size, scale, ws.get(), ws_bytes, nullptr, kernel),
                     nvllm::Error);
     return;
   }
   d_out.poison();
   attention_decode(d_q.get(), q_stride, cache, batch, d_out.get(), num_heads, num_kv_heads, head_dim, block_size,
-                   scale, ws.get(), ws_bytes, nullptr, simt);
+                   scale, ws.get(), ws_bytes, nullptr, kernel);
   const double err = rel_error(d_out.download(), ref);
-  INFO((fp8 ? "fp8" : "bf16"), (simt ? " (CUDA cores)" : " (tensor cores)"), " heads=", num_heads, "/", num_kv_heads,
+  INFO((fp8 ? "fp8" : "bf16"), " kernel ", int(kernel), " heads=", num_heads, "/", num_kv_heads,
        " d=", head_dim, " bs=", block_size, " rel_error=", err);
   CHECK(err < kBf16Tolerance);
   if (fp8) {
@@ -81,45 +82,55 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
 
 }  // namespace
 
+// Both kernels on every group they serve (the tensor cores: groups of 1..8, whatever kAuto takes).
+constexpr DecodeKernel kBothKernels[] = {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores};
+
 TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
-  // Both kernels: the tensor-core one (the default for groups of 1..8; P rounded to bf16 for its
-  // mma) and the CUDA-core one (simt), which also serves groups over 8.
-  for (const bool simt : {false, true}) {
-    run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 1, false, false, simt);  // Qwen3-0.6B, splits
-    run_case(32, 8, 64, 1, {5, 64, 700}, 2, false, false, simt);                       // group 4, block size 1
-    run_case(64, 8, 128, 256, {257, 1, 3000}, 3, false, false, simt);                  // group 8: two chunks of 4
-    run_case(8, 8, 64, 32, {33, 100}, 4, false, false, simt);                          // multi-head (group 1)
-    run_case(12, 2, 128, 64, {200, 4100}, 5, false, false, simt);                      // group 6: three chunks of 2
-    run_case(14, 2, 64, 16, {31, 513, 2049}, 9, false, false, simt);                   // group 7 (Qwen2.5-0.5B)
-    run_case(16, 8, 128, 16, {1, 100, 128}, 6, true, false, simt);   // one split each: no workspace needed
-    run_case(16, 8, 128, 16, {1, 900, 2000}, 6, true, false, simt);  // longer: the missing workspace is an error
+  // On the tensor cores P goes to the mma as bf16 hi + lo: within the fp32 kernel's tolerance.
+  for (const DecodeKernel kernel : kBothKernels) {
+    run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 1, false, false, kernel);  // Qwen3-0.6B, splits
+    run_case(32, 8, 64, 1, {5, 64, 700}, 2, false, false, kernel);                       // group 4, block size 1
+    run_case(64, 8, 128, 256, {257, 1, 3000}, 3, false, false, kernel);                  // group 8: every column
+    run_case(8, 8, 64, 32, {33, 100}, 4, false, false, kernel);                          // multi-head (group 1)
+    run_case(12, 2, 128, 64, {200, 4100}, 5, false, false, kernel);                      // group 6
+    run_case(14, 2, 64, 16, {31, 513, 2049}, 9, false, false, kernel);                   // group 7 (Qwen2.5-0.5B)
+    run_case(16, 8, 128, 16, {1, 100, 128}, 6, true, false, kernel);   // one split each: no workspace needed
+    run_case(16, 8, 128, 16, {1, 900, 2000}, 6, true, false, kernel);  // longer: the missing workspace is an error
     // Many sequences, as in a decode batch: the grid's x/y/z all in use.
     std::vector<int> many(300);
     std::mt19937 rng(7);
     for (auto& len : many) len = 1 + int(rng() % 600);
-    run_case(16, 8, 128, 16, many, 8, false, false, simt);
+    run_case(16, 8, 128, 16, many, 8, false, false, kernel);
   }
   run_case(32, 2, 128, 8, {16, 47, 1500}, 10);  // group 16: past the mma's columns, the CUDA cores
 }
 
 TEST_CASE("gpu.kernels.attention_decode over an FP8 cache matches the CPU reference on its codes") {
-  // Both kernels: the default (the tensor cores for groups of 3..8: the group's q heads as the
-  // mma's columns, those past it zero, tiles of 16 tokens ending inside a context; the CUDA cores
-  // for the rest) and the CUDA-core one for every group (simt).
-  for (const bool simt : {false, true}) {
-    run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 11, false, true, simt);  // Qwen3-0.6B, splits
-    run_case(32, 8, 64, 1, {5, 64, 700}, 12, false, true, simt);                       // group 4, block size 1
-    run_case(64, 8, 128, 256, {257, 1, 3000}, 13, false, true, simt);                  // group 8: every column
-    run_case(8, 8, 64, 32, {33, 100}, 14, false, true, simt);                          // group 1
-    run_case(12, 2, 128, 64, {200, 4100}, 15, false, true, simt);                      // group 6
-    run_case(14, 2, 64, 16, {31, 513, 2049}, 19, false, true, simt);                   // group 7 (Qwen2.5-0.5B)
-    run_case(16, 8, 128, 16, {1, 100, 128}, 16, true, true, simt);                     // one split each, no workspace
+  // The tensor cores: the group's q heads as the mma's columns, those past it zero, tiles of 16
+  // tokens ending inside a context.
+  for (const DecodeKernel kernel : kBothKernels) {
+    run_case(16, 8, 128, 16, {1, 15, 16, 17, 300, 1000, 2500}, 11, false, true, kernel);  // Qwen3-0.6B, splits
+    run_case(32, 8, 64, 1, {5, 64, 700}, 12, false, true, kernel);                       // group 4, block size 1
+    run_case(64, 8, 128, 256, {257, 1, 3000}, 13, false, true, kernel);                  // group 8: every column
+    run_case(8, 8, 64, 32, {33, 100}, 14, false, true, kernel);                          // group 1
+    run_case(12, 2, 128, 64, {200, 4100}, 15, false, true, kernel);                      // group 6
+    run_case(14, 2, 64, 16, {31, 513, 2049}, 19, false, true, kernel);                   // group 7 (Qwen2.5-0.5B)
+    run_case(16, 8, 128, 16, {1, 100, 128}, 16, true, true, kernel);                     // one split each, no workspace
     std::vector<int> many(300);
     std::mt19937 rng(17);
     for (auto& len : many) len = 1 + int(rng() % 600);
-    run_case(16, 8, 128, 16, many, 18, false, true, simt);
+    run_case(16, 8, 128, 16, many, 18, false, true, kernel);
   }
   run_case(32, 2, 128, 8, {16, 47, 1500}, 20, false, true);  // group 16: past the mma's columns, the CUDA cores
+}
+
+TEST_CASE("gpu.kernels.attention_decode refuses the tensor cores for a group over 8") {
+  DeviceBuffer<bf16> q(size_t(16) * 128), out(size_t(16) * 128), k(size_t(16) * 128), v(size_t(16) * 128);
+  DeviceBuffer<int32_t> qs(std::vector<int32_t>{0, 1}), ctx(std::vector<int32_t>{1}), bt(std::vector<int32_t>{0});
+  AttentionBatch batch{qs.get(), ctx.get(), bt.get(), 1, 1, 1, 1};
+  CHECK_THROWS_WITH_AS(attention_decode(q.get(), 16 * 128, KvCache{k.get(), v.get()}, batch, out.get(), 16, 1, 128,
+                                        16, 0.088f, nullptr, 0, nullptr, DecodeKernel::kTensorCores),
+                       doctest::Contains("up to 8 q heads a kv head, not 16"), nvllm::Error);
 }
 
 TEST_CASE("gpu.kernels.attention_decode refuses an FP8 cache without scales") {
@@ -136,7 +147,7 @@ TEST_CASE("gpu.kernels.attention_decode refuses an FP8 cache without scales") {
 // the bound) and in a batch whose bound is a CUDA graph's (8192), bit for bit.
 TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
   for (const bool fp8 : {false, true})
-  for (const int heads : {16, 32}) {  // groups 2 and 4: the CUDA cores and the tensor cores
+  for (const int heads : {8, 16, 32}) {  // groups 1, 2, 4: the CUDA cores, then the tensor cores
   INFO((fp8 ? "fp8" : "bf16"), " heads=", heads);
   const int kv_heads = 8, d = 128, bs = 16;
   const std::vector<int> ctx = {300, 1000, 5000, 1};
@@ -178,7 +189,7 @@ TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
 namespace {
 
 // The cache's element size (2: bf16, 1: FP8) sets the bytes; the tokens are the same.
-void bench_decode(bool fp8, bool simt = false, int heads = 16) {
+void bench_decode(bool fp8, DecodeKernel kernel, int heads) {
   const int kv_heads = 8, d = 128, bs = 16, total_tokens = 256 * 1024;
   const size_t cache_elems = size_t(total_tokens) * kv_heads * d, elem = fp8 ? 1 : 2;
   DeviceBuffer<char> k(cache_elems * elem), v(cache_elems * elem);
@@ -194,12 +205,14 @@ void bench_decode(bool fp8, bool simt = false, int heads = 16) {
   fill_random<<<1024, 256>>>(q.get(), q.size(), 3);
   const KvCache cache = fp8 ? KvCache{k.get(), v.get(), KvDtype::kFp8E4M3, scales.get(), scales.get()}
                             : KvCache{k.get(), v.get()};
-  const std::string name = std::string("attention_decode ") + (fp8 ? "fp8" : "bf16") + (simt ? " (CUDA cores)" : "");
+  const std::string name = std::string("attention_decode ") + (fp8 ? "fp8" : "bf16") +
+                           (kernel == DecodeKernel::kCudaCores ? " (CUDA cores)" : " (tensor cores)");
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<double> rates;  // bytes per second of each shape
-  for (auto [num_seqs, ctx] : {std::pair{256, 1024}, std::pair{64, 4096}, std::pair{8, 32768}}) {
+  for (auto [num_seqs, ctx] : {std::pair{256, 1024}, std::pair{64, 4096}, std::pair{8, 32768}, std::pair{256, 32},
+                               std::pair{256, 256}}) {
     const int blocks_per_seq = ctx / bs, num_blocks = num_seqs * blocks_per_seq;
     std::mt19937 rng(1);
     std::vector<int32_t> table(num_blocks), qs(num_seqs + 1), lens(num_seqs, ctx);
@@ -212,7 +225,7 @@ void bench_decode(bool fp8, bool simt = false, int heads = 16) {
     AttentionBatch batch{d_qs.get(), d_lens.get(), d_table.get(), blocks_per_seq, num_seqs, 1, ctx};
     auto launch = [&] {
       attention_decode(q.get(), heads * d, cache, batch, out.get(), heads, kv_heads, d, bs, 0.088f, ws.get(),
-                       ws_bytes, nullptr, simt);
+                       ws_bytes, nullptr, kernel);
     };
     for (int i = 0; i < 5; ++i) launch();
     std::vector<float> ms;
@@ -254,22 +267,19 @@ void bench_decode(bool fp8, bool simt = false, int heads = 16) {
 }
 }  // namespace
 
-// Timing at the issue's shape (batch 256 x context 1024, Qwen3-0.6B heads, block size 16), and
-// the same number of cached tokens as fewer, longer sequences (where the split-K matters).
-// Then the Qwen3-8B / Llama-3-8B heads (32 q, 8 kv: group 4). Each on both kernels.
+// Timing at the issue's shape (batch 256 x context 1024, Qwen3-0.6B heads, block size 16), the
+// same number of cached tokens as fewer, longer sequences (where the split-K matters), and short
+// contexts (where a CTA's fixed costs do); then the Qwen3-8B / Llama-3-8B heads (32 q, 8 kv:
+// group 4). Each on both kernels: kAuto's choice by group comes from these.
 TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) {
-  for (const int heads : {16, 32}) {
-    bench_decode(false, false, heads);
-    bench_decode(false, true, heads);
-  }
+  for (const int heads : {16, 32})
+    for (const DecodeKernel kernel : kBothKernels) bench_decode(false, kernel, heads);
 }
 
 // The same over an FP8 cache: half the bytes; the rate is counted in FP8 bytes.
 TEST_CASE("bench.attention_decode_fp8 batch 256 x 1024" * doctest::skip()) {
-  for (const int heads : {16, 32}) {
-    bench_decode(true, false, heads);
-    bench_decode(true, true, heads);  // the CUDA-core kernel, for comparison
-  }
+  for (const int heads : {16, 32})
+    for (const DecodeKernel kernel : kBothKernels) bench_decode(true, kernel, heads);
 }
 
 }  // namespace nvllm::kernels::test

@@ -161,14 +161,15 @@ void attention_prefill_simt(const bf16* q, int q_stride, const bf16* k_cache, co
 
 // Attention of one query per sequence (query_start[s] = s) over its paged context, split along
 // the context for long sequences (flash-decoding); `workspace` holds the partial results.
-// Groups of 3..8 q heads a kv head on the tensor cores (attention_decode_tc.cu: 16 tokens by the q
-// heads of a kv head, a mma), others on the CUDA cores (each lane reads 16 bytes of a token's row
-// at a time and converts them in registers); `simt` (tests and timing: the second implementation)
-// takes the CUDA cores for every group. Both read bf16 or FP8 caches.
+// Two kernels, both over bf16 or FP8 caches: the tensor cores (attention_decode_tc.cu: 16 tokens by
+// the q heads of a kv head, up to 8, a mma) and the CUDA cores (each lane reads 16 bytes of a
+// token's row at a time and converts them in registers). kAuto takes the tensor cores for groups
+// of 2..8 q heads a kv head; tests and timing name one (the tensor cores refuse groups over 8).
+enum class DecodeKernel : uint8_t { kAuto, kCudaCores, kTensorCores };
 size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_context_len);
 void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
                       int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream, bool simt = false);
+                      size_t workspace_bytes, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kAuto);
 
 // --- Rows (rows.cu) ---
 
