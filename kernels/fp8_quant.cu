@@ -17,14 +17,15 @@ constexpr int kThreads = 256;
 constexpr float kE4M3Max = 448.f;
 
 // The second pass of a row's quantisation, once its absolute maximum is known (every thread of
-// the block, each over the 8-element groups it owns): scale = amax / 448, code = e4m3(x / scale)
+// the block, each over the 8-element groups it owns, strided by the block): scale = amax / 448,
+// code = e4m3(x / scale)
 // with an IEEE division, as the CPU's fp8_quantize_rows (model/fp8_weights.h); an all-zero row
 // keeps scale 0 and zero codes.
 __device__ __forceinline__ void write_row_codes(const bf16* row, uint8_t* out, float* scale_out, float amax,
                                                 int cols) {
   const float scale = amax / kE4M3Max;
   if (threadIdx.x == 0) *scale_out = scale;
-  for (int c = threadIdx.x * 8; c < cols; c += kThreads * 8) {
+  for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
     float f[8];
     to_float8(load8(row + c), f);
     uint32_t word[2] = {0, 0};
@@ -88,6 +89,49 @@ __global__ void __launch_bounds__(kThreads)
   write_row_codes(row, codes + size_t(blockIdx.x) * intermediate, act_scales + blockIdx.x, amax, intermediate);
 }
 
+// add_rmsnorm_fp8: add_rmsnorm's two passes (rmsnorm.cu: the same threads, the same order of
+// the sum of squares) on x scaled as scale_rows_cols when row_scales is given, then the normalised
+// row's codes as quantize_rows_fp8 (its block_max_abs orders the row's stores before the codes
+// read them back). row_scales and code_scales may be the same array: a row's scale is read by
+// every thread before the first barrier and written after the last.
+__global__ void add_rmsnorm_fp8_kernel(bf16* x, const float* row_scales, const float* __restrict__ col_scales,
+                                       bf16* __restrict__ residual, const bf16* __restrict__ weight,
+                                       uint8_t* __restrict__ codes, float* code_scales, int hidden, float eps) {
+  __shared__ float scratch[32];
+  pdl_enter();
+  bf16* xr = x + size_t(blockIdx.x) * hidden;
+  bf16* rr = residual + size_t(blockIdx.x) * hidden;
+  const float rs = row_scales != nullptr ? row_scales[blockIdx.x] : 1.f;
+  float sum_sq = 0.f;
+  for (int c = threadIdx.x * 8; c < hidden; c += blockDim.x * 8) {
+    float v[8], r[8];
+    to_float8(load8(xr + c), v);
+    to_float8(load8(rr + c), r);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float in = row_scales != nullptr ? round_bf16(scaled(v[j], rs, col_scales[c + j])) : v[j];
+      v[j] = round_bf16(in + r[j]);  // residual is kept in bf16
+      sum_sq += v[j] * v[j];
+    }
+    store8(rr + c, from_float8(v));
+  }
+  const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+  float amax = 0.f;
+  for (int c = threadIdx.x * 8; c < hidden; c += blockDim.x * 8) {
+    float v[8], w[8];
+    to_float8(load8(rr + c), v);
+    to_float8(load8(weight + c), w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[j] = round_bf16(w[j] * round_bf16(v[j] * rstd));  // HF: weight * x.to(bf16)
+      amax = fmaxf(amax, fabsf(v[j]));
+    }
+    store8(xr + c, from_float8(v));
+  }
+  amax = block_max_abs(amax, scratch);
+  write_row_codes(xr, codes + size_t(blockIdx.x) * hidden, code_scales + blockIdx.x, amax, hidden);
+}
+
 // y [m, n] *= row_scales[m] * col_scales[n], 8 elements a thread (n % 8 == 0).
 __global__ void scale_rows_cols_kernel(bf16* __restrict__ y, const float* __restrict__ row_scales,
                                        const float* __restrict__ col_scales, int m, int n) {
@@ -124,6 +168,17 @@ void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col
               "; needs a positive multiple of 8");
   launch_pdl(silu_mul_fp8_kernel, dim3(num_tokens), dim3(kThreads), 0, stream, gate_up, row_scales, col_scales, act,
              codes, act_scales, intermediate);
+}
+
+void add_rmsnorm_fp8(bf16* x, const float* row_scales, const float* col_scales, bf16* residual, const bf16* weight,
+                     uint8_t* codes, float* code_scales, int num_tokens, int hidden, float eps, cudaStream_t stream) {
+  if (num_tokens <= 0) return;
+  NVLLM_CHECK(hidden > 0 && hidden % 8 == 0, "add_rmsnorm_fp8: hidden size ", hidden,
+              "; needs a positive multiple of 8");
+  // add_rmsnorm's block: one thread per 8-element group, whole warps, at most 1024.
+  const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 1024);
+  launch_pdl(add_rmsnorm_fp8_kernel, dim3(num_tokens), dim3(threads), 0, stream, x, row_scales, col_scales, residual,
+             weight, codes, code_scales, hidden, eps);
 }
 
 void quantize_rows_fp8(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t stream) {

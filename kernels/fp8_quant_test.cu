@@ -1,8 +1,8 @@
 // quantize_rows_fp8 against the CPU's E4M3 conversion (core/dtype.h, what --quantization fp8 uses
 // on the CPU runner): scales and codes bit for bit on random rows, a row with exact rounding ties
 // (scale 1: amax 448), an all-zero row, widths below and past one pass of the block.
-// scale_rows_cols (an FP8 GEMM's scales) against the same products in float; silu_mul_fp8 against
-// the three kernels it fuses.
+// scale_rows_cols (an FP8 GEMM's scales) against the same products in float; silu_mul_fp8 and
+// add_rmsnorm_fp8 against the kernels they fuse.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -127,6 +127,44 @@ TEST_CASE("gpu.kernels.silu_mul_fp8 equals scale_rows_cols, silu_mul and quantiz
     CHECK(std::memcmp(scales.data(), scales_ref.data(), tokens * sizeof(float)) == 0);
     CHECK(scales[2] == 0.f);
   }
+}
+
+TEST_CASE("gpu.kernels.add_rmsnorm_fp8 equals [scale_rows_cols,] add_rmsnorm and quantize_rows_fp8 bit for bit") {
+  // Widths of one partial warp (8: 32 threads, one working), of a block that loops (8,200 > 1024
+  // groups of 8), of Qwen2.5-0.5B (896: 112 groups, 128 threads) and Qwen3-8B (4096); with and
+  // without the scales of an FP8 product before it, the row scales in the array the codes'
+  // scales go to (as the runner passes them).
+  for (const int hidden : {8, 896, 4096, 8200})
+    for (const bool scaled_input : {false, true}) {
+      const int tokens = 3;
+      const float eps = 1e-6f;
+      std::mt19937 rng{static_cast<uint32_t>(hidden + scaled_input)};
+      const std::vector<bf16> x = random_bf16(rng, size_t(tokens) * hidden, scaled_input ? -400.f : -3.f,
+                                              scaled_input ? 400.f : 3.f);
+      const std::vector<bf16> res = random_bf16(rng, size_t(tokens) * hidden, -3.f, 3.f);
+      const std::vector<bf16> w = random_bf16(rng, hidden, 0.5f, 1.5f);
+      std::vector<float> rows(tokens), cols(hidden);
+      std::uniform_real_distribution<float> dist(1e-4f, 2e-2f);
+      for (float& v : rows) v = dist(rng);
+      for (float& v : cols) v = dist(rng);
+      DeviceBuffer<bf16> d_x(x), d_res(res), d_w(w), d_x_ref(x), d_res_ref(res);
+      DeviceBuffer<float> d_scales(rows), d_cols(cols), d_rows_ref(rows), d_scales_ref(tokens);
+      DeviceBuffer<uint8_t> d_codes(size_t(tokens) * hidden), d_codes_ref(size_t(tokens) * hidden);
+      d_codes.poison();
+      add_rmsnorm_fp8(d_x.get(), scaled_input ? d_scales.get() : nullptr, d_cols.get(), d_res.get(), d_w.get(),
+                      d_codes.get(), d_scales.get(), tokens, hidden, eps, nullptr);
+      if (scaled_input) scale_rows_cols(d_x_ref.get(), d_rows_ref.get(), d_cols.get(), tokens, hidden, nullptr);
+      add_rmsnorm(d_x_ref.get(), d_res_ref.get(), d_w.get(), tokens, hidden, eps, nullptr);
+      quantize_rows_fp8(d_x_ref.get(), d_codes_ref.get(), d_scales_ref.get(), tokens, hidden, nullptr);
+      const std::vector<bf16> got_x = d_x.download(), ref_x = d_x_ref.download();
+      const std::vector<bf16> got_res = d_res.download(), ref_res = d_res_ref.download();
+      const std::vector<uint8_t> codes = d_codes.download(), codes_ref = d_codes_ref.download();
+      INFO("hidden ", hidden, scaled_input ? ", scaled input" : "");
+      CHECK(std::memcmp(got_x.data(), ref_x.data(), got_x.size() * sizeof(bf16)) == 0);
+      CHECK(std::memcmp(got_res.data(), ref_res.data(), got_res.size() * sizeof(bf16)) == 0);
+      CHECK(codes == codes_ref);
+      CHECK(d_scales.download() == d_scales_ref.download());
+    }
 }
 
 TEST_CASE("gpu.kernels.quantize_rows_fp8 refuses a width that is not a multiple of 8") {

@@ -124,6 +124,12 @@ void quantize_rows_fp8(const bf16* x, uint8_t* codes, float* scales, int rows, i
 // y [m, n] = bf16(y * row_scales[m] * col_scales[n]), in place: the per-token and per-channel
 // scales of an FP8 GEMM that ran with unit scales. n % 8 == 0.
 void scale_rows_cols(bf16* y, const float* row_scales, const float* col_scales, int m, int n, cudaStream_t stream);
+// add_rmsnorm on x (in place) and then quantize_rows_fp8 of its result into codes and
+// code_scales, as one kernel, bit for bit the passes: between an FP8 GEMM and the next FP8 GEMM.
+// With row_scales, x arrives as the first GEMM's unscaled product and is scaled first, as
+// scale_rows_cols would (col_scales per channel). row_scales may be code_scales. hidden % 8 == 0.
+void add_rmsnorm_fp8(bf16* x, const float* row_scales, const float* col_scales, bf16* residual, const bf16* weight,
+                     uint8_t* codes, float* code_scales, int num_tokens, int hidden, float eps, cudaStream_t stream);
 // The three passes between an FP8 gate_up GEMM and an FP8 down GEMM as one kernel, bit for bit:
 // scale_rows_cols on gate_up [tokens, 2 * intermediate] (its unscaled product; row_scales per
 // token, col_scales per channel), silu_mul into act [tokens, intermediate], quantize_rows_fp8 of

@@ -181,7 +181,11 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
   // The first residual step then sets residual = embedding (0 + x is exact in bf16) and normalises
   // it for layer 0; each layer ends with the next one's (layer()).
   CUDA_CHECK(cudaMemsetAsync(res, 0, static_cast<size_t>(T) * H * sizeof(bf16), s));
-  reduce_add_rmsnorm(x, res, w_.layers[0].input_norm, T, s);
+  if (fp8_norm_fused(T))
+    kernels::add_rmsnorm_fp8(x, nullptr, nullptr, res, w_.layers[0].input_norm, act_.x8.as<uint8_t>(),
+                             act_.x8_scales.as<float>(), T, H, eps, s);
+  else
+    reduce_add_rmsnorm(x, res, w_.layers[0].input_norm, T, s);
   for (int l = 0; l < c_.num_layers; ++l) layer(l, st, s);
   // Final norm and LM head only over the rows that sample.
   bf16 *fx = x, *fr = res;
@@ -216,8 +220,15 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
                                    st.at<int32_t>(L.block_tables), L.width, L.seqs, st.max_query_len,
                                    st.max_context_len};
   const DeviceLayer& w = w_.layers[l];
-  // x arrives normalised by this layer's input norm (forward() or the layer before).
-  linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
+  const bool fused_norm = fp8_norm_fused(T);
+  uint8_t* x8 = act_.x8.as<uint8_t>();
+  float* x_scales = act_.x8_scales.as<float>();
+  // x arrives normalised by this layer's input norm (forward() or the layer before), and as
+  // codes in x8 with fused_norm.
+  if (fused_norm)
+    gemm_.matmul_fp8(x8, x_scales, w.qkv.codes, w.qkv.scales, qkv, T, c_.qkv_size(), H, s);
+  else
+    linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
   if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
   const kernels::KvCache& cache = kv_.layers[l];
   kernels::qk_norm_rope_cache(qkv, st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), w.q_norm, w.k_norm, eps,
@@ -245,15 +256,25 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
     kernels::attention_prefill(qkv, c_.qkv_size(), cache, prompts, attn, c_.num_heads, c_.num_kv_heads,
                                c_.head_dim, block_size_, scale, s);
   }
-  linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
-  reduce_add_rmsnorm(x, res, w.post_norm, T, s);
-  mlp(l, T, s);
+  if (fused_norm) {  // o_proj's product unscaled; its scales, the residual add, post_norm, gate_up's codes
+    kernels::quantize_rows_fp8(attn, x8, x_scales, T, c_.q_size(), s);
+    gemm_.matmul_fp8(x8, x_scales, w.o_proj.codes, w.o_proj.scales, x, T, H, c_.q_size(), s, /*scale=*/false);
+    kernels::add_rmsnorm_fp8(x, x_scales, w.o_proj.scales, res, w.post_norm, x8, x_scales, T, H, eps, s);
+  } else {
+    linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
+    reduce_add_rmsnorm(x, res, w.post_norm, T, s);
+  }
   // The next layer's input norm; after the last, only the sum (the final norm follows the rows'
   // gather in forward()).
-  reduce_add_rmsnorm(x, res, l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr, T, s);
+  const bf16* next_norm = l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr;
+  if (!mlp(l, T, fused_norm, next_norm, s)) reduce_add_rmsnorm(x, res, next_norm, T, s);
 }
 
-void DeviceModel::mlp(int l, int T, cudaStream_t s) {
+bool DeviceModel::fp8_norm_fused(int tokens) const {
+  return w_.fp8 && tp_.comm == nullptr && !use_gemv(tokens, c_.hidden_size);
+}
+
+bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cudaStream_t s) {
   const DeviceLayer& w = w_.layers[l];
   const int H = c_.hidden_size, I = c_.intermediate_size;
   bf16* x = act_.x.as<bf16>();
@@ -265,11 +286,17 @@ void DeviceModel::mlp(int l, int T, cudaStream_t s) {
     uint8_t* x8 = act_.x8.as<uint8_t>();
     float* x_scales = act_.x8_scales.as<float>();
     float* act_scales = act_.act8_scales.as<float>();
-    kernels::quantize_rows_fp8(x, x8, x_scales, T, H, s);
+    if (!fused_norm) kernels::quantize_rows_fp8(x, x8, x_scales, T, H, s);
     gemm_.matmul_fp8(x8, x_scales, w.gate_up.codes, w.gate_up.scales, gate_up, T, 2 * I, H, s, /*scale=*/false);
     kernels::silu_mul_fp8(gate_up, x_scales, w.gate_up.scales, act, x8, act_scales, T, I, s);
+    if (fused_norm && next_norm != nullptr) {  // down's scales, the residual add, next_norm, qkv's codes
+      gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s, /*scale=*/false);
+      kernels::add_rmsnorm_fp8(x, act_scales, w.down.scales, act_.residual.as<bf16>(), next_norm, x8, x_scales, T,
+                               H, static_cast<float>(c_.rms_norm_eps), s);
+      return true;
+    }
     gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s);
-    return;
+    return false;
   }
   linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
   // The bf16 down projection on cuBLASLt at every batch, after silu_mul: its K (the intermediate
@@ -282,6 +309,7 @@ void DeviceModel::mlp(int l, int T, cudaStream_t s) {
     linear(act, w.down, x, T, H, I, s);
   else
     gemm_.matmul(act, w.down.w, x, T, H, I, false, s);
+  return false;
 }
 
 int DeviceModel::tp_rank() const { return tp_.comm ? tp_.comm->rank() : 0; }

@@ -116,7 +116,13 @@ class DeviceModel {
   void linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, int n, int k, cudaStream_t stream);
   // Layer l's MLP after its post-attention norm: gate_up, silu_mul, down (into act().x). Steps on
   // the FP8 GEMMs fuse gate_up's scales, the activation and down's input codes into one kernel.
-  void mlp(int l, int tokens, cudaStream_t stream);
+  // The MLP of layer l; with `fused_norm` (fp8_norm_fused) gate_up's input codes are ready and
+  // down's residual add + `next_norm` is applied here when there is one (returns true then).
+  bool mlp(int l, int tokens, bool fused_norm, const bf16* next_norm, cudaStream_t stream);
+  // FP8 weights on the GEMM path on one GPU: each residual add + RMSNorm before a projection also
+  // applies the scales of the FP8 product before it and writes the codes of the one after it
+  // (kernels::add_rmsnorm_fp8, bit for bit the separate passes).
+  bool fp8_norm_fused(int tokens) const;
   // The residual step after a sublayer: x (each rank's partial output under tensor parallelism)
   // summed over the ranks, then residual += x and x = rmsnorm(residual) * norm (add_rmsnorm);
   // norm == nullptr: the sum only. One kernel over peer memory where TpComm can.
