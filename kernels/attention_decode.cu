@@ -247,10 +247,24 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   const int heads_per_cta = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   const int blocks_x = num_kv_heads * (group / heads_per_cta);
 
+  // Groups of 2..8 q heads a kv head on the tensor cores (H100, bench.attention_decode*, % of 3.03
+  // TB/s at 256 x 1,024 / 64 x 4,096 / 8 x 32,768 / 256 x 256): at 4 (Qwen3-8B, Llama-3-8B) bf16
+  // 88 / 92 / 92 / 73 against 75 / 81 / 82 / 59 on the CUDA cores, FP8 86 / 85 / 84 / 66 against
+  // 52 / 55 / 55 / 35; at 2 (Qwen3-0.6B) bf16 92 / 94 / 92 / 78 against 91 / 92 / 87 / 77, FP8
+  // 88 / 86 / 85 / 70 against 86 / 85 / 85 / 64 (bench/NOTES.md, seventeenth session). A group
+  // of 1 (unmeasured) would use one mma column in 8; it stays on the CUDA cores, as do groups over 8.
+  NVLLM_CHECK(kernel != DecodeKernel::kTensorCores || group <= kTcMaxGroup,
+              "attention_decode: the tensor-core kernel takes up to ", kTcMaxGroup, " q heads a kv head, not ", group);
+  const bool tensor_cores = kernel == DecodeKernel::kTensorCores ||
+                            (kernel == DecodeKernel::kAuto && group >= 2 && group <= kTcMaxGroup);
+  const bool fp8 = cache.dtype == KvDtype::kFp8E4M3;
+  NVLLM_CHECK(!fp8 || (cache.k_scale != nullptr && cache.v_scale != nullptr),
+              "attention_decode: an FP8 cache needs scales");
+
   // Enough splits for the longest context the batch may hold; each sequence uses its own
   // splits_for(ctx) <= this.
   const int ctx = std::max(batch.max_context_len, 1);
-  const SplitPolicy sp = cache.dtype == KvDtype::kFp8E4M3 ? kFp8Splits : kBf16Splits;
+  const SplitPolicy sp = tensor_cores ? kTcSplits : fp8 ? kFp8Splits : kBf16Splits;
   // splits_for(c, sp) <= this for every c <= ctx (the bound grows with c).
   const int splits = std::min(kMaxSplits, std::max(std::min(sp.target_splits, ceil_div(ctx, sp.partition)),
                                                    ceil_div(ctx, sp.max_partition)));
@@ -278,19 +292,6 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   p.scale_log2 = scale * kLog2e;
   p.num_splits = splits;
   p.split = sp;
-  const bool fp8 = cache.dtype == KvDtype::kFp8E4M3;
-  NVLLM_CHECK(!fp8 || (cache.k_scale != nullptr && cache.v_scale != nullptr),
-              "attention_decode: an FP8 cache needs scales");
-  // Groups of 2..8 q heads a kv head on the tensor cores (H100, bench.attention_decode*, % of 3.03
-  // TB/s at 256 x 1,024 / 64 x 4,096 / 8 x 32,768 / 256 x 256): at 4 (Qwen3-8B, Llama-3-8B) bf16
-  // 88 / 92 / 92 / 73 against 75 / 81 / 82 / 59 on the CUDA cores, FP8 86 / 85 / 84 / 66 against
-  // 52 / 55 / 55 / 35; at 2 (Qwen3-0.6B) bf16 92 / 94 / 92 / 78 against 91 / 92 / 87 / 77, FP8
-  // 88 / 86 / 85 / 70 against 86 / 85 / 85 / 64 (bench/NOTES.md, seventeenth session). A group
-  // of 1 (unmeasured) would use one mma column in 8; it stays on the CUDA cores, as do groups over 8.
-  NVLLM_CHECK(kernel != DecodeKernel::kTensorCores || group <= kTcMaxGroup,
-              "attention_decode: the tensor-core kernel takes up to ", kTcMaxGroup, " q heads a kv head, not ", group);
-  const bool tensor_cores = kernel == DecodeKernel::kTensorCores ||
-                            (kernel == DecodeKernel::kAuto && group >= 2 && group <= kTcMaxGroup);
   if (tensor_cores) {
     launch_decode_tc(p, fp8, head_dim, batch.num_seqs, stream);
     launch_reduce(p, head_dim, batch.num_seqs, stream);

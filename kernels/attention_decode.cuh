@@ -19,16 +19,19 @@ namespace nvllm::kernels::decode_detail {
 // 7 splits of 128 became 4 of 208, while batch-1 latency (8 kv heads x a few splits) was unchanged.
 // An FP8 token is half the bytes, so the fixed cost weighs twice as much, and more so on the
 // tensor cores (attention_decode_tc.cu), which spend far less a token: there one split covers a
-// context up to 2,048 tokens (no partials, no reduce), 82.9% of 3.03 TB/s at 256 x 1,024 on the
-// H100 against 79.4% with two splits of 512 (bench/NOTES.md, fifteenth session). The price is
-// fewer CTAs for a few long sequences (batch 1 outside the fused path: kv heads x 1 split).
+// context up to 2,048 tokens (no partials, no reduce), for both cache types. FP8: 82.9% of 3.03
+// TB/s at 256 x 1,024 on the H100 against 79.4% with two splits of 512 (bench/NOTES.md, fifteenth
+// session); bf16 at Qwen3-8B's heads: 94.5-94.9% against 87.9-88.1% with bf16's CUDA-core policy
+// (and 84% against 72% at 256 x 256; seventeenth session). The price is fewer CTAs for a few long
+// sequences (batch 1 outside the fused path: kv heads x 1 split).
 struct SplitPolicy {
   int partition;      // tokens per split, at least
   int target_splits;  // splits before partitions grow
   int max_partition;  // tokens per split before splits grow again
 };
-constexpr SplitPolicy kBf16Splits{128, 4, 512};
-constexpr SplitPolicy kFp8Splits{512, 1, 2048};
+constexpr SplitPolicy kBf16Splits{128, 4, 512};  // the CUDA cores, bf16
+constexpr SplitPolicy kFp8Splits{512, 1, 2048};  // the CUDA cores, FP8
+constexpr SplitPolicy kTcSplits{512, 1, 2048};   // the tensor cores, both
 constexpr int kMaxSplits = 32;       // bounds the workspace; at most a warp (the reduce's weights)
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -50,7 +53,7 @@ struct DecodeParams {
   int block_shift;      // log2(block_size)
   float scale_log2;     // softmax scale * log2(e): scores go straight into exp2
   int num_splits;       // grid z and the workspace stride; each sequence uses splits_for(ctx, split)
-  SplitPolicy split;    // the cache type's (kBf16Splits or kFp8Splits)
+  SplitPolicy split;    // the kernel's and cache type's (kBf16Splits, kFp8Splits or kTcSplits)
 };
 
 // How a sequence of `ctx` tokens is split. It depends on the sequence (and the cache type) alone,

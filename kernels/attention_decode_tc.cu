@@ -81,7 +81,6 @@ template <int D>
 struct TcCache<fp8_e4m3, D> {
   static constexpr int kKWords = D / 16;  // a token's quarter row: D/4 codes
   static constexpr int kVWords = D / 32;  // a token's eighth row: D/8 codes
-  static constexpr SplitPolicy kSplit = kFp8Splits;
   static constexpr int kPParts = 1;  // P as f16: 11 bits
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) { return pack_f16(lo, hi); }
   static __device__ __forceinline__ float2 unpack(uint32_t x) {
@@ -115,7 +114,6 @@ template <int D>
 struct TcCache<bf16, D> {
   static constexpr int kKWords = D / 8;   // a token's quarter row: D/4 values
   static constexpr int kVWords = D / 16;  // a token's eighth row: D/8 values
-  static constexpr SplitPolicy kSplit = kBf16Splits;
   static constexpr int kPParts = 2;  // P as bf16 hi + lo: 16 bits, as the CUDA-core kernel's fp32 to ~1e-5
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) { return pack_bf16(lo, hi); }
   static __device__ __forceinline__ float2 unpack(uint32_t x) {
@@ -190,7 +188,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   const int kvh = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
   const int head0 = kvh * group;
   const int ctx = p.context_lens[s];
-  constexpr SplitPolicy kSplit = C::kSplit;  // (p.split, as a constant)
+  constexpr SplitPolicy kSplit = kTcSplits;  // (p.split, as a constant)
   const int partition = partition_for(ctx, kSplit), used = splits_for(ctx, kSplit);
   if (split >= used) return;  // the reduce reads only the sequence's own splits
   const int start = split * partition, end = min(ctx, start + partition);

@@ -95,7 +95,7 @@ TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
     run_case(12, 2, 128, 64, {200, 4100}, 5, false, false, kernel);                      // group 6
     run_case(14, 2, 64, 16, {31, 513, 2049}, 9, false, false, kernel);                   // group 7 (Qwen2.5-0.5B)
     run_case(16, 8, 128, 16, {1, 100, 128}, 6, true, false, kernel);   // one split each: no workspace needed
-    run_case(16, 8, 128, 16, {1, 900, 2000}, 6, true, false, kernel);  // longer: the missing workspace is an error
+    run_case(16, 8, 128, 16, {1, 900, 3000}, 6, true, false, kernel);  // longer: the missing workspace is an error
     // Many sequences, as in a decode batch: the grid's x/y/z all in use.
     std::vector<int> many(300);
     std::mt19937 rng(7);
