@@ -1,16 +1,14 @@
 // nvllm bench: throughput of a whole workload, or latency of fixed-size batches, with the
 // roofline that says how close the run came to the card.
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <utility>
 
-#include <unistd.h>
-
 #include "analysis/prefix_tree.h"
 #include "analysis/workload.h"
 #include "cmd/nvllm/bench_ceilings.h"
+#include "cmd/nvllm/bench_run.h"
 #include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/commands.h"
@@ -20,7 +18,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/data_parallel.h"
-#include "io/progress.h"
 #include "io/request.h"
 
 #include "git_rev.h"  // NVLLM_GIT_REV, written at build time
@@ -71,8 +68,6 @@ std::pair<double, double> peaks(const BenchFlags& f, const LoadedModel& m) {
   return {c.bandwidth * gpus, c.flops * gpus * fp8_flops_factor(m)};
 }
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 nlohmann::json percentiles(const std::vector<double>& v) {
   return {{"p50", percentile(v, 50)}, {"p90", percentile(v, 90)}, {"p99", percentile(v, 99)}};
@@ -127,50 +122,6 @@ std::vector<EngineRequest> requests_from_file(const BenchFlags& f, const LoadedM
     out.push_back(std::move(r));
   }
   return out;
-}
-
-// Runs `requests` to completion on a fresh engine; returns wall seconds and per-step seconds.
-struct RunResult {
-  RunStats stats;
-  double seconds = 0;
-  std::vector<double> step_s;
-  std::vector<double> step_device_s;  // one engine: the runner's device time of each step (0: not measured)
-  std::vector<int64_t> step_started;  // sequences with their first token so far, after each step
-  std::vector<int64_t> step_finished; // requests finished so far, after each step
-  std::vector<FinishedRequest> finished;
-  std::vector<EngineLoad> engines;    // what each data-parallel engine did
-};
-
-// `show_progress`: a bar on a terminal, a line every 30 s in a log (none with -q).
-RunResult run_requests(LoadedModel& m, const std::vector<EngineRequest>& requests, bool show_progress = false) {
-  DataParallelEngine engine(m.engine, m.runner_ptrs(), nullptr);
-  int64_t token_total = 0;
-  for (const EngineRequest& r : requests) {
-    engine.add_request(r);
-    token_total += int64_t{r.params.max_tokens} * r.params.n;
-  }
-  const auto total = static_cast<int64_t>(requests.size());
-  ProgressBar bar(total, stderr, show_progress && isatty(2));
-  bar.set_token_total(token_total);
-  ProgressLog log(total, token_total, 30, stderr, show_progress && !isatty(2));
-  RunResult result;
-  const auto start = Clock::now();
-  while (engine.has_unfinished()) {
-    const auto t = Clock::now();
-    for (FinishedRequest& done : engine.step()) result.finished.push_back(std::move(done));
-    result.step_s.push_back(seconds_since(t));
-    result.step_device_s.push_back(engine.size() == 1 ? m.runner().last_step_device_seconds() : 0.0);
-    result.step_started.push_back(engine.stats().started_seqs);
-    result.step_finished.push_back(static_cast<int64_t>(result.finished.size()));
-    bar.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
-    log.update(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
-  }
-  result.seconds = seconds_since(start);
-  result.stats = engine.stats();
-  result.engines = engine.loads();
-  bar.finish();
-  log.finish(static_cast<int64_t>(result.finished.size()), engine.stats().output_tokens);
-  return result;
 }
 
 void warm_up(LoadedModel& m, const BenchFlags& f) {
@@ -409,33 +360,6 @@ void check_latency_fits(const BenchFlags& f, const LoadedModel& m, int input_len
   NVLLM_CHECK(blocks <= m.runner().num_kv_blocks(), "bench latency: --batch-size ", f.batch_size, " sequences of ",
               len, " tokens need ", blocks, " KV blocks but the cache has ", m.runner().num_kv_blocks(),
               " (they would be preempted and timed twice); lower --batch-size or the lengths, or raise the cache");
-}
-
-// The timed parts of latency runs: prefill (every step up to the one that samples the last
-// sequence's first token) and the decode steps of the whole batch after it (up to the one in which
-// the first sequences finish: with chunked prefill the first prompts' sequences finish before the
-// last ones, and the steps after them decode a smaller batch than the one asked for).
-struct LatencyTimes {
-  std::vector<double> prefill_s, decode_s, decode_device_s, e2e_s;
-  int64_t prefill_steps = 0;  // the fewest of any iteration (the bound counts a weights read a step)
-  RunResult last;             // the last iteration's run, for the prefill roofline's prompts
-};
-
-void add_latency_run(LatencyTimes& t, RunResult run, int batch_size) {
-  t.e2e_s.push_back(run.seconds);
-  size_t i = 0;
-  double prefill = 0;
-  while (i < run.step_s.size()) {
-    prefill += run.step_s[i];
-    if (run.step_started[i++] >= batch_size) break;
-  }
-  t.prefill_s.push_back(prefill);
-  t.prefill_steps = t.prefill_s.size() == 1 ? static_cast<int64_t>(i) : std::min<int64_t>(t.prefill_steps, i);
-  for (; i < run.step_s.size() && run.step_finished[i - 1] == 0; ++i) {
-    t.decode_s.push_back(run.step_s[i]);
-    t.decode_device_s.push_back(run.step_device_s[i]);
-  }
-  t.last = std::move(run);
 }
 
 int run_latency(const BenchFlags& f) {
