@@ -18,9 +18,8 @@ constexpr float kE4M3Max = 448.f;
 
 // The second pass of a row's quantisation, once its absolute maximum is known (every thread of
 // the block, each over the 8-element groups it owns, strided by the block): scale = amax / 448,
-// code = e4m3(x / scale)
-// with an IEEE division, as the CPU's fp8_quantize_rows (model/fp8_weights.h); an all-zero row
-// keeps scale 0 and zero codes.
+// code = e4m3(x / scale) with an IEEE division, as the CPU's fp8_quantize_rows
+// (model/fp8_weights.h); an all-zero row keeps scale 0 and zero codes.
 __device__ __forceinline__ void write_row_codes(const bf16* row, uint8_t* out, float* scale_out, float amax,
                                                 int cols) {
   const float scale = amax / kE4M3Max;

@@ -115,9 +115,9 @@ class DeviceModel {
   // FP8 gemv for small m, else x quantised per token and cuBLASLt's FP8 GEMM.
   void linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, int n, int k, cudaStream_t stream);
   // Layer l's MLP after its post-attention norm: gate_up, silu_mul, down (into act().x). Steps on
-  // the FP8 GEMMs fuse gate_up's scales, the activation and down's input codes into one kernel.
-  // The MLP of layer l; with `fused_norm` (fp8_norm_fused) gate_up's input codes are ready and
-  // down's residual add + `next_norm` is applied here when there is one (returns true then).
+  // the FP8 GEMMs fuse gate_up's scales, the activation and down's input codes into one kernel;
+  // with `fused_norm` (fp8_norm_fused) gate_up's input codes are ready, and down's scales, the
+  // residual add and `next_norm` are applied here when there is a next norm (returns true then).
   bool mlp(int l, int tokens, bool fused_norm, const bf16* next_norm, cudaStream_t stream);
   // FP8 weights on the GEMM path on one GPU: each residual add + RMSNorm before a projection also
   // applies the scales of the FP8 product before it and writes the codes of the one after it
