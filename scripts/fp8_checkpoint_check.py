@@ -7,10 +7,14 @@ dequantised reference: the same model with each projection weight replaced by co
 (float32) rounded to bf16, saved as an ordinary bf16 checkpoint.
 
   1. `nvllm generate --device cuda` on both, greedy, 64 tokens for each of N prompts with the
-     top-20 log-probabilities: nvllm dequantises the FP8 file at load to exactly the reference's
-     bf16 weights, so every token and every log-probability must be identical.
-  2. transformers in fp32 on the reference's weights, greedy: nvllm on the FP8 file must agree
-     on >= 95% of the continuations (hf_parity.py's bar), so the file is read as the model it is.
+     top-20 log-probabilities. The CUDA runner holds the FP8 file's projections as E4M3 with one
+     scale per output channel, re-quantised on the GPU from the dequantised bf16 weights (it has no
+     block-scaled kernels), which is what `--quantization fp8` does to the reference: those two
+     runs must agree in every token and every log-probability (the file is read as its dequantised
+     weights, then takes the FP8 path), and the log must say it re-quantised.
+  2. Quality of that second rounding (issue 21's bar for FP8 weights: greedy continuations equal to
+     the bf16 run's on >= 85% of the prompts): the FP8 file against the reference in bf16, and
+     against transformers in fp32 on the reference's weights.
 
 The checkpoints are hf_parity.py's random-weight models with a planted signal (fixed strength).
 Usage (GPU machine): python3 scripts/fp8_checkpoint_check.py --nvllm build/bin/nvllm --out DIR
@@ -85,17 +89,24 @@ def check(arch, strength, args, log):
     import torch
     model, fp8_dir, ref_dir = build(arch, strength, args)
     prompts = hf_parity.make_prompts(args.num_prompts, args.seed + 1)
+    start = log.tell()
     fp8, _ = hf_parity.run_nvllm(args.nvllm, fp8_dir, prompts, args.max_tokens, [], log)
+    log.flush()
+    with open(log.name) as f:
+        f.seek(start)
+        requantised = "re-quantised on the GPU" in f.read()
+    ref_q, _ = hf_parity.run_nvllm(args.nvllm, ref_dir, prompts, args.max_tokens, ["--quantization", "fp8"], log)
     ref, _ = hf_parity.run_nvllm(args.nvllm, ref_dir, prompts, args.max_tokens, [], log)
-    tokens_equal = sum(a["token_ids"] == b["token_ids"] for a, b in zip(fp8, ref))
-    logprobs_equal = sum(a.get("logprobs") == b.get("logprobs") for a, b in zip(fp8, ref))
     reference = model.to(torch.float32).eval()
     hf_tokens = hf_parity.hf_greedy(reference, prompts, args.max_tokens)
-    hf_equal = sum(a["token_ids"] == b for a, b in zip(fp8, hf_tokens))
     return {"arch": arch, "planted": strength, "num_prompts": len(prompts), "max_tokens": args.max_tokens,
-            "nvllm_fp8_file_equals_dequantised_bf16_file_tokens": tokens_equal,
-            "nvllm_fp8_file_equals_dequantised_bf16_file_logprobs": logprobs_equal,
-            "nvllm_fp8_file_equals_transformers_fp32": hf_equal}
+            "log_says_requantised": requantised,
+            "fp8_file_equals_reference_quantization_fp8_tokens":
+                sum(a["token_ids"] == b["token_ids"] for a, b in zip(fp8, ref_q)),
+            "fp8_file_equals_reference_quantization_fp8_logprobs":
+                sum(a.get("logprobs") == b.get("logprobs") for a, b in zip(fp8, ref_q)),
+            "fp8_file_equals_reference_bf16_tokens": sum(a["token_ids"] == b["token_ids"] for a, b in zip(fp8, ref)),
+            "fp8_file_equals_transformers_fp32": sum(a["token_ids"] == b for a, b in zip(fp8, hf_tokens))}
 
 
 def main():
@@ -115,11 +126,14 @@ def main():
     if args.out:
         with open(os.path.join(args.out, "fp8_checkpoint.json"), "w") as f:
             json.dump(results, f, indent=1)
-    ok = all(r["nvllm_fp8_file_equals_dequantised_bf16_file_tokens"] == r["num_prompts"]
-             and r["nvllm_fp8_file_equals_dequantised_bf16_file_logprobs"] == r["num_prompts"]
-             and r["nvllm_fp8_file_equals_transformers_fp32"] >= 0.95 * r["num_prompts"] for r in results)
+    ok = all(r["log_says_requantised"]
+             and r["fp8_file_equals_reference_quantization_fp8_tokens"] == r["num_prompts"]
+             and r["fp8_file_equals_reference_quantization_fp8_logprobs"] == r["num_prompts"]
+             and r["fp8_file_equals_reference_bf16_tokens"] >= 0.85 * r["num_prompts"]
+             and r["fp8_file_equals_transformers_fp32"] >= 0.85 * r["num_prompts"] for r in results)
     print("FP8 CHECKPOINT", "PASS" if ok else "FAIL",
-          "(the FP8 file = its dequantised bf16 file in every token and log-probability; >= 95% = transformers)")
+          "(the FP8 file = its dequantised weights with --quantization fp8 in every token and log-probability;"
+          " >= 85% of greedy continuations = the bf16 run and transformers fp32)")
     return 0 if ok else 1
 
 

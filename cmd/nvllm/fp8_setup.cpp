@@ -27,11 +27,33 @@ void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string
                                                 "float32; use --kv-cache-dtype auto or fp8");
     return;
   }
-  if (config.quant.quantized()) {
+  if (config.quant.quantized() && !projections_fp8(config)) {
     log_warn(f.model, "/config.json: an FP8 checkpoint (quantization_config ", config.quant.method,
-             "): its weights are dequantised to bfloat16 at load, since the GPU runner keeps FP8 codes only for "
-             "--quantization fp8 so far: the quantised model's outputs at bfloat16 speed, with twice the FP8 "
-             "weights' memory");
+             ") whose ignore list keeps some layer projections in bf16: the GPU runner holds FP8 codes for every "
+             "projection or none, so all are dequantised to bfloat16 at load (the quantised model's outputs at "
+             "bfloat16 speed, with twice the FP8 weights' memory)");
+  }
+}
+
+bool fp8_projections(const ModelFlags& f, const ModelConfig& config, const std::string& device) {
+  return quantize_at_load(f, config) || (device == "cuda" && projections_fp8(config));
+}
+
+std::string fp8_weights_note(const ModelFlags& f, const ModelConfig& config) {
+  if (quantize_at_load(f, config))
+    return "--quantization fp8: linear weights quantised to E4M3 on the GPU, one scale per output channel";
+  const std::string head = str_cat(f.model, "/config.json: an FP8 checkpoint (", config.quant.method, ", ");
+  switch (config.quant.scaling) {
+    case WeightScaling::kChannel:
+      return head + "one scale per output channel): projections held as its E4M3 codes, each row's scale "
+                    "re-derived on the GPU from the dequantised bf16 weights (within bf16 rounding)";
+    case WeightScaling::kBlock:
+      return head + "128 x 128 block scales): projections re-quantised on the GPU to E4M3 with one scale per "
+                    "output channel (the GPU's FP8 kernels take no block scales): a second rounding of each "
+                    "weight; the CPU runner computes with the published values";
+    default:
+      return head + "one scale per tensor): projections re-quantised on the GPU to E4M3 with one scale per "
+                    "output channel: rows whose largest code is under 448 are rounded a second time, more finely";
   }
 }
 

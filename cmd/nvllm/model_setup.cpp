@@ -309,7 +309,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   const LoadFormat format = f.load_format == "dummy" ? LoadFormat::kDummy : LoadFormat::kAuto;
   const int engines = f.data_parallel_size;
   m.tensor_parallel_size = f.tensor_parallel_size;
-  m.fp8_weights = quantize_at_load(f, m.config);
+  m.fp8_weights = fp8_projections(f, m.config, m.device);
   if (m.device == "cpu") {
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "float32",
                 "--dtype ", f.dtype, ": the CPU runner computes in float32; use --dtype auto or float32");
@@ -340,8 +340,7 @@ LoadedModel load_model(const ModelFlags& flags) {
     options.enforce_eager = f.enforce_eager;
     options.fp8_kv = fp8_kv_scales(f, m.config);
     options.fp8_weights = m.fp8_weights;
-    if (options.fp8_weights)
-      log_info("--quantization fp8: linear weights quantised to E4M3 on the GPU, one scale per output channel");
+    if (options.fp8_weights) log_info(fp8_weights_note(f, m.config));
     options.tensor_parallel_size = f.tensor_parallel_size;
     for (int e = 0; e < engines; ++e) {  // engine e on GPUs e * tp ..
       options.device = e * f.tensor_parallel_size;

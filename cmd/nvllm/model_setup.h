@@ -73,7 +73,7 @@ struct LoadedModel {
   std::string device;  // "cpu" or "cuda", resolved
   std::string device_name;
   int tensor_parallel_size = 1;
-  bool fp8_weights = false;  // --quantization fp8: the layers' projections hold one byte a weight
+  bool fp8_weights = false;  // fp8_projections: the layers' projections hold one byte a weight
 
   Runner& runner() const { return *runners.at(0); }
   std::vector<Runner*> runner_ptrs() const;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/arch_table.h"
 
 namespace nvllm {
 
@@ -88,6 +89,19 @@ void fp8_quantize_rows(float* w, int64_t rows, int64_t cols) {
     const float scale = amax / kF8E4M3Max;
     for (int64_t c = 0; c < cols; ++c) row[c] = f8e4m3_to_f32(f32_to_f8e4m3(row[c] / scale)) * scale;
   }
+}
+
+bool projections_fp8(const ModelConfig& config) {
+  if (!config.quant.quantized()) return false;
+  for (const CheckpointTensor& t : checkpoint_tensors(config)) {
+    const bool projection = t.slot == WeightSlot::kQkv || t.slot == WeightSlot::kOProj ||
+                            t.slot == WeightSlot::kGateUp || t.slot == WeightSlot::kDown;
+    const std::string suffix = ".weight";
+    if (projection && t.name.ends_with(suffix) &&
+        config.quant.ignores(t.name.substr(0, t.name.size() - suffix.size())))
+      return false;
+  }
+  return true;
 }
 
 void quantize_weights_fp8(ModelWeights& w) {

@@ -26,6 +26,11 @@ void dequantize_fp8_weight(const Checkpoint& ckpt, const TensorView& w, const Qu
 // dequantised values fp8(w / scale) * scale (an all-zero row stays zero).
 void fp8_quantize_rows(float* w, int64_t rows, int64_t cols);
 
+// Whether every layer projection (q, k, v, o, gate, up, down) of `config`'s checkpoint is FP8: a
+// quantization_config whose ignore list leaves none of them in bf16. A runner that keeps E4M3
+// codes with one scale per output channel may then hold every projection that way.
+bool projections_fp8(const ModelConfig& config);
+
 // --quantization fp8: fp8_quantize_rows on every linear layer's weight (qkv, o, gate/up, down;
 // rows are output channels, so fusion does not matter). Embedding and LM head stay as loaded,
 // as vLLM leaves them. Weights must be F32.

@@ -205,6 +205,78 @@ TEST_CASE("fp8 checkpoint loads through load_weights: linear layers dequantised,
   CHECK(rounded > 0);  // the rounding itself was exercised
 }
 
+TEST_CASE("projections_fp8: every layer projection FP8 unless the ignore list keeps one in bf16") {
+  std::ifstream in(std::filesystem::path(NVLLM_TESTDATA) / "tiny-qwen3/config.json");
+  const json base = json::parse(in);
+  const auto config_with = [&](const json& quant) {
+    json j = base;
+    if (!quant.is_null()) j["quantization_config"] = quant;
+    ScratchDir dir;
+    std::ofstream(dir / "config.json") << j.dump();
+    return load_model_config(dir.path());
+  };
+  const json weights = {{"num_bits", 8},     {"type", "float"},       {"strategy", "channel"},
+                        {"symmetric", true}, {"dynamic", false},      {"group_size", nullptr}};
+  const json ct = {{"quant_method", "compressed-tensors"},
+                   {"format", "float-quantized"},
+                   {"quantization_status", "compressed"},
+                   {"ignore", json::array()},
+                   {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}}};
+  CHECK_FALSE(projections_fp8(config_with(json())));
+  CHECK(projections_fp8(config_with({{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}})));
+  json head_only = ct;
+  head_only["ignore"] = {"lm_head"};
+  CHECK(projections_fp8(config_with(head_only)));
+  json one_layer = ct;
+  one_layer["ignore"] = {"lm_head", "model.layers.1.mlp.down_proj"};  // the last layer's down stays bf16
+  CHECK_FALSE(projections_fp8(config_with(one_layer)));
+  json pattern = ct;
+  pattern["ignore"] = {"re:.*self_attn\\.k_proj"};
+  CHECK_FALSE(projections_fp8(config_with(pattern)));
+}
+
+// The CUDA runner holds an FP8 checkpoint's projections as E4M3 with one scale a row, quantised on
+// the GPU (bit for bit fp8_quantize_rows) from the weights dequantised and rounded to bf16. Per
+// channel, where each row's largest code is +-448 (scale = amax / 448, as such checkpoints are
+// made), that gives back the published codes, with the scale within bf16's rounding; with one
+// scale for the tensor, rows whose largest code is smaller are quantised anew (a second rounding).
+TEST_CASE("fp8 per-channel codes survive bf16 dequantisation and per-row re-quantisation; per-tensor ones need not") {
+  constexpr int kRows = 64, kCols = 96;
+  const auto codes_of = [](int r, int c, bool full_range) -> uint8_t {
+    if (c == r % kCols && (full_range || r % 2 == 0)) return r % 3 ? 0x7e : 0xfe;  // +-448
+    return code_at(r, c) % 0x70 | (code_at(r, c) & 0x80);                         // below 448
+  };
+  for (const bool per_channel : {true, false}) {
+    CAPTURE(per_channel);
+    std::vector<float> w(kRows * kCols), published_scale(kRows);
+    for (int r = 0; r < kRows; ++r) {
+      published_scale[r] = per_channel ? std::ldexp(0.3f + 0.01f * r, -(r % 9)) : 0.0123f;
+      for (int c = 0; c < kCols; ++c) {
+        const double v = e4m3(codes_of(r, c, per_channel)) * published_scale[r];
+        w[r * kCols + c] = bf16_to_f32(f32_to_bf16(static_cast<float>(v)));  // the upload's bf16
+      }
+    }
+    std::vector<float> requantised = w;
+    fp8_quantize_rows(requantised.data(), kRows, kCols);
+    int rows_changed = 0;
+    for (int r = 0; r < kRows; ++r) {
+      float amax = 0;
+      for (int c = 0; c < kCols; ++c) amax = std::max(amax, std::fabs(w[r * kCols + c]));
+      const float scale = amax / 448.0f;
+      if (per_channel) CHECK(std::fabs(scale / published_scale[r] - 1) <= std::ldexp(1.0, -8));
+      bool same = true;
+      for (int c = 0; c < kCols; ++c)
+        same &= requantised[r * kCols + c] == static_cast<float>(e4m3(codes_of(r, c, per_channel)) * scale);
+      rows_changed += !same;
+    }
+    if (per_channel) {
+      CHECK(rows_changed == 0);
+    } else {
+      CHECK(rows_changed > 0);  // the odd rows (largest code under 448) were quantised anew
+    }
+  }
+}
+
 TEST_CASE("--quantization fp8: per-row scale amax / 448, round to nearest even, zero rows stay zero") {
   const float s1 = 1.0f / 448.0f;  // row amax 1
   std::vector<float> w = {

@@ -139,8 +139,8 @@ void check_source(const TensorView& t, const CheckpointTensor& spec) {
 
 // An F8_E4M3 tensor: a linear layer's weight of a checkpoint whose config.json declares the
 // quantization, dequantised with its scales into float32 (the CPU runner's dtype), or into bf16
-// / f16 from those float32 values (the GPU runner, which keeps FP8 codes only for --quantization
-// fp8 so far: one rounding of the dequantised value, as transformers' dequantising loaders do).
+// / f16 from those float32 values (the GPU runner: one rounding of the dequantised value, as
+// transformers' dequantising loaders do; it re-quantises the projections per row on the GPU).
 void load_fp8(const Checkpoint& ckpt, const TensorView& src, const CheckpointTensor& spec, const ModelConfig& config,
               HostTensor& dst, int64_t offset) {
   const std::string where = str_cat(src.file.string(), ": tensor \"", spec.name, "\" is F8_E4M3");
