@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # For the GPU machine (CUDA build): on --device cuda an FP8 KV cache (fp8, fp8_e4m3) runs and says
 # so; --quantization fp8 runs with FP8 weights and says so (with and without graphs); an FP8
-# checkpoint runs dequantised to bf16 and says so.
+# checkpoint runs with FP8 weights (re-quantised per output channel) and says so, and one whose
+# ignore list keeps a projection in bf16 runs dequantised to bf16 and says so.
 # Usage: scripts/fp8_gpu_check.sh [build/bin/nvllm]
 set -euo pipefail
 nvllm=${1:-build/bin/nvllm}
@@ -34,5 +35,14 @@ runs "--quantization fp8 --enforce-eager" "quantised to E4M3 on the GPU" "$root/
   --quantization fp8 --enforce-eager
 runs "--quantization fp8 --kv-cache-dtype fp8" "quantised to E4M3 on the GPU" "$root/testdata/tiny-qwen3" \
   --quantization fp8 --kv-cache-dtype fp8
-runs "an FP8 checkpoint" "dequantised to bfloat16" "$tmp/fp8"
+runs "an FP8 checkpoint" "re-quantised on the GPU" "$tmp/fp8"
+mkdir "$tmp/fp8_mixed"
+cp "$tmp/fp8/"* "$tmp/fp8_mixed/"
+python3 - "$tmp/fp8_mixed/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["quantization_config"]["modules_to_not_convert"] = ["lm_head", "model.layers.0.mlp.down_proj"]
+json.dump(c, open(sys.argv[1], "w"))
+PY
+runs "an FP8 checkpoint with a bf16 projection" "dequantised to bfloat16" "$tmp/fp8_mixed"
 echo "fp8_gpu_check: ok"
