@@ -161,6 +161,27 @@ assert f8["kv_bytes_per_token"] * 2 == bf["kv_bytes_per_token"] and f8["kv_cache
 assert f8["blocks_fit"] >= 2 * bf["blocks_fit"], (f8["blocks_fit"], bf["blocks_fit"])
 PY
 
+# inspect-cache plans an FP8 checkpoint's projections at one byte a weight (the CUDA runner holds
+# them as E4M3), unless its ignore list keeps a layer projection in bf16 (then all load bf16).
+mkdir "$tmp/block-mixed"
+cp "$tmp/block/"* "$tmp/block-mixed/"
+python3 - "$tmp/block-mixed/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["quantization_config"]["modules_to_not_convert"] = ["model.layers.1.mlp.down_proj"]
+json.dump(c, open(sys.argv[1], "w"))
+PY
+for m in block block-ref block-mixed; do
+  "$nvllm" inspect-cache --model "$tmp/$m" --input "$tmp/in.jsonl" --json >"$tmp/icw-$m.json"
+done
+python3 - "$tmp" <<'PY'
+import json, sys
+fp8, ref, mixed = (json.load(open(f"{sys.argv[1]}/icw-{m}.json")) for m in ("block", "block-ref", "block-mixed"))
+assert fp8["weights"] == "fp8 projections", fp8["weights"]
+assert ref["weights"] != "fp8 projections" and mixed["weights"] == ref["weights"], (ref["weights"], mixed["weights"])
+assert fp8["blocks_fit"] >= ref["blocks_fit"] == mixed["blocks_fit"], (fp8["blocks_fit"], ref["blocks_fit"])
+PY
+
 expect_fatal() {  # expect_fatal WHAT PATTERN MODEL [flags...]
   local what=$1 pattern=$2 model=$3
   shift 3
