@@ -92,14 +92,8 @@ Workload read_workload(const InspectFlags& f, const std::string& model_dir, cons
   return w;
 }
 
-// --quantization fp8, or an FP8 checkpoint (the CUDA runner holds it as E4M3: fp8_projections):
-// the plan's projection weights take one byte.
-bool fp8_weights(const InspectFlags& f, const ModelConfig& config) {
-  return f.quantization == "fp8" || projections_fp8(config);
-}
-
 // The GPU memory to plan for: --gpu-memory, else the local GPU's, else an assumed 80 GiB.
-MemoryPlanInput memory_input(const InspectFlags& f, const ModelConfig& config, double block_bytes, int dtype_bytes) {
+MemoryPlanInput memory_input(const InspectFlags& f, bool fp8_weights, double block_bytes, int dtype_bytes) {
   MemoryPlanInput in;
   if (f.gpu_memory_gib > 0) {
     in.gpu_bytes = f.gpu_memory_gib * double(1 << 30);
@@ -115,7 +109,7 @@ MemoryPlanInput memory_input(const InspectFlags& f, const ModelConfig& config, d
   in.max_num_seqs = f.max_num_seqs;
   in.max_num_batched_tokens = f.max_num_batched_tokens;
   in.dtype_bytes = dtype_bytes;
-  in.fp8_weights = fp8_weights(f, config);
+  in.fp8_weights = fp8_weights;
   in.block_bytes = block_bytes;
   return in;
 }
@@ -197,6 +191,9 @@ int kv_bytes_of(const std::string& kv_dtype) { return kv_dtype == "fp8_e4m3" ? 1
 // What a replay found: the workload, the cache it was replayed in, and both orders' results.
 struct Inspection {
   ModelConfig config;
+  // --quantization fp8, or an FP8 checkpoint (the CUDA runner holds it as E4M3: fp8_projections):
+  // the plan's projection weights take one byte.
+  bool fp8_weights = false;
   Workload workload;
   KvLayout kv;
   MemoryPlan memory;
@@ -227,8 +224,10 @@ void inspect(const InspectFlags& f, Inspection& r) {
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model);
   r.workload = read_workload(f, model, *tokenizer, r.config);
   const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
+  r.fp8_weights = f.quantization == "fp8" || projections_fp8(r.config);
   r.kv = r.config.kv_layout(f.block_size, kv_bytes_of(kv_dtype_of(f)));
-  r.memory = plan_memory(memory_input(f, r.config, static_cast<double>(r.kv.bytes_per_block()), dtype_bytes), r.config);
+  r.memory =
+      plan_memory(memory_input(f, r.fp8_weights, static_cast<double>(r.kv.bytes_per_block()), dtype_bytes), r.config);
   r.num_blocks = f.num_kv_blocks > 0 ? f.num_kv_blocks : r.memory.blocks_fit;
   NVLLM_CHECK(r.num_blocks > 0, "the weights and activations leave no room for a KV cache in ", r.memory.source,
               "; give more --gpu-memory");
@@ -238,7 +237,7 @@ void inspect(const InspectFlags& f, Inspection& r) {
   const int32_t token = neutral_token(requests, r.config);
   // What each step would take at best on the card: the admission policies compared in time.
   // FP8 weights: one byte a projection weight, GEMMs at kFp8GemmRateFactor times (as bench's roofline).
-  const bool fp8 = fp8_weights(f, r.config);
+  const bool fp8 = r.fp8_weights;
   const StepCostModel cost{.config = &r.config,
                            .weight_dtype_bytes = fp8 ? WeightBytes(1.0, dtype_bytes) : WeightBytes(dtype_bytes),
                            .kv_dtype_bytes = kv_bytes_of(kv_dtype_of(f)), .bandwidth = f.peak_bandwidth,
@@ -274,7 +273,7 @@ nlohmann::json inspect_json(const InspectFlags& f, const Inspection& r) {
   const ReplayResult& chosen = *r.chosen;
   const MemoryPlan& memory = r.memory;
   return {{"kv_cache_dtype", kv_dtype_of(f)},
-          {"weights", fp8_weights(f, r.config) ? "fp8 projections" : f.dtype},
+          {"weights", r.fp8_weights ? "fp8 projections" : f.dtype},
           {"kv_bytes_per_token", static_cast<double>(r.kv.bytes_per_token())},
           {"kv_bytes_per_block", static_cast<double>(r.kv.bytes_per_block())},
           {"block_size", f.block_size},
@@ -318,7 +317,7 @@ void print_summary(const InspectFlags& f, const Inspection& r) {
   std::printf("memory            %.1f GiB (%s) x %.2f - %.2f GiB weights%s - %.2f GiB activations = %d blocks "
               "(%lld tokens)%s\n",
               memory.gpu_bytes / double(1 << 30), memory.source.c_str(), f.gpu_memory_utilization,
-              memory.weight_bytes / double(1 << 30), fp8_weights(f, config) ? " (FP8 projections)" : "",
+              memory.weight_bytes / double(1 << 30), r.fp8_weights ? " (FP8 projections)" : "",
               memory.reserve_bytes / double(1 << 30), memory.blocks_fit,
               static_cast<long long>(memory.blocks_fit) * f.block_size,
               f.num_kv_blocks > 0 ? (", replaying " + std::to_string(r.num_blocks) + " (--num-kv-blocks)").c_str()

@@ -18,6 +18,12 @@ enum class WeightSlot {
   kEmbed, kInputNorm, kQkv, kQkvBias, kQNorm, kKNorm, kOProj, kPostNorm, kGateUp, kDown, kFinalNorm, kLmHead,
 };
 
+// Whether a slot holds a layer's projection weight (qkv, o_proj, gate_up, down): the linear layers
+// that FP8 schemes quantise.
+inline bool is_layer_projection(WeightSlot s) {
+  return s == WeightSlot::kQkv || s == WeightSlot::kOProj || s == WeightSlot::kGateUp || s == WeightSlot::kDown;
+}
+
 // How --load-format dummy draws a tensor (see weights.cpp for the distributions).
 enum class DummyInit { kOnes, kEmbedding, kLinear, kBias, kFinalNorm };
 

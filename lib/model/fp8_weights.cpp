@@ -94,10 +94,8 @@ void fp8_quantize_rows(float* w, int64_t rows, int64_t cols) {
 bool projections_fp8(const ModelConfig& config) {
   if (!config.quant.quantized()) return false;
   for (const CheckpointTensor& t : checkpoint_tensors(config)) {
-    const bool projection = t.slot == WeightSlot::kQkv || t.slot == WeightSlot::kOProj ||
-                            t.slot == WeightSlot::kGateUp || t.slot == WeightSlot::kDown;
     const std::string suffix = ".weight";
-    if (projection && t.name.ends_with(suffix) &&
+    if (is_layer_projection(t.slot) && t.name.ends_with(suffix) &&
         config.quant.ignores(t.name.substr(0, t.name.size() - suffix.size())))
       return false;
   }

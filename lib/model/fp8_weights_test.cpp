@@ -152,9 +152,7 @@ TEST_CASE("fp8 checkpoint loads through load_weights: linear layers dequantised,
   std::map<std::string, float> first_scale;
   float next = 0.3f;
   for (const CheckpointTensor& s : checkpoint_tensors(c)) {
-    const bool linear = s.slot == WeightSlot::kQkv || s.slot == WeightSlot::kOProj || s.slot == WeightSlot::kGateUp ||
-                        s.slot == WeightSlot::kDown;
-    if (!linear) {
+    if (!is_layer_projection(s.slot)) {
       HostTensor t(DType::kF32, s.shape);
       for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = 0.5f;
       tensors.emplace(s.name, std::move(t));

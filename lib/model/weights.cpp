@@ -146,9 +146,7 @@ void load_fp8(const Checkpoint& ckpt, const TensorView& src, const CheckpointTen
   const std::string where = str_cat(src.file.string(), ": tensor \"", spec.name, "\" is F8_E4M3");
   NVLLM_CHECK(config.quant.quantized(), where, " but config.json has no quantization_config; the checkpoint is "
                                                "incomplete or not an FP8 checkpoint");
-  const bool linear = spec.slot == WeightSlot::kQkv || spec.slot == WeightSlot::kOProj ||
-                      spec.slot == WeightSlot::kGateUp || spec.slot == WeightSlot::kDown ||
-                      spec.slot == WeightSlot::kLmHead;
+  const bool linear = is_layer_projection(spec.slot) || spec.slot == WeightSlot::kLmHead;
   NVLLM_CHECK(linear, where, "; only linear layers' weights can be FP8");
   if (dst.dtype() == DType::kF32) {
     dequantize_fp8_weight(ckpt, src, config.quant, dst.as<float>() + offset);
