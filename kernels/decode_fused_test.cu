@@ -163,6 +163,7 @@ struct Case {
   bool fp8_kv = false, fp8_weights = false;
   int hidden = kHiddenSmall, inter = kInterSmall;
   bool gate_up_streamed = false, down_streamed = false;
+  FusedStreaming streaming{};
 };
 
 void check_layer(const Case& t) {
@@ -172,7 +173,7 @@ void check_layer(const Case& t) {
   const FusedDecodePlan plan =
       fused_decode_plan({hidden, inter, num_heads, kKvHeads, head_dim, kBlock,
                          fp8 ? KvDtype::kFp8E4M3 : KvDtype::kBf16, t.fp8_weights},
-                        max_cluster);
+                        max_cluster, t.streaming);
   if (plan.cluster == 0) {
     MESSAGE("fused decode does not apply here (", std::string(plan.why), "): head_dim ", head_dim, " group ", group,
             " cluster <= ", max_cluster);
@@ -312,22 +313,28 @@ TEST_CASE("gpu.kernels.decode_fused one layer with FP8 weights matches the CPU r
 }
 
 // Layers whose CTA shares exceed shared memory stream them through the stages, row groups of 16
-// over k parts: Llama-3.2-1B's (hidden 2,048, intermediate 8,192, head_dim 64, 4 q heads a kv
-// head: gate_up's 126 rows of 2,048 and down's 16 of 8,192), TinyLlama's (5,632, group 8: gate_up
-// only; down's 16 rows of 5,632 fit), Qwen3-1.7B's over an FP8 cache (6,144: gate_up).
+// over k parts (tiles of at most 2,048 values by default): Llama-3.2-1B's (hidden 2,048,
+// intermediate 8,192, head_dim 64, 4 q heads a kv head: gate_up's 126 rows of 2,048 in one part
+// and down's 16 of 8,192 in four), TinyLlama's (5,632, group 8: gate_up only; down's 16 rows of
+// 5,632 fit), Qwen3-1.7B's over an FP8 cache (6,144: gate_up).
 TEST_CASE("gpu.kernels.decode_fused streams the weights of layers too large for shared memory") {
   check_layer({.head_dim = 64, .group = 4, .hidden = 2048, .inter = 8192, .gate_up_streamed = true,
                .down_streamed = true});
   check_layer({.head_dim = 64, .group = 8, .hidden = 2048, .inter = 5632, .gate_up_streamed = true});
   check_layer({.head_dim = 128, .group = 2, .fp8_kv = true, .hidden = 2048, .inter = 6144, .gate_up_streamed = true});
-  // Down's 19-20 rows of 5,632 (k parts of 704: 22 chunks over 8 warps; a last row group of 3-4
-  // rows), and a hidden size past the published sums of squares (2,048).
+  // Down's 19-20 rows of 5,632 (k parts of 1,408: 44 chunks over 8 warps; a last row group of
+  // 3-4 rows), and a hidden size past the published sums of squares (2,048); the same with tiles
+  // of at most 1,024 values (parts of 704: 22 chunks).
   check_layer({.head_dim = 128, .group = 2, .hidden = 2560, .inter = 5632, .gate_up_streamed = true,
                .down_streamed = true});
-  // FP8 weights: half the bytes, so down's shares fit; gate_up's streams in parts of 1,024 codes
-  // (2,048) or 640 (2,560: 10 chunks over 8 warps).
+  check_layer({.head_dim = 128, .group = 2, .hidden = 2560, .inter = 5632, .gate_up_streamed = true,
+               .down_streamed = true, .streaming = {.tile_k = 1024}});
+  // FP8 weights: half the bytes, so down's shares fit; gate_up's streams in one part of 2,048
+  // codes, two of 1,024 (tiles of at most 1,024), or two of 1,280 (2,560: 20 chunks over 8 warps).
   check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
                .gate_up_streamed = true});
+  check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
+               .gate_up_streamed = true, .streaming = {.tile_k = 1024}});
   check_layer({.head_dim = 128, .group = 2, .fp8_weights = true, .hidden = 2560, .inter = 5632,
                .gate_up_streamed = true});
 }

@@ -22,7 +22,7 @@ struct CudaTuning {
   // (NVLLM_FUSED_STREAM_SMEM; 0: all a CTA may have) and the most k values a tile
   // (NVLLM_FUSED_TILE_K).
   size_t fused_stream_smem = 0;
-  int fused_tile_k = 1024;
+  int fused_tile_k = 2048;
   // The largest CTA share copied whole before a fused kernel waits (NVLLM_FUSED_WHOLE_SMEM; 0:
   // all a CTA may have); larger ones stream.
   size_t fused_whole_smem = 0;
