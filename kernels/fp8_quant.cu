@@ -9,6 +9,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/rmsnorm.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -88,45 +89,34 @@ __global__ void __launch_bounds__(kThreads)
   write_row_codes(row, codes + size_t(blockIdx.x) * intermediate, act_scales + blockIdx.x, amax, intermediate);
 }
 
-// add_rmsnorm_fp8: add_rmsnorm's two passes (rmsnorm.cu: the same threads, the same order of
-// the sum of squares) on x scaled as scale_rows_cols when row_scales is given, then the normalised
-// row's codes as quantize_rows_fp8 (its block_max_abs orders the row's stores before the codes
-// read them back). row_scales and code_scales may be the same array: a row's scale is read by
-// every thread before the first barrier and written after the last.
+// add_rmsnorm_fp8: add_rmsnorm's row (rmsnorm_row, as rmsnorm.cu runs it) on x scaled as
+// scale_rows_cols when row_scales is given, then the normalised row's codes as quantize_rows_fp8
+// (its block_max_abs orders the row's stores before the codes read them back). row_scales and
+// code_scales may be the same array: a row's scale is read by every thread before the first
+// barrier and written after the last.
 __global__ void add_rmsnorm_fp8_kernel(bf16* x, const float* row_scales, const float* __restrict__ col_scales,
                                        bf16* __restrict__ residual, const bf16* __restrict__ weight,
                                        uint8_t* __restrict__ codes, float* code_scales, int hidden, float eps) {
   __shared__ float scratch[32];
   pdl_enter();
   bf16* xr = x + size_t(blockIdx.x) * hidden;
-  bf16* rr = residual + size_t(blockIdx.x) * hidden;
   const float rs = row_scales != nullptr ? row_scales[blockIdx.x] : 1.f;
-  float sum_sq = 0.f;
-  for (int c = threadIdx.x * 8; c < hidden; c += blockDim.x * 8) {
-    float v[8], r[8];
-    to_float8(load8(xr + c), v);
-    to_float8(load8(rr + c), r);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float in = row_scales != nullptr ? round_bf16(scaled(v[j], rs, col_scales[c + j])) : v[j];
-      v[j] = round_bf16(in + r[j]);  // residual is kept in bf16
-      sum_sq += v[j] * v[j];
-    }
-    store8(rr + c, from_float8(v));
-  }
-  const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
   float amax = 0.f;
-  for (int c = threadIdx.x * 8; c < hidden; c += blockDim.x * 8) {
-    float v[8], w[8];
-    to_float8(load8(rr + c), v);
-    to_float8(load8(weight + c), w);
+  rmsnorm_row<8, true>(
+      xr, residual + size_t(blockIdx.x) * hidden, weight, hidden, eps, scratch,
+      [&](int c, float* v) {
+        if (row_scales == nullptr) return;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      v[j] = round_bf16(w[j] * round_bf16(v[j] * rstd));  // HF: weight * x.to(bf16)
-      amax = fmaxf(amax, fabsf(v[j]));
-    }
-    store8(xr + c, from_float8(v));
-  }
+        for (int j = 0; j < 8; ++j) v[j] = round_bf16(scaled(v[j], rs, col_scales[c + j]));
+      },
+      [&](int c, float* v) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          v[j] = round_bf16(v[j]);
+          amax = fmaxf(amax, fabsf(v[j]));
+        }
+        store8(xr + c, from_float8(v));
+      });
   amax = block_max_abs(amax, scratch);
   write_row_codes(xr, codes + size_t(blockIdx.x) * hidden, code_scales + blockIdx.x, amax, hidden);
 }

@@ -7,28 +7,11 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/rmsnorm.cuh"
 
 namespace nvllm::kernels {
 namespace {
 
-// kWidth values of a row as one access: a 16-byte vector for 8, a single element for 1.
-template <int kWidth>
-__device__ __forceinline__ void load_vals(const bf16* p, float v[kWidth]) {
-  if constexpr (kWidth == 8)
-    to_float8(load8(p), v);
-  else
-    v[0] = __bfloat162float(*p);
-}
-template <int kWidth>
-__device__ __forceinline__ void store_vals(bf16* p, const float v[kWidth]) {
-  if constexpr (kWidth == 8)
-    store8(p, from_float8(v));
-  else
-    *p = __float2bfloat16(v[0]);
-}
-
-// Each thread owns the same kWidth-element groups in both passes, so the second pass reads
-// back only values it wrote itself and needs no barrier beyond the reduction's.
 // x [rows, hidden] (updated in place when kAdd: x = norm(residual + x) * w, residual += x);
 // out [rows, hidden] when !kAdd. hidden % kWidth == 0. x_in and out alias in add_rmsnorm,
 // hence no __restrict__ on them.
@@ -38,30 +21,9 @@ __global__ void rmsnorm_kernel(const bf16* x_in, bf16* __restrict__ residual, co
   pdl_enter();
   __shared__ float scratch[32];
   const size_t row = size_t(blockIdx.x) * hidden;
-  float sum_sq = 0.f;
-  for (int i = threadIdx.x * kWidth; i < hidden; i += blockDim.x * kWidth) {
-    float v[kWidth];
-    load_vals<kWidth>(x_in + row + i, v);
-    if constexpr (kAdd) {
-      float r[kWidth];
-      load_vals<kWidth>(residual + row + i, r);
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) v[j] = round_bf16(v[j] + r[j]);  // residual is kept in bf16
-      store_vals<kWidth>(residual + row + i, v);
-    }
-#pragma unroll
-    for (int j = 0; j < kWidth; ++j) sum_sq += v[j] * v[j];
-  }
-  const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
-  const bf16* src = kAdd ? residual : x_in;
-  for (int i = threadIdx.x * kWidth; i < hidden; i += blockDim.x * kWidth) {
-    float v[kWidth], w[kWidth];
-    load_vals<kWidth>(src + row + i, v);
-    load_vals<kWidth>(weight + i, w);
-#pragma unroll
-    for (int j = 0; j < kWidth; ++j) v[j] = w[j] * round_bf16(v[j] * rstd);  // HF: weight * x.to(bf16)
-    store_vals<kWidth>(out + row + i, v);
-  }
+  rmsnorm_row<kWidth, kAdd>(
+      x_in + row, kAdd ? residual + row : nullptr, weight, hidden, eps, scratch, [](int, float*) {},
+      [&](int i, const float* v) { store_vals<kWidth>(out + row + i, v); });
 }
 
 template <bool kAdd>
