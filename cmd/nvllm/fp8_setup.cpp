@@ -12,8 +12,8 @@ bool fp8_kv(const ModelFlags& f) { return f.kv_cache_dtype == "fp8" || f.kv_cach
 
 }  // namespace
 
-bool quantize_at_load(const ModelFlags& f, const ModelConfig& config) {
-  return f.quantization == "fp8" && !config.quant.quantized();
+bool quantize_at_load(const std::string& quantization, const ModelConfig& config) {
+  return quantization == "fp8" && !config.quant.quantized();
 }
 
 void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string& device) {
@@ -35,12 +35,12 @@ void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string
   }
 }
 
-bool fp8_projections(const ModelFlags& f, const ModelConfig& config, const std::string& device) {
-  return quantize_at_load(f, config) || (device == "cuda" && projections_fp8(config));
+bool fp8_projections(const std::string& quantization, const ModelConfig& config, const std::string& device) {
+  return quantize_at_load(quantization, config) || (device == "cuda" && projections_fp8(config));
 }
 
 std::string fp8_weights_note(const ModelFlags& f, const ModelConfig& config) {
-  if (quantize_at_load(f, config))
+  if (quantize_at_load(f.quantization, config))
     return "--quantization fp8: linear weights quantised to E4M3 on the GPU, one scale per output channel";
   const std::string head = str_cat(f.model, "/config.json: an FP8 checkpoint (", config.quant.method, ", ");
   switch (config.quant.scaling) {
@@ -58,7 +58,7 @@ std::string fp8_weights_note(const ModelFlags& f, const ModelConfig& config) {
 }
 
 void apply_quantization(const ModelFlags& f, const ModelConfig& config, ModelWeights& weights) {
-  if (!quantize_at_load(f, config)) return;
+  if (!quantize_at_load(f.quantization, config)) return;
   quantize_weights_fp8(weights);
   log_info("--quantization fp8: linear weights quantised to E4M3 with one scale per output channel");
 }

@@ -16,9 +16,9 @@ namespace nvllm {
 // dequantised to bf16 (its ignore list keeps some projection in bf16).
 void check_fp8(const ModelFlags& f, const ModelConfig& config, const std::string& device);
 
-// Whether --quantization fp8 quantises the weights at load: the flag, over a checkpoint that is
-// not FP8 already (whose own scales then rule).
-bool quantize_at_load(const ModelFlags& f, const ModelConfig& config);
+// Whether --quantization fp8 (`quantization`: the flag's value) quantises the weights at load:
+// the flag, over a checkpoint that is not FP8 already (whose own scales then rule).
+bool quantize_at_load(const std::string& quantization, const ModelConfig& config);
 
 // Whether the layers' projections run as E4M3 codes with one scale per output channel
 // (CudaRunnerOptions::fp8_weights): --quantization fp8, or on the CUDA runner an FP8 checkpoint
@@ -27,7 +27,8 @@ bool quantize_at_load(const ModelFlags& f, const ModelConfig& config);
 // each scale within bf16's rounding; block- and tensor-scaled ones are rounded to E4M3 a second
 // time (its FP8 kernels take a scale per row, not per block). The CPU runner computes with the
 // published values in float32.
-bool fp8_projections(const ModelFlags& f, const ModelConfig& config, const std::string& device);
+// inspect-cache plans with the same rule on "cuda".
+bool fp8_projections(const std::string& quantization, const ModelConfig& config, const std::string& device);
 
 // The log line that says how fp8_projections' weights were made.
 std::string fp8_weights_note(const ModelFlags& f, const ModelConfig& config);

@@ -174,12 +174,17 @@ PY
 for m in block block-ref block-mixed; do
   "$nvllm" inspect-cache --model "$tmp/$m" --input "$tmp/in.jsonl" --json >"$tmp/icw-$m.json"
 done
+# --quantization fp8 changes neither: an FP8 checkpoint's own scales rule (as generate loads it).
+"$nvllm" inspect-cache --model "$tmp/block-mixed" --input "$tmp/in.jsonl" --json --quantization fp8 \
+  >"$tmp/icw-block-mixed-flag.json"
 python3 - "$tmp" <<'PY'
 import json, sys
-fp8, ref, mixed = (json.load(open(f"{sys.argv[1]}/icw-{m}.json")) for m in ("block", "block-ref", "block-mixed"))
+fp8, ref, mixed, mixed_flag = (json.load(open(f"{sys.argv[1]}/icw-{m}.json"))
+                               for m in ("block", "block-ref", "block-mixed", "block-mixed-flag"))
 assert fp8["weights"] == "fp8 projections", fp8["weights"]
 assert ref["weights"] != "fp8 projections" and mixed["weights"] == ref["weights"], (ref["weights"], mixed["weights"])
 assert fp8["blocks_fit"] >= ref["blocks_fit"] == mixed["blocks_fit"], (fp8["blocks_fit"], ref["blocks_fit"])
+assert mixed_flag["weights"] == mixed["weights"] and mixed_flag["blocks_fit"] == mixed["blocks_fit"], mixed_flag["weights"]
 PY
 
 expect_fatal() {  # expect_fatal WHAT PATTERN MODEL [flags...]

@@ -12,6 +12,7 @@
 #include "cmd/nvllm/chat_setup.h"
 #include "cmd/nvllm/cli_checks.h"
 #include "cmd/nvllm/commands.h"
+#include "cmd/nvllm/fp8_setup.h"
 #include "cmd/nvllm/generate_input.h"
 #include "cmd/nvllm/model_setup.h"
 #include "cmd/nvllm/model_source.h"
@@ -20,7 +21,6 @@
 #include "engine/engine.h"
 #include "io/request.h"
 #include "model/config.h"
-#include "model/fp8_weights.h"
 #include "runtime/device.h"
 #include "tokenizer/tokenizer.h"
 
@@ -191,8 +191,8 @@ int kv_bytes_of(const std::string& kv_dtype) { return kv_dtype == "fp8_e4m3" ? 1
 // What a replay found: the workload, the cache it was replayed in, and both orders' results.
 struct Inspection {
   ModelConfig config;
-  // --quantization fp8, or an FP8 checkpoint (the CUDA runner holds it as E4M3: fp8_projections):
-  // the plan's projection weights take one byte.
+  // The CUDA runner's projections are E4M3 (fp8_projections: --quantization fp8 over a bf16
+  // checkpoint, or an FP8 checkpoint with every projection FP8): one byte a weight in the plan.
   bool fp8_weights = false;
   Workload workload;
   KvLayout kv;
@@ -224,7 +224,7 @@ void inspect(const InspectFlags& f, Inspection& r) {
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model);
   r.workload = read_workload(f, model, *tokenizer, r.config);
   const int dtype_bytes = f.dtype == "float32" ? 4 : 2;
-  r.fp8_weights = f.quantization == "fp8" || projections_fp8(r.config);
+  r.fp8_weights = fp8_projections(f.quantization, r.config, "cuda");
   r.kv = r.config.kv_layout(f.block_size, kv_bytes_of(kv_dtype_of(f)));
   r.memory =
       plan_memory(memory_input(f, r.fp8_weights, static_cast<double>(r.kv.bytes_per_block()), dtype_bytes), r.config);

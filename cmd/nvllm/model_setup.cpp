@@ -309,7 +309,7 @@ LoadedModel load_model(const ModelFlags& flags) {
   const LoadFormat format = f.load_format == "dummy" ? LoadFormat::kDummy : LoadFormat::kAuto;
   const int engines = f.data_parallel_size;
   m.tensor_parallel_size = f.tensor_parallel_size;
-  m.fp8_weights = fp8_projections(f, m.config, m.device);
+  m.fp8_weights = fp8_projections(f.quantization, m.config, m.device);
   if (m.device == "cpu") {
     NVLLM_CHECK(f.dtype == "auto" || f.dtype == "float32",
                 "--dtype ", f.dtype, ": the CPU runner computes in float32; use --dtype auto or float32");
