@@ -1,4 +1,5 @@
-// Batch-1 decode as four fused kernels per layer: the single-stream latency path.
+// Small-batch decode as four fused kernels per layer: the single-stream latency path, and steps
+// of up to 8 sequences.
 //
 // At batch 1 a decode step reads every weight once (1.19 GB for Qwen3-0.6B) and does almost no
 // arithmetic: the floor is the weight stream, 0.39 ms at 3.03 TB/s. As ~255 separate kernels
@@ -40,6 +41,17 @@
 // values in shared memory behind one more block barrier; quantising them again where the loop
 // reads them, without the barrier, was slower on the H100 (a Qwen3-0.6B batch-1 step 0.696 vs
 // 0.678 ms; bf16 0.666: bench/NOTES.md).
+//
+// A step of several sequences (kMulti; FusedDecodeStep::batch, at most 8): the weights are still
+// read once, and each CTA multiplies them with every sequence's input, held in shared memory as
+// rows [batch][k]: the sequences are the columns of B in each m16n8k16 product (lane (g, t) gives
+// sequence g's values and gets sequences 2t and 2t + 1's sums), so a product costs what it costs
+// at batch 1. Norms, residual rows and the published sums of squares are per sequence. The
+// attention kernel's cluster splits into a power of two of groups, one a sequence: every CTA
+// multiplies its q/k/v rows with all the inputs and pushes sequence b's outputs to b's CTAs
+// only, which then run the batch-1 attention, split and merges over b's context (a CTA of a group
+// past the batch only multiplies). The runner takes this path only while each sequence keeps 16
+// or more CTAs (kFusedMinSeqCtas).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -68,7 +80,8 @@ static_assert(kThreads >= 2 * 128, "the cache write gives one thread to each new
 
 // One cluster per kv head g; CTA `rank` of C owns rows [rank * rows, (rank + 1) * rows) of the
 // group's q heads, k and v (G + 2 heads of D rows), the rank-th of C context splits, and the
-// outputs [rank * outs, (rank + 1) * outs) of the group (they may span two heads). Both exchanges
+// outputs [rank * outs, (rank + 1) * outs) of the group (they may span two heads); with several
+// sequences, C, rank and the outputs are those of its sequence's group of CTAs (Cs, sr). Both exchanges
 // are pushes into the consumer's shared memory by st.async, which counts the bytes on the
 // consumer's mbarrier: a CTA waits for exactly the data it needs, and the cluster meets in a
 // barrier only once, at the start (every CTA running, its mbarriers initialised, before the first
@@ -78,8 +91,10 @@ static_assert(kThreads >= 2 * 128, "the cache write gives one thread to each new
 // 2, 4 or 8); the model's group G (shape.num_heads / num_kv_heads) is at most GM, and heads
 // G .. GM-1 are computed on scratch and never stored. T: the cache element, bf16 or fp8_e4m3.
 // kFp8W: the q/k/v weights are E4M3 codes (a template: as a runtime branch, the bf16 kernel's
-// step grew 3% on the H100).
-template <int D, int GM, typename T, bool kFp8W>
+// step grew 3% on the H100). kMulti: a step of st.batch sequences; without it, of one, whose
+// index arithmetic then folds away (as a runtime batch, the batch-1 kernel ran 2.5 us slower a
+// layer on the H100: bench/NOTES.md).
+template <int D, int GM, typename T, bool kFp8W, bool kMulti>
 __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
                                                              FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -99,13 +114,23 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   cg::cluster_group cluster = cg::this_cluster();
   const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int H = shape.hidden, g = blockIdx.x / C, G = shape.num_heads / shape.num_kv_heads;
-  const AttnLayout L = attn_layout(H, G, C, D, kFp8W);
+  // A step of several sequences splits the cluster: sequence b's attention runs on the Cs CTAs
+  // b * Cs .. (over a power of two of sequences; CTAs past the batch's only multiply), each CTA
+  // multiplying its weight rows with every sequence's input. One sequence: Cs = C.
+  const int B = kMulti ? st.batch : 1;
+  const int Cs = kMulti ? C / batch_p2(B) : C;
+  const int sb = kMulti ? rank / Cs : 0, sr = kMulti ? rank % Cs : rank;  // my sequence, my rank among its CTAs
+  const bool attends = !kMulti || sb < B;
+  const int sq = kMulti ? min(sb, B - 1) : 0;  // a sequence to read inputs of
+  const AttnLayout L = attn_layout(H, G, C, D, kFp8W, B);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);  // weights, exchange, inbox
   if (threadIdx.x == 0) {
     mbar_init(bar + 1);
     mbar_init(bar + 2);
-    mbar_expect(bar + 1, (G + 2) * D * 4);           // the group's q, k and v
-    mbar_expect(bar + 2, C * (L.outs + 2 * G) * 4);  // every split's partial of my outputs, (max, sum) of each head
+    if (attends) {
+      mbar_expect(bar + 1, (G + 2) * D * 4);            // my sequence's q, k and v of the group
+      mbar_expect(bar + 2, Cs * (L.outs + 2 * G) * 4);  // every split's partial of my outputs, (max, sum) of each head
+    }
   }
   cluster_arrive();  // "started": paired with the wait before the first push
   char* ws = smem + L.w;
@@ -116,14 +141,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   float* v_new = k_new + D;
   float* acc = reinterpret_cast<float*>(smem + L.acc);
   float* ml = reinterpret_cast<float*>(smem + L.ml);
-  float* inbox = reinterpret_cast<float*>(smem + L.inbox);        // [C splits][outs]
-  float* inbox_ml = reinterpret_cast<float*>(smem + L.inbox_ml);  // [C splits][G heads][m, l]
+  float* inbox = reinterpret_cast<float*>(smem + L.inbox);        // [Cs splits][outs]
+  float* inbox_ml = reinterpret_cast<float*>(smem + L.inbox_ml);  // [Cs splits][G heads][m, l]
   float* red = reinterpret_cast<float*>(smem + L.red);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const Tracer trace(st.trace, 0);
 
   // Group row i (the G q heads, then k, then v) -> its row of the fused qkv matrix.
   const int q_rows = G * D, q_size = shape.num_heads * D, kv_size = shape.num_kv_heads * D;
+  const int padded = int(align_up(size_t(L.rows), 16));  // dots' rows
   auto matrix_row = [&](int i) {
     return i < q_rows ? g * q_rows + i : i < q_rows + D ? q_size + g * D + (i - q_rows)
                                                         : q_size + kv_size + g * D + (i - q_rows - D);
@@ -142,20 +168,21 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   if (k_norm_s != nullptr) stage(k_norm_s, w.k_norm, D * 2);
   stage(freq_s, st.inv_freq, D / 2 * 4);
   cp_async_commit();
-  const int position = st.position[0], slot = st.slot[0];  // used after the wait
+  const int position = st.position[sq], slot = st.slot[sq];  // used after the wait
   // Layer 0 reads its input from the embedding table (a constant) and leaves it in h.
-  const bf16* h_in = st.embed != nullptr ? st.embed + size_t(st.token[0]) * H : st.h;
-
-  // This CTA's context split. The cached K/V of its tokens were written by earlier steps, so
-  // they are constants here: the first tokens' go into registers before the wait, the next ones
-  // into L2. kTokenGroups groups of kLanes lanes walk the tokens, lane `sub` holding dims
-  // sub*kDims .. sub*kDims+kDims-1.
-  const int ctx = st.context_len[0], bs = shape.block_size;
-  const int per = ceil_div(ctx, C), start = min(ctx, rank * per), end = min(ctx, start + per);
-  const size_t row_stride = size_t(kv_size);  // elements per cache slot: [slot][kv head][D]
-  auto cache_row = [&](int t) {
-    return (size_t(st.block_table[t / bs]) * bs + t % bs) * row_stride + size_t(g) * D;
+  auto h_row = [&](int b) {
+    return st.embed != nullptr ? st.embed + size_t(st.token[b]) * H : st.h + size_t(b) * H;
   };
+
+  // This CTA's context split of its sequence. The cached K/V of its tokens were written by earlier
+  // steps, so they are constants here: the first tokens' go into registers before the wait, the
+  // next ones into L2. kTokenGroups groups of kLanes lanes walk the tokens, lane `sub` holding
+  // dims sub*kDims .. sub*kDims+kDims-1.
+  const int32_t* table = kMulti ? st.block_table + size_t(sq) * st.table_width : st.block_table;
+  const int ctx = st.context_len[sq], bs = shape.block_size;
+  const int per = ceil_div(ctx, Cs), start = min(ctx, sr * per), end = attends ? min(ctx, start + per) : start;
+  const size_t row_stride = size_t(kv_size);  // elements per cache slot: [slot][kv head][D]
+  auto cache_row = [&](int t) { return (size_t(table[t / bs]) * bs + t % bs) * row_stride + size_t(g) * D; };
   const int grp = tid / kLanes, sub = tid % kLanes;
   constexpr int kU = 3;  // tokens per group and iteration
   Raw kv[kU], vv[kU];
@@ -184,27 +211,39 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   wait_inputs(flags);
   trace.mark(kTraceWaited);
 
-  if (st.embed != nullptr)  // this CTA's share of h = the embedding row
-    for (int i = (blockIdx.x * kThreads + tid) * 8; i < H; i += gridDim.x * kThreads * 8)
-      store8(st.h + i, load8(h_in + i));
-  load_normed_any(h_in, st.ss_ready ? st.ss + kFusedSsParts : nullptr, ss_parts, norm_s, H, st.eps, x, red);
+  if (st.embed != nullptr)  // this CTA's share of h = the embedding rows
+    for (int i = (blockIdx.x * kThreads + tid) * 8; i < B * H; i += gridDim.x * kThreads * 8)
+      store8(st.h + i, kMulti ? load8(h_row(i / H) + i % H) : load8(h_row(0) + i));
+  const float* ss_in = st.ss_ready ? st.ss + kFusedSsWords / 2 : nullptr;
+  if constexpr (kMulti)
+    load_normed_rows(h_row, ss_in, ss_parts, norm_s, H, B, st.eps, x, red);
+  else
+    load_normed_any(h_row(0), ss_in, ss_parts, norm_s, H, st.eps, x, red);
   trace.mark(kTraceInputs);
   mbar_wait(bar, 0);
   trace.mark(kTraceWeights);
-  whole_dots<kFp8W>(ws, x, L.rows, H, dots);
-  for (int r = tid; r < L.rows; r += kThreads) {  // row r's value replaces warp 0's partial
-    float v = row_dot(dots, L.rows, r);
-    if constexpr (kFp8W) v *= qkv_scale;
+  whole_dots<kFp8W>(ws, x, L.rows, H, dots, B);
+  for (int i = tid; i < B * L.rows; i += kThreads) {  // row r's value replaces warp 0's partial
+    const int b = kMulti ? i / L.rows : 0, r = kMulti ? i % L.rows : i;
+    float v = row_dot(dots, L.rows, r, b, B);
+    if constexpr (kFp8W) v *= r == tid ? qkv_scale : __ldg(w.qkv.scale + matrix_row(i0 + r));
     v = round_bf16(v);
     if (w.qkv_bias != nullptr) v = round_bf16(v + __bfloat162float(w.qkv_bias[matrix_row(i0 + r)]));
-    dots[r] = v;
+    dots[b * padded + r] = v;
   }
   __syncthreads();
   cluster_wait();  // every CTA of the cluster has started: pushes may go
-  for (int i = tid; i < L.rows / 4 * C; i += kThreads) {  // my rows' outputs into every CTA's q/k/v
-    const int to = i / (L.rows / 4), piece = i % (L.rows / 4);
-    st_async16(cluster_addr(q + i0 + 4 * piece, to), reinterpret_cast<const float4*>(dots)[piece],
+  // My rows' outputs of sequence b into the q/k/v of each of its CTAs.
+  const int pieces = L.rows / 4;
+  for (int i = tid; i < B * pieces * Cs; i += kThreads) {
+    const int b = kMulti ? i / (pieces * Cs) : 0, to = b * Cs + (kMulti ? i % (pieces * Cs) : i) / pieces;
+    const int piece = i % pieces;
+    st_async16(cluster_addr(q + i0 + 4 * piece, to), reinterpret_cast<const float4*>(dots + b * padded)[piece],
                cluster_addr(bar + 1, to));
+  }
+  if (!attends) {  // nothing is pushed to a CTA past the batch's sequences
+    trace.end();
+    return;
   }
   mbar_wait(bar + 1, 0);
   trace.mark(kTracePhase1);
@@ -235,17 +274,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   __syncthreads();
   if constexpr (kFp8) {
     // The new token's k and v as codes: into the cache, and in place of the values for the
-    // attention below (every CTA quantises the same values the same way).
+    // attention below (every CTA of the sequence quantises the same values the same way).
     if (tid < 2 * D) {
       const bool is_k = tid < D;
       float* value = is_k ? k_new + tid : v_new + tid - D;
       const fp8_e4m3 code = e4m3_of(*value, is_k ? k_scale : v_scale);
-      if (rank == 0 && slot >= 0)
+      if (sr == 0 && slot >= 0)
         (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * D + tid % D] = code;
       *value = float(code);
     }
     __syncthreads();
-  } else if (rank == 0 && slot >= 0 && tid < 2 * D) {  // the new token's k and v into the cache
+  } else if (sr == 0 && slot >= 0 && tid < 2 * D) {  // the new token's k and v into the cache
     const bool is_k = tid < D;
     (is_k ? k_cache : v_cache)[size_t(slot) * row_stride + size_t(g) * D + tid % D] =
         __float2bfloat16(is_k ? k_new[tid] : v_new[tid - D]);
@@ -344,53 +383,75 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   }
   __syncthreads();
   // This split's result for every output of the group (a warp that saw no token has max -inf),
-  // pushed straight to the inbox of the CTA that finishes it; the thread of output (h, d < C)
-  // also pushes head h's (max, sum) to CTA d.
+  // pushed straight to the inbox of the CTA of my sequence that finishes it; the thread of output
+  // (h, d < Cs) also pushes head h's (max, sum) to that sequence's CTA d.
+  const int first = sb * Cs;  // my sequence's first CTA
   for (int i = tid; i < G * D; i += kThreads) {
     const int h = i / D, d = i % D;
     const SoftmaxPart r = merge_softmax(
         kWarps, [&](int j) { return ml[(j * G + h) * 2]; }, [&](int j) { return ml[(j * G + h) * 2 + 1]; },
         [&](int j) { return acc[(j * G + h) * D + d]; });
-    const int to = i / L.outs;
-    st_async4(cluster_addr(inbox + rank * L.outs + i % L.outs, to), r.acc, cluster_addr(bar + 2, to));
-    if (d < C)
-      st_async8(cluster_addr(inbox_ml + 2 * (rank * G + h), d), make_float2(r.m, r.l), cluster_addr(bar + 2, d));
+    const int to = first + i / L.outs;
+    st_async4(cluster_addr(inbox + sr * L.outs + i % L.outs, to), r.acc, cluster_addr(bar + 2, to));
+    if (d < Cs)
+      st_async8(cluster_addr(inbox_ml + 2 * (sr * G + h), first + d), make_float2(r.m, r.l),
+                cluster_addr(bar + 2, first + d));
   }
   mbar_wait(bar + 2, 0);  // every split's partial of my outputs has landed
   trace.mark(kTracePhase3);
 
-  // Merge the C splits of this CTA's outputs: C lanes per output, one split each, reduced by
-  // shuffles (a split with no tokens has max -inf). outs * C = G * D pairs: whole warps.
-  for (int i = tid; i < L.outs * C; i += kThreads) {
-    const int o = i / C, j = i % C;
-    const int oi = rank * L.outs + o, h = oi / D, d = oi % D;
+  // Merge the Cs splits of this CTA's outputs: Cs lanes per output, one split each, reduced by
+  // shuffles (a split with no tokens has max -inf). outs * Cs = G * D pairs: whole warps.
+  auto lanes_max = [&](float v) {
+    if constexpr (kMulti) {
+      for (int off = Cs / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+      return v;
+    } else {
+      return C == 16 ? warp_max<16>(v) : warp_max<8>(v);
+    }
+  };
+  auto lanes_sum = [&](float v) {
+    if constexpr (kMulti) {
+      for (int off = Cs / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      return v;
+    } else {
+      return C == 16 ? warp_sum<16>(v) : warp_sum<8>(v);
+    }
+  };
+  for (int i = tid; i < L.outs * Cs; i += kThreads) {
+    const int o = i / Cs, j = i % Cs;
+    const int oi = sr * L.outs + o, h = oi / D, d = oi % D;
     const float mj = inbox_ml[2 * (j * G + h)];
-    const float mx = C == 16 ? warp_max<16>(mj) : warp_max<8>(mj);
+    const float mx = lanes_max(mj);
     const float wj = mj == -INFINITY ? 0.f : exp2f(mj - mx);
     const float l = inbox_ml[2 * (j * G + h) + 1] * wj, a = inbox[j * L.outs + o] * wj;
-    const float sl = C == 16 ? warp_sum<16>(l) : warp_sum<8>(l), sa = C == 16 ? warp_sum<16>(a) : warp_sum<8>(a);
-    if (j == 0) st.attn[size_t(g * G + h) * D + d] = __float2bfloat16(sl > 0.f ? sa / sl * v_scale : 0.f);
+    const float sl = lanes_sum(l), sa = lanes_sum(a);
+    if (j == 0)
+      st.attn[size_t(sq) * q_size + size_t(g * G + h) * D + d] = __float2bfloat16(sl > 0.f ? sa / sl * v_scale : 0.f);
   }
   trace.end();
 #endif
 }
 
-// h[r] += x W^T [r] for this CTA's rows (o_proj with x = attn, down with x = act).
-// ss_out (not null): this CTA's sum of the squares of the rows it wrote, at ss_out[blockIdx.x].
+// h[b][r] += x[b] W^T [r] for this CTA's rows and the step's `batch` sequences (o_proj with x =
+// attn, down with x = act; x [batch][k], h [batch][n]).
+// ss_out (not null): this CTA's sum of the squares of the rows it wrote, sequence b's at
+// ss_out[b * kFusedSsParts + blockIdx.x].
 // kStream: the weight rows are streamed through `stages` stages in `parts` k parts (ring_dots); a
 // template so that the whole-share kernel's code (and registers) stay as they are without it.
-// kFp8W: the weights are E4M3 codes with a scale per row (w.scale).
-template <bool kStream, bool kFp8W>
+// kFp8W: the weights are E4M3 codes with a scale per row (w.scale). kMulti: as attention_kernel.
+template <bool kStream, bool kFp8W, bool kMulti>
 __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_in, int k, FusedWeight w, int n,
                                                                  bf16* h, float* ss_out, int flags, int stages,
                                                                  int parts, unsigned long long* trace_base,
-                                                                 int trace_kernel) {
+                                                                 int trace_kernel, int step_batch) {
   extern __shared__ __align__(128) char smem[];
+  const int batch = kMulti ? step_batch : 1;
   const Tracer trace(trace_base, trace_kernel);
   int r0, r1;
   my_rows(n, &r0, &r1);
   const int rows = r1 - r0, max_rows = ceil_div(n, int(gridDim.x));
-  const ProjLayout L = proj_layout(max_rows, k, max_rows, false, kStream ? stages : 0, parts, kFp8W);
+  const ProjLayout L = proj_layout(max_rows, k, max_rows, false, kStream ? stages : 0, parts, kFp8W, batch);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* res = reinterpret_cast<float*>(smem + L.res);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
@@ -399,10 +460,39 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   const Ring ring = share_start<kStream, kFp8W>(smem, L, stages, parts, k, rows, src, flags);
   wait_inputs(flags);
   trace.mark(kTraceWaited);
-  for (int r = threadIdx.x; r < rows; r += kThreads) res[r] = __bfloat162float(__ldcg(h + r0 + r));  // with x
-  load_vector(x_in, k, x);
+  for (int i = threadIdx.x; i < batch * rows; i += kThreads) {  // with x
+    const int b = kMulti ? i / rows : 0, r = kMulti ? i % rows : i;
+    res[b * max_rows + r] = __bfloat162float(__ldcg(h + size_t(b) * n + r0 + r));
+  }
+  if constexpr (kMulti)
+    load_vectors(x_in, k, batch, x);
+  else
+    load_vector(x_in, k, x);
   trace.mark(kTraceInputs);
-  share_dots<kStream, kFp8W>(ring, src, smem, L, x, rows, k, dots, flags, trace);
+  share_dots<kStream, kFp8W>(ring, src, smem, L, x, rows, k, dots, flags, trace, batch);
+  if constexpr (kMulti) {
+    // Each output's square replaces its residual, and warp b adds up sequence b's.
+    for (int i = threadIdx.x; i < batch * rows; i += kThreads) {
+      const int b = i / rows, r = i % rows;
+      float y = row_dot(dots, rows, r, b, batch);
+      if constexpr (kFp8W) y *= r == int(threadIdx.x) ? scale0 : w.scale[r0 + r];
+      const bf16 v = __float2bfloat16(res[b * max_rows + r] + round_bf16(y));
+      h[size_t(b) * n + r0 + r] = v;
+      res[b * max_rows + r] = __bfloat162float(v) * __bfloat162float(v);
+    }
+    if (ss_out != nullptr) {
+      __syncthreads();
+      const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+      if (warp < batch) {
+        float sq = 0.f;
+        for (int r = lane; r < rows; r += 32) sq += res[warp * max_rows + r];
+        sq = warp_sum(sq);
+        if (lane == 0) ss_out[warp * kFusedSsParts + blockIdx.x] = sq;
+      }
+    }
+    trace.end();
+    return;
+  }
   float sq = 0.f;
   for (int r = threadIdx.x; r < rows; r += kThreads) {
     float y = row_dot(dots, rows, r);
@@ -425,21 +515,24 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   trace.end();
 }
 
-// act[r] = silu(x W_gate^T [r]) * (x W_up^T [r]) with x = rmsnorm(h), for this CTA's rows.
-// ss (not null): the published sums of squares of h, `parts` of them.
-// kStream, kFp8W: as residual_proj_kernel.
-template <bool kStream, bool kFp8W>
+// act[b][r] = silu(x[b] W_gate^T [r]) * (x[b] W_up^T [r]) with x[b] = rmsnorm(h[b]), for this
+// CTA's rows and the step's `batch` sequences.
+// ss (not null): the published sums of squares of h, `parts` of them a sequence.
+// kStream, kFp8W, kMulti: as residual_proj_kernel.
+template <bool kStream, bool kFp8W, bool kMulti>
 __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const float* ss, int parts,
                                                            const bf16* norm_w, int hidden, FusedWeight gate_up,
                                                            int inter, bf16* act, float eps, int flags, int stages,
-                                                           int k_parts, unsigned long long* trace_base) {
+                                                           int k_parts, unsigned long long* trace_base,
+                                                           int step_batch) {
   extern __shared__ __align__(128) char smem[];
+  const int batch = kMulti ? step_batch : 1;
   const Tracer trace(trace_base, 2);
   int r0, r1;
   my_rows(inter, &r0, &r1);
   const int rows = r1 - r0;
   const ProjLayout L =
-      proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0, true, kStream ? stages : 0, k_parts, kFp8W);
+      proj_layout(2 * ceil_div(inter, int(gridDim.x)), hidden, 0, true, kStream ? stages : 0, k_parts, kFp8W, batch);
   bf16* x = reinterpret_cast<bf16*>(smem + L.x);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   float* red = reinterpret_cast<float*>(smem + L.red);
@@ -454,17 +547,21 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   cp_async_commit();
   wait_inputs(flags);
   trace.mark(kTraceWaited);
-  load_normed_any(h, ss, parts, norm_s, hidden, eps, x, red);
+  if constexpr (kMulti)
+    load_normed_rows([&](int b) { return h + size_t(b) * hidden; }, ss, parts, norm_s, hidden, batch, eps, x, red);
+  else
+    load_normed_any(h, ss, parts, norm_s, hidden, eps, x, red);
   trace.mark(kTraceInputs);
-  share_dots<kStream, kFp8W>(ring, src, smem, L, x, 2 * rows, hidden, dots, flags, trace);
-  for (int r = threadIdx.x; r < rows; r += kThreads) {
-    float g = row_dot(dots, 2 * rows, r), u = row_dot(dots, 2 * rows, rows + r);
+  share_dots<kStream, kFp8W>(ring, src, smem, L, x, 2 * rows, hidden, dots, flags, trace, batch);
+  for (int i = threadIdx.x; i < batch * rows; i += kThreads) {
+    const int b = kMulti ? i / rows : 0, r = kMulti ? i % rows : i;
+    float g = row_dot(dots, 2 * rows, r, b, batch), u = row_dot(dots, 2 * rows, rows + r, b, batch);
     if constexpr (kFp8W) {
       const bool mine = r == int(threadIdx.x);
       g *= mine ? gate_scale0 : gate_up.scale[r0 + r];
       u *= mine ? up_scale0 : gate_up.scale[inter + r0 + r];
     }
-    act[r0 + r] = __float2bfloat16(silu_mul_one(round_bf16(g), round_bf16(u)));
+    act[size_t(b) * inter + r0 + r] = __float2bfloat16(silu_mul_one(round_bf16(g), round_bf16(u)));
   }
   trace.end();
 }
@@ -480,11 +577,11 @@ struct ProjSmem {
   int stages, parts;
 };
 ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem, size_t stream_smem, int tile_k,
-                   size_t whole_smem) {
+                   size_t whole_smem, int batch) {
   const int rows = ceil_div(n, grid), share = pairs ? 2 * rows : rows, parts = stream_parts(k, tile_k, fp8);
   auto layout = [&](int stages) {
-    return pairs ? proj_layout(share, k, 0, true, stages, parts, fp8)
-                 : proj_layout(rows, k, rows, false, stages, parts, fp8);
+    return pairs ? proj_layout(share, k, 0, true, stages, parts, fp8, batch)
+                 : proj_layout(rows, k, rows, false, stages, parts, fp8, batch);
   };
   if (layout(0).total <= std::min(max_smem, whole_smem)) return {layout(0).total, 0, 1};
   int stages = std::min(kMaxStages, ceil_div(share, kTileRows) * parts);
@@ -492,45 +589,66 @@ ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem
   return stages >= 2 ? ProjSmem{layout(stages).total, stages, parts} : ProjSmem{0, -1, 0};
 }
 
-size_t attention_smem(const FusedDecodeShape& s, int cluster) {
-  return attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim, s.fp8_weights).total;
+// The attention kernel's shared memory for steps of up to max_batch sequences (the split of the
+// cluster changes with the batch).
+size_t attention_smem(const FusedDecodeShape& s, int cluster, int max_batch) {
+  size_t most = 0;
+  for (int batch = max_batch > 1 ? 2 : 1; batch <= max_batch; ++batch)
+    most = std::max(most, attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim, s.fp8_weights,
+                                      batch).total);
+  return most;
 }
 
-// The projection kernels' instantiations: streamed or whole shares, bf16 or E4M3 weights.
+// The projection kernels' instantiations: streamed or whole shares, bf16 or E4M3 weights, one
+// sequence or several.
 using ResidualKernel = void (*)(const bf16*, int, FusedWeight, int, bf16*, float*, int, int, int, unsigned long long*,
-                                int);
+                                int, int);
 using GateUpKernel = void (*)(const bf16*, const float*, int, const bf16*, int, FusedWeight, int, bf16*, float, int,
-                              int, int, unsigned long long*);
+                              int, int, unsigned long long*, int);
+template <bool kMulti>
 ResidualKernel residual_for(bool stream, bool fp8) {
-  return stream ? (fp8 ? residual_proj_kernel<true, true> : residual_proj_kernel<true, false>)
-                : (fp8 ? residual_proj_kernel<false, true> : residual_proj_kernel<false, false>);
+  return stream ? (fp8 ? residual_proj_kernel<true, true, kMulti> : residual_proj_kernel<true, false, kMulti>)
+                : (fp8 ? residual_proj_kernel<false, true, kMulti> : residual_proj_kernel<false, false, kMulti>);
 }
+ResidualKernel residual_for(bool stream, bool fp8, bool multi) {
+  return multi ? residual_for<true>(stream, fp8) : residual_for<false>(stream, fp8);
+}
+template <bool kMulti>
 GateUpKernel gate_up_for(bool stream, bool fp8) {
-  return stream ? (fp8 ? gate_up_kernel<true, true> : gate_up_kernel<true, false>)
-                : (fp8 ? gate_up_kernel<false, true> : gate_up_kernel<false, false>);
+  return stream ? (fp8 ? gate_up_kernel<true, true, kMulti> : gate_up_kernel<true, false, kMulti>)
+                : (fp8 ? gate_up_kernel<false, true, kMulti> : gate_up_kernel<false, false, kMulti>);
+}
+GateUpKernel gate_up_for(bool stream, bool fp8, bool multi) {
+  return multi ? gate_up_for<true>(stream, fp8) : gate_up_for<false>(stream, fp8);
 }
 
 // The attention kernel for a shape: head_dim 64 or 128, the group's heads held as the next of
-// 1, 2, 4, 8 (fused_decode_plan has checked both), the cache element, the weights' type.
+// 1, 2, 4, 8 (fused_decode_plan has checked both), the cache element, the weights' type, one
+// sequence or several.
 using AttentionKernel = void (*)(FusedDecodeShape, FusedDecodeStep, FusedDecodeLayer, int, int);
-template <int D, typename T, bool kFp8W>
+template <int D, typename T, bool kFp8W, bool kMulti>
 AttentionKernel attention_for(int group) {
-  return group == 1   ? attention_kernel<D, 1, T, kFp8W>
-         : group == 2 ? attention_kernel<D, 2, T, kFp8W>
-         : group <= 4 ? attention_kernel<D, 4, T, kFp8W>
-                      : attention_kernel<D, 8, T, kFp8W>;
+  return group == 1   ? attention_kernel<D, 1, T, kFp8W, kMulti>
+         : group == 2 ? attention_kernel<D, 2, T, kFp8W, kMulti>
+         : group <= 4 ? attention_kernel<D, 4, T, kFp8W, kMulti>
+                      : attention_kernel<D, 8, T, kFp8W, kMulti>;
 }
-template <typename T, bool kFp8W>
+template <typename T, bool kFp8W, bool kMulti>
 AttentionKernel attention_for(int group, int head_dim) {
-  return head_dim == 64 ? attention_for<64, T, kFp8W>(group) : attention_for<128, T, kFp8W>(group);
+  return head_dim == 64 ? attention_for<64, T, kFp8W, kMulti>(group) : attention_for<128, T, kFp8W, kMulti>(group);
 }
-template <typename T>
+template <typename T, bool kMulti>
 AttentionKernel attention_for(const FusedDecodeShape& s) {
   const int group = s.num_heads / s.num_kv_heads;
-  return s.fp8_weights ? attention_for<T, true>(group, s.head_dim) : attention_for<T, false>(group, s.head_dim);
+  return s.fp8_weights ? attention_for<T, true, kMulti>(group, s.head_dim)
+                       : attention_for<T, false, kMulti>(group, s.head_dim);
 }
+template <bool kMulti>
 AttentionKernel attention_for(const FusedDecodeShape& s) {
-  return s.kv_dtype == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3>(s) : attention_for<bf16>(s);
+  return s.kv_dtype == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3, kMulti>(s) : attention_for<bf16, kMulti>(s);
+}
+AttentionKernel attention_for(const FusedDecodeShape& s, bool multi) {
+  return multi ? attention_for<true>(s) : attention_for<false>(s);
 }
 
 cudaLaunchAttribute cluster_attr(int cluster) {
@@ -544,9 +662,11 @@ cudaLaunchAttribute cluster_attr(int cluster) {
 
 }  // namespace
 
-FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, const FusedStreaming& streaming) {
+FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, const FusedStreaming& streaming,
+                                  int max_batch) {
   FusedDecodePlan p;
   p.shape = s;
+  p.max_batch = max_batch;
   auto no = [&](const char* why) {
     p.cluster = 0;
     p.why = why;
@@ -555,12 +675,14 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   if (s.head_dim != 64 && s.head_dim != 128) return no("head_dim is not 64 or 128");
   const int group = s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0 ? s.num_heads / s.num_kv_heads : 0;
   if (group < 1 || group > kMaxGroup) return no("q heads per kv head not 1 to 8");
-  const AttentionKernel attention = attention_for(s);
+  const bool multi = max_batch > 1;
+  const AttentionKernel attention = attention_for(s, multi);
   if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0)
     return no("hidden or intermediate size not a multiple of 32");
   if (s.fp8_weights && (s.hidden % 64 != 0 || s.intermediate % 64 != 0))
     return no("FP8 weights with a hidden or intermediate size not a multiple of 64");
   if (s.block_size < 1) return no("block size below 1");
+  if (max_batch < 1 || max_batch > kFusedMaxBatch) return no("more sequences a step than the mma's 8 columns");
   int device = 0, major = 0, max_smem = 0, sm_smem = 0, reserved = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -573,8 +695,10 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   const int H = s.hidden, I = s.intermediate, D = s.head_dim, q_size = s.num_heads * D;
   // One shared-memory carveout for all the kernels: an SM runs CTAs of different carveouts only
   // after draining, which would undo the overlap PDL gives.
-  const ResidualKernel o_kernel = residual_for(false, s.fp8_weights), o_stream = residual_for(true, s.fp8_weights);
-  const GateUpKernel gu_kernel = gate_up_for(false, s.fp8_weights), gu_stream = gate_up_for(true, s.fp8_weights);
+  const ResidualKernel o_kernel = residual_for(false, s.fp8_weights, multi),
+                       o_stream = residual_for(true, s.fp8_weights, multi);
+  const GateUpKernel gu_kernel = gate_up_for(false, s.fp8_weights, multi),
+                     gu_stream = gate_up_for(true, s.fp8_weights, multi);
   for (const void* f : {reinterpret_cast<const void*>(attention), reinterpret_cast<const void*>(o_kernel),
                         reinterpret_cast<const void*>(o_stream), reinterpret_cast<const void*>(gu_kernel),
                         reinterpret_cast<const void*>(gu_stream)})
@@ -585,9 +709,15 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   // Qwen3-1.7B 1.645 vs 1.699 ms a step, TinyLlama 1.031 vs 0.975, Llama-3.2-1B 1.180 vs 1.163 in
   // one call and 1.169 vs 1.187 in another (bench/NOTES.md).
   const size_t stream_smem = std::min(size_t(max_smem), streaming.smem > 0 ? streaming.smem : size_t(max_smem));
+  // A batch's input vectors take shared memory from the stages: where two tiles of tile_k values
+  // no longer fit beside them, tiles of half as many (down to 512).
   auto size = [&](int n, int k, bool pairs) {
-    return proj_smem(n, k, std::min(n, sms), pairs, s.fp8_weights, max_smem, stream_smem, streaming.tile_k,
-                     streaming.whole > 0 ? streaming.whole : max_smem);
+    ProjSmem r{0, -1, 0};
+    for (int tile_k = streaming.tile_k; r.stages < 0 && tile_k >= (max_batch > 1 ? 512 : streaming.tile_k);
+         tile_k /= 2)
+      r = proj_smem(n, k, std::min(n, sms), pairs, s.fp8_weights, max_smem, stream_smem, tile_k,
+                    streaming.whole > 0 ? streaming.whole : max_smem, max_batch);
+    return r;
   };
   const ProjSmem down = size(H, I, false), gu = size(I, H, true), o = size(H, q_size, false);
   // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,
@@ -615,7 +745,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   const std::array<int, 2> clusters = p.smem[3] > half_sm ? std::array{8, 16} : std::array{16, 8};
   for (int cluster : clusters) {
     if (cluster > max_cluster) continue;
-    const size_t smem = attention_smem(s, cluster);
+    const size_t smem = attention_smem(s, cluster, max_batch);
     // A CTA's q/k/v rows go out as float4 pieces; the (max, sum) of a head go to CTAs 0..C-1
     // from the threads of its first C dims.
     if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 || D < cluster)
@@ -634,13 +764,17 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
       (void)cudaGetLastError();  // clear it: this size is just not available
       continue;
     }
-    if (active >= 1) {
+    // Several sequences: every kv head's cluster at once (larger CTAs fit fewer clusters, and
+    // one more than fit runs as a second wave: twice the kernel's time).
+    if (active >= (multi ? s.num_kv_heads : 1)) {
       p.cluster = cluster;
       p.smem[0] = smem;
       break;
     }
   }
-  if (p.cluster == 0) return no("no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
+  if (p.cluster == 0)
+    return no(multi ? "no cluster of 16 or 8 CTAs of the attention kernel fits every kv head's at once"
+                    : "no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
   for (ResidualKernel f : {o_kernel, o_stream})
     CUDA_CHECK(
         cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(std::max(p.smem[1], p.smem[3]))));
@@ -652,6 +786,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
 void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, const FusedDecodeLayer& w,
                         cudaStream_t stream) {
   NVLLM_CHECK(p.cluster > 0, "internal: fused decode without a plan (", p.why ? p.why : "none", ")");
+  NVLLM_CHECK(st.batch >= 1 && st.batch <= p.max_batch, "internal: a fused decode step of ", st.batch,
+              " sequences on a plan for at most ", p.max_batch);
   const FusedDecodeShape& s = p.shape;
   const int flags = kFlagEarly | kFlagEvict, H = s.hidden, I = s.intermediate, q_size = s.num_heads * s.head_dim;
   const int grid_h = std::min(H, p.grid), grid_i = std::min(I, p.grid);
@@ -659,7 +795,7 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   // Published sums of squares: o_proj's for gate_up, down's for the next layer's attention.
   const bool publish = st.ss != nullptr && H <= kMaxPublishedHidden;
   float* ss_post = publish ? st.ss : nullptr;
-  float* ss_next = publish ? st.ss + kFusedSsParts : nullptr;
+  float* ss_next = publish ? st.ss + kFusedSsWords / 2 : nullptr;
   FusedDecodeStep sta = st;
   sta.ss_ready = publish && st.ss_ready;
   cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), {}};
@@ -667,21 +803,23 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   NVLLM_CHECK(w.kv.dtype == s.kv_dtype && (s.kv_dtype == KvDtype::kBf16 || (w.kv.k_scale && w.kv.v_scale)),
               "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
-  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s), dim3(s.num_kv_heads * p.cluster), dim3(kThreads),
+  const bool multi = p.max_batch > 1;
+  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s, multi), dim3(s.num_kv_heads * p.cluster),
+              dim3(kThreads),
               p.smem[0], stream, s, sta, w, flags, grid_h);
   const bool fp8 = s.fp8_weights;
   NVLLM_CHECK((w.qkv.scale != nullptr) == fp8 && (w.o_proj.scale != nullptr) == fp8 &&
                   (w.gate_up.scale != nullptr) == fp8 && (w.down.scale != nullptr) == fp8,
               "internal: fused decode planned for other weights (bf16 vs FP8) than the layer's");
-  launch_pdl(residual_for(p.stages[1] > 0, fp8), dim3(grid_h), dim3(kThreads), p.smem[1], stream,
+  launch_pdl(residual_for(p.stages[1] > 0, fp8, multi), dim3(grid_h), dim3(kThreads), p.smem[1], stream,
              static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, p.stages[1], p.parts[1],
-             st.trace, 1);
-  launch_pdl(gate_up_for(p.stages[2] > 0, fp8), dim3(grid_i), dim3(kThreads), p.smem[2], stream,
+             st.trace, 1, st.batch);
+  launch_pdl(gate_up_for(p.stages[2] > 0, fp8, multi), dim3(grid_i), dim3(kThreads), p.smem[2], stream,
              static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post), grid_h, w.post_norm, H, w.gate_up,
-             I, st.act, st.eps, flags, p.stages[2], p.parts[2], st.trace);
-  launch_pdl(residual_for(p.stages[3] > 0, fp8), dim3(grid_h), dim3(kThreads), p.smem[3], stream,
+             I, st.act, st.eps, flags, p.stages[2], p.parts[2], st.trace, st.batch);
+  launch_pdl(residual_for(p.stages[3] > 0, fp8, multi), dim3(grid_h), dim3(kThreads), p.smem[3], stream,
              static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, p.stages[3], p.parts[3],
-             st.trace, 3);
+             st.trace, 3, st.batch);
 }
 
 }  // namespace nvllm::kernels

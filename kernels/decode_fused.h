@@ -1,7 +1,8 @@
-// Batch-1 decode as four fused kernels per layer (decode_fused.cu): attention (norm, qkv, rope,
-// cache write, attention over a thread-block cluster), o_proj + residual, norm + gate_up + silu,
-// down + residual, chained with PDL. A projection's weights are copied whole into shared memory or,
-// where a CTA's share does not fit, streamed through it in tiles.
+// Small-batch decode (1 to kFusedMaxBatch sequences) as four fused kernels per layer
+// (decode_fused.cu): attention (norm, qkv, rope, cache write, attention over a thread-block
+// cluster), o_proj + residual, norm + gate_up + silu, down + residual, chained with PDL. A
+// projection's weights are copied whole into shared memory or, where a CTA's share does not fit,
+// streamed through it in tiles; every sequence of the step is multiplied with them there.
 #pragma once
 
 #include <cstddef>
@@ -32,9 +33,20 @@ struct FusedStreaming {
   size_t whole = 0;
 };
 
-// How the fused path runs on this device; cluster == 0 when it does not apply (`why` says why).
+// The most sequences a fused step takes: the columns of the projections' mma.sync (n = 8).
+constexpr int kFusedMaxBatch = 8;
+// A step of several sequences splits each kv head's cluster of the attention kernel among them
+// (a power of two of groups); it pays only while every sequence keeps at least this many of the
+// kernel's CTAs (num_kv_heads * cluster / that power of two). Measured on the H100 (bench/NOTES.md,
+// twentieth session): with 16 or more, steps of 2-8 ran 8-28% faster than the separate kernels;
+// with 8, ties and losses (3% and 0%), with 4, a loss of 20%.
+constexpr int kFusedMinSeqCtas = 16;
+
+// How the fused path runs on this device for steps of up to max_batch sequences; cluster == 0
+// when it does not apply (`why` says why).
 struct FusedDecodePlan {
   FusedDecodeShape shape{};
+  int max_batch = 1;
   int cluster = 0;  // CTAs per kv head in the attention kernel (a thread-block cluster)
   int grid = 0;     // CTAs of the projection kernels (the SM count)
   // Dynamic shared memory of a CTA of the attention, o_proj, gate_up and down kernels: what each
@@ -66,24 +78,25 @@ struct FusedDecodeLayer {
   KvCache kv;
 };
 
-// The step's one sequence (device pointers): its position, cache slot (< 0: not written),
-// context length (the new token included) and block-table row; the residual stream h [hidden]
-// (updated in place), and scratch for the attention output [num_heads * head_dim] and the MLP
-// activation [intermediate].
+// The step's `batch` sequences (device pointers, [batch] each): position, cache slot (< 0: not
+// written), context length (the new token included) and block-table row (table_width entries
+// apart); the residual stream h [batch][hidden] (updated in place), and scratch for the attention
+// output [batch][num_heads * head_dim] and the MLP activation [batch][intermediate].
 struct FusedDecodeStep {
   const int32_t *position, *slot, *context_len, *block_table;
   const float* inv_freq;  // [head_dim / 2]
   float eps, scale;
   bf16 *h, *attn, *act;
   // Layer 0 (null in the others): h = embed[token] here, the embedding folded into the attention
-  // kernel; `token` is the step's token id.
+  // kernel; `token` is the step's token ids.
   const bf16* embed = nullptr;
   const int32_t* token = nullptr;
   // The norms' sums of squares, published by the kernels that write h: o_proj and down leave one
-  // partial sum per CTA of the squares of the h rows they wrote, in ss[0] and ss[1]
-  // (kFusedSsParts floats each), and gate_up and the next layer's attention add them up instead
-  // of reducing h over the block. Null: every norm sums h itself. ss_ready: ss[1] holds the sums
-  // of this layer's input (false in layer 0, whose h the attention kernel sums itself).
+  // partial sum per CTA and sequence of the squares of the h rows they wrote, in ss[0] and ss[1]
+  // (kFusedSsWords / 2 floats each: sequence b's at b * kFusedSsParts), and gate_up and the next
+  // layer's attention add them up instead of reducing h over the block. Null: every norm sums h
+  // itself. ss_ready: ss[1] holds the sums of this layer's input (false in layer 0, whose h the
+  // attention kernel sums itself).
   float* ss = nullptr;
   bool ss_ready = false;
   // Timing only (null otherwise): the four kernels of this layer record, per CTA, globaltimer
@@ -91,8 +104,11 @@ struct FusedDecodeStep {
   // the activations are read, the SM id and clock64 at start and end, at
   // trace + (kernel * kFusedTraceCtas + cta) * kFusedTraceFields.
   unsigned long long* trace = nullptr;
+  int batch = 1;        // sequences in the step, 1 .. the plan's max_batch
+  int table_width = 0;  // block-table entries a sequence (batch > 1)
 };
 constexpr int kFusedSsParts = 256;  // FusedDecodeStep::ss: at most this many projection CTAs
+constexpr int kFusedSsWords = 2 * kFusedMaxBatch * kFusedSsParts;  // floats of FusedDecodeStep::ss
 constexpr int kFusedTraceCtas = 256, kFusedTraceFields = 12;
 // The fields of one CTA's trace record: globaltimer stamps (ns), the SM id, clock64 stamps.
 enum FusedTraceField {
@@ -108,10 +124,12 @@ constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTra
 // the projections' shared memory (whole shares, or streamed tiles) and prepares the kernels.
 // Throws only on CUDA errors.
 // `max_cluster` (16 or 8) caps the attention kernel's cluster: tests run both sizes.
+// `max_batch`: the most sequences of a step (1 .. kFusedMaxBatch); shared memory grows with it, so
+// batch 1 has its own plan.
 FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape, int max_cluster = 16,
-                                  const FusedStreaming& streaming = {});
-// One layer of one decode token: h = layer(h), the new k/v written to the cache. Four kernels,
-// launched with PDL.
+                                  const FusedStreaming& streaming = {}, int max_batch = 1);
+// One layer of a decode step of st.batch tokens (at most the plan's max_batch): h = layer(h),
+// the new k/v written to the cache. Four kernels, launched with PDL.
 void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
                         cudaStream_t stream);
 

@@ -35,8 +35,14 @@ __host__ __device__ inline int row_stride(int k) { return int(align_up(size_t(k)
 __host__ __device__ inline int row_bytes(int k, bool fp8) {
   return fp8 ? int(align_up(size_t(k), 128)) + 64 : 2 * row_stride(k);
 }
-// block_dots' per-warp partial sums: kWarps x rows rounded up to whole 16-row tiles.
-__host__ __device__ inline size_t dots_bytes(int rows) { return size_t(kWarps) * align_up(size_t(rows), 16) * 4; }
+// block_dots' per-warp partial sums: kWarps x batch x rows rounded up to whole 16-row tiles.
+__host__ __device__ inline size_t dots_bytes(int rows, int batch = 1) {
+  return size_t(kWarps) * batch * align_up(size_t(rows), 16) * 4;
+}
+// The input vectors of a step of `batch` sequences in shared memory: k values each, one after
+// the other for one sequence; for several, rows at row_stride(k) apart, so that the lanes of a
+// quarter warp that read different sequences' values at the same k hit distinct banks.
+__host__ __device__ inline int x_stride(int k, int batch) { return batch == 1 ? k : row_stride(k); }
 
 // A CTA's weight share larger than shared memory is streamed (ring_dots): tiles of kTileRows rows
 // by k / parts values, through `stages` shared-memory stages.
@@ -58,53 +64,72 @@ struct ProjLayout {
   size_t w, x, norm, res, dots, red, bar, total;
 };
 
-// stages > 0: streamed in `parts` k parts. fp8: the weights are E4M3 codes.
+// stages > 0: streamed in `parts` k parts. fp8: the weights are E4M3 codes. batch: the sequences
+// of the step (an input vector, residual rows and partial sums each).
 __host__ __device__ inline ProjLayout proj_layout(int rows, int k, int res_rows, bool normed, int stages, int parts,
-                                                  bool fp8) {
+                                                  bool fp8, int batch = 1) {
   ProjLayout L;
   L.w = 0;
   const size_t w_bytes = stages > 0 ? size_t(stages) * kTileRows * row_bytes(k / parts, fp8)
                                     : size_t(rows) * row_bytes(k, fp8);
   L.x = align_up(w_bytes, 128);
-  L.norm = align_up(L.x + size_t(k) * 2, 16);
+  L.norm = align_up(L.x + size_t(batch) * x_stride(k, batch) * 2, 16);
   L.res = align_up(L.norm + (normed ? size_t(k) * 2 : 0), 16);
-  L.dots = align_up(L.res + size_t(res_rows) * 4, 16);
-  L.red = L.dots + dots_bytes(rows);
+  L.dots = align_up(L.res + size_t(batch) * res_rows * 4, 16);
+  L.red = L.dots + dots_bytes(rows, batch);
   L.bar = L.red + kScratchFloats * 4;
   L.total = L.bar + 8 * size_t(stages > 0 ? 2 * stages : 1);
   return L;
 }
 
-// The attention kernel: its rows of the kv head's q/k/v weights, the normed input, the constants
-// it stages before its inputs are ready (input norm weights [hidden], q and k norm weights [D]
-// each, RoPE frequencies [D / 2] floats), its rows' outputs, the group's q (roped, scaled) / new
-// k / new v (filled by every CTA of the cluster), per-warp attention partials with (max, sum)
-// per head, the inbox where each split's CTA leaves its partial of the outputs this CTA finishes
-// ([C][outs] values, then [C][G] (max, sum): every head's, as a CTA's outputs may span two),
-// scratch, and three mbarriers: the weight copy, the q/k/v exchange, the inbox.
+// The sequences of a step rounded up to a power of two: the attention kernel's cluster splits
+// into that many groups of CTAs, one a sequence.
+__host__ __device__ inline int batch_p2(int batch) { return batch <= 1 ? 1 : batch <= 2 ? 2 : batch <= 4 ? 4 : 8; }
+
+// The attention kernel: its rows of the kv head's q/k/v weights, the normed input (of each
+// sequence of the step), the constants it stages before its inputs are ready (input norm weights
+// [hidden], q and k norm weights [D] each, RoPE frequencies [D / 2] floats), its rows' outputs
+// (each sequence's), its sequence's q (roped, scaled) / new k / new v of the group (filled by the
+// sequence's CTAs), per-warp attention partials with (max, sum) per head, the inbox where each
+// split's CTA leaves its partial of the outputs this CTA finishes ([Cs][outs] values, then
+// [Cs][G] (max, sum): every head's, as a CTA's outputs may span two), scratch, and three
+// mbarriers: the weight copy, the q/k/v exchange, the inbox. Cs: the CTAs of one sequence.
+// A step of several sequences lays the buffers used only after this CTA's products (acc, ml, the
+// inbox) over its weight rows: every push into the inbox comes from a CTA that has received this
+// CTA's q/k/v rows, so these products are done (the q/k/v rows themselves may arrive earlier),
+// and pads q so that the heads a kernel holds past the group (up to the next power of two) read
+// inside shared memory.
 struct AttnLayout {
   int rows;  // rows of the group's (G + 2) * D per CTA
-  int outs;  // outputs of the group (G * D) this CTA finishes
+  int outs;  // outputs of the group (G * D) this CTA finishes for its sequence
   size_t w, x, norm, qk_norm, freq, dots, qkv, acc, ml, inbox, inbox_ml, red, bar, total;
 };
 
-__host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster, int head_dim, bool fp8) {
-  const int D = head_dim;
+__host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster, int head_dim, bool fp8,
+                                                  int batch = 1) {
+  const int D = head_dim, seq_ctas = cluster / batch_p2(batch);
   AttnLayout L;
   L.rows = (group + 2) * D / cluster;
-  L.outs = group * D / cluster;
+  L.outs = group * D / seq_ctas;
   L.w = 0;
-  L.x = align_up(size_t(L.rows) * row_bytes(hidden, fp8), 128);
-  L.norm = align_up(L.x + size_t(hidden) * 2, 16);
+  const size_t w_end = size_t(L.rows) * row_bytes(hidden, fp8);
+  auto place_late = [&](size_t at) {
+    L.acc = at;
+    L.ml = L.acc + size_t(kWarps) * group * D * 4;
+    L.inbox = align_up(L.ml + size_t(kWarps) * group * 2 * 4, 16);
+    L.inbox_ml = L.inbox + size_t(seq_ctas) * L.outs * 4;
+    return L.inbox_ml + size_t(seq_ctas) * group * 2 * 4;
+  };
+  const size_t late_end = batch > 1 ? place_late(0) : 0;
+  L.x = align_up(w_end > late_end ? w_end : late_end, 128);
+  L.norm = align_up(L.x + size_t(batch) * x_stride(hidden, batch) * 2, 16);
   L.qk_norm = L.norm + size_t(hidden) * 2;
   L.freq = L.qk_norm + size_t(2 * D) * 2;
   L.dots = align_up(L.freq + size_t(D / 2) * 4, 16);
-  L.qkv = align_up(L.dots + dots_bytes(L.rows), 16);
-  L.acc = L.qkv + size_t(group + 2) * D * 4;
-  L.ml = L.acc + size_t(kWarps) * group * D * 4;
-  L.inbox = align_up(L.ml + size_t(kWarps) * group * 2 * 4, 16);
-  L.inbox_ml = L.inbox + size_t(cluster) * L.outs * 4;
-  L.red = align_up(L.inbox_ml + size_t(cluster) * group * 2 * 4, 16);
+  L.qkv = align_up(L.dots + dots_bytes(L.rows, batch), 16);
+  const int held = batch_p2(group), pad = batch > 1 && held > group + 2 ? held - group - 2 : 0;
+  const size_t qkv_end = L.qkv + size_t(group + 2 + pad) * D * 4;
+  L.red = align_up(batch > 1 ? qkv_end : place_late(qkv_end), 16);
   L.bar = L.red + kScratchFloats * 4;
   L.total = L.bar + 3 * 8;
   return L;
@@ -280,7 +305,79 @@ __device__ __forceinline__ void load_normed_any(const bf16* h, const float* ss, 
     load_normed(h, w, n, eps, x, scratch);
 }
 
+// A step of several sequences (batch > 1): x[b] = src [b * n ..) for b < batch, the rows
+// x_stride(n, batch) apart in shared memory. (Eight loads a thread in flight at once, unrolled,
+// made a batch-8 step slower on the H100: bench/NOTES.md.)
+__device__ void load_vectors(const bf16* src, int n, int batch, bf16* x) {
+  const int per_row = n / 8, xs = x_stride(n, batch);
+  for (int i = threadIdx.x; i < batch * per_row; i += kThreads) {
+    const int b = i / per_row, j = i % per_row * 8;
+    store8(x + size_t(b) * xs + j, load8_cg(src + size_t(b) * n + j));
+  }
+  __syncthreads();
+}
+
+// The same for rmsnorm(h[b]) * w: row b of h at row(b) (n values). ss (not null): the published
+// sums of squares, `parts` of them for row b at ss + b * kFusedSsParts, which warp b adds up;
+// else warp b sums row b itself. Rounded as load_normed rounds.
+template <typename Row>
+__device__ void load_normed_rows(Row row, const float* ss, int parts, const bf16* w, int n, int batch, float eps,
+                                 bf16* x, float* scratch) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, per_row = n / 8, xs = x_stride(n, batch);
+  if (ss != nullptr) {
+    if (warp < batch) {
+      float s = 0.f;
+      for (int k = lane; k < parts; k += 32) s += __ldcg(ss + warp * kFusedSsParts + k);
+      s = warp_sum(s);
+      if (lane == 0) scratch[warp] = rsqrtf(s / n + eps);
+    }
+    for (int i = threadIdx.x; i < batch * per_row; i += kThreads) {
+      const int b = i / per_row, j = i % per_row * 8;
+      store8(x + size_t(b) * xs + j, load8_cg(row(b) + j));
+    }
+  } else {
+    for (int b = warp; b < batch; b += kWarps) {
+      float s = 0.f;
+      for (int j = lane * 8; j < n; j += 32 * 8) {
+        const Bf16x8 v8 = load8_cg(row(b) + j);
+        store8(x + size_t(b) * xs + j, v8);
+        float v[8];
+        to_float8(v8, v);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s += v[e] * v[e];
+      }
+      s = warp_sum(s);
+      if (lane == 0) scratch[b] = rsqrtf(s / n + eps);
+    }
+  }
+  cp_async_wait<0>();  // this thread's pieces of w
+  __syncthreads();
+  for (int i = threadIdx.x; i < batch * per_row; i += kThreads) {
+    const int b = i / per_row, j = i % per_row * 8;
+    bf16* xb = x + size_t(b) * xs + j;
+    store_normed8(load8(xb), w + j, scratch[b], xb);
+  }
+  __syncthreads();
+}
+
 __device__ __forceinline__ uint4 lds16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
+
+// A step of several sequences: lane (g, t) holds column g of B, sequence g's values (the last
+// sequence's in columns past the batch), and its products' columns 2t and 2t + 1 are sequences
+// 2t and 2t + 1; its rows g and g + 8 of a 16-row group go to dots [warp][sequence][row].
+__device__ __forceinline__ const bf16* lane_x(const bf16* x, int k, int batch, int g) {
+  return batch == 1 ? x : x + size_t(min(g, batch - 1)) * x_stride(k, batch);
+}
+__device__ __forceinline__ void store_batch_dots(float* dots, int padded, int batch, int warp, int r0, int g, int t,
+                                                 const float (&c0)[4], const float (&c1)[4]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    if (2 * t + j >= batch) break;
+    float* d = dots + size_t(warp * batch + 2 * t + j) * padded + r0;
+    d[g] = c0[j] + c1[j];
+    d[g + 8] = c0[2 + j] + c1[2 + j];
+  }
+}
 
 // Dot products of `rows` weight rows in shared memory (row r at w + r * row_stride(k)) with x
 // (shared, k values, k a multiple of 32), on the tensor cores; on return (after a block barrier)
@@ -294,9 +391,28 @@ __device__ __forceinline__ uint4 lds16(const bf16* p) { return *reinterpret_cast
 // product does 16 rows' worth of work either way; the row's sum is then column 0 of rows 0..7
 // plus column 1 of rows 8..15. The warps split the chunks of k; a row's partial sums are added
 // by the thread that uses the row (no second barrier), in a fixed order.
-__device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float* dots) {
+// batch > 1: x holds the batch's vectors (x_stride apart), column g of B sequence g's
+// (store_batch_dots), and the pairing is off.
+__device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float* dots, int batch = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int stride = row_stride(k), chunks = k / kChunk, padded = int(align_up(size_t(rows), 16));
+  if (batch > 1) {
+    const bf16* xg = lane_x(x, k, batch, g) + 8 * t;
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+      const bf16* lo = w + size_t(min(r0 + g, rows - 1)) * stride + 8 * t;
+      const bf16* hi = w + size_t(min(r0 + 8 + g, rows - 1)) * stride + 8 * t;
+      float c0[4] = {}, c1[4] = {};
+      for (int c = warp; c < chunks; c += kWarps) {
+        const uint4 a = lds16(lo + c * kChunk), b = lds16(hi + c * kChunk), xv = lds16(xg + c * kChunk);
+        const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
+        mma_bf16_16816(c0, first, xv.x, xv.y);
+        mma_bf16_16816(c1, second, xv.z, xv.w);
+      }
+      store_batch_dots(dots, padded, batch, warp, r0, g, t, c0, c1);
+    }
+    __syncthreads();
+    return;
+  }
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const bf16* lo = w + size_t(min(r0 + g, rows - 1)) * stride + 8 * t;
     const bf16* hi = w + size_t(min(r0 + 8 + g, rows - 1)) * stride + 8 * t;
@@ -329,11 +445,12 @@ __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float*
   __syncthreads();
 }
 
-// Row r of the `rows` block_dots multiplied: its warps' partial sums, added in order.
-__device__ __forceinline__ float row_dot(const float* dots, int rows, int r) {
+// Row r of the `rows` block_dots multiplied (with sequence b's vector of a batch): its warps'
+// partial sums, added in order.
+__device__ __forceinline__ float row_dot(const float* dots, int rows, int r, int b = 0, int batch = 1) {
   const int padded = int(align_up(size_t(rows), 16));
-  float sum = dots[r];
-  for (int j = 1; j < kWarps; ++j) sum += dots[j * padded + r];
+  float sum = dots[b * padded + r];
+  for (int j = 1; j < kWarps; ++j) sum += dots[(j * batch + b) * padded + r];
   return sum;
 }
 
@@ -385,15 +502,18 @@ constexpr int kChunkValues = kFp8W ? 64 : kChunk;
 // block_dots over rows of E4M3 codes (row r at w + r * row_bytes(k, true)), k a multiple of 64:
 // each warp takes chunks c = warp, warp + kWarps, ... of every 16-row group; a group of at most 8
 // rows leaves half of A on repeated rows. The same result layout as block_dots.
-__device__ void block_dots_fp8(const char* w, const bf16* x, int rows, int k, float* dots) {
+__device__ void block_dots_fp8(const char* w, const bf16* x, int rows, int k, float* dots, int batch = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int stride = row_bytes(k, true), chunks = k / 64, padded = int(align_up(size_t(rows), 16));
+  const bf16* xg = lane_x(x, k, batch, g) + 16 * t4;
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const char* lo = w + size_t(min(r0 + g, rows - 1)) * stride + 16 * t4;
     const char* hi = w + size_t(min(r0 + 8 + g, rows - 1)) * stride + 16 * t4;
     float c0[4] = {}, c1[4] = {};
-    for (int c = warp; c < chunks; c += kWarps) chunk_mma<true>(c0, c1, lo + c * 64, hi + c * 64, x + c * 64 + 16 * t4);
-    if (t4 == 0) {
+    for (int c = warp; c < chunks; c += kWarps) chunk_mma<true>(c0, c1, lo + c * 64, hi + c * 64, xg + c * 64);
+    if (batch > 1) {
+      store_batch_dots(dots, padded, batch, warp, r0, g, t4, c0, c1);
+    } else if (t4 == 0) {
       if (r0 + g < rows) dots[warp * padded + r0 + g] = c0[0] + c1[0];
       if (r0 + 8 + g < rows) dots[warp * padded + r0 + 8 + g] = c0[2] + c1[2];
     }
@@ -450,12 +570,14 @@ __device__ void ring_start(const Ring& r, Src src, int flags) {
 // k parts (each warp takes the chunks c = warp, warp + kWarps, ... of a tile); a group of at most
 // 8 rows leaves half of A on repeated rows. On return (after a block barrier) dots holds each
 // warp's partial sum of every row, as block_dots leaves them. kFp8W: the rows are E4M3 codes.
+// batch > 1: x holds the batch's vectors of k = parts * kt values (store_batch_dots).
 template <bool kFp8W, typename Src>
-__device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, int flags) {
+__device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, int flags, int batch = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   constexpr int kValues = kChunkValues<kFp8W>;  // a 64-byte chunk's k values
   const int chunks = r.kt / kValues, padded = int(align_up(size_t(r.rows), 16));
   const int tiles = r.tiles();
+  const bf16* xg = lane_x(x, r.kt * r.parts, batch, g);
   for (int r0 = 0, t = 0; r0 < r.rows; r0 += kTileRows) {
     const int n = min(kTileRows, r.rows - r0);
     float c0[4] = {}, c1[4] = {};
@@ -465,7 +587,7 @@ __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, in
       mbar_wait(r.full + s, phase);
       const char* lo = r.stage(s) + size_t(min(g, n - 1)) * r.stride + 16 * t4;
       const char* hi = r.stage(s) + size_t(min(8 + g, n - 1)) * r.stride + 16 * t4;
-      const bf16* xs = x + size_t(part) * r.kt + kValues / 4 * t4;
+      const bf16* xs = xg + size_t(part) * r.kt + kValues / 4 * t4;
       for (int c = warp; c < chunks; c += kWarps) chunk_mma<kFp8W>(c0, c1, lo + c * 64, hi + c * 64, xs + c * kValues);
       __syncwarp();
       if (lane == 0) mbar_arrive(r.empty + s);
@@ -474,7 +596,9 @@ __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, in
         ring_issue(r, src, t + r.stages, flags);
       }
     }
-    if (t4 == 0) {
+    if (batch > 1) {
+      store_batch_dots(dots, padded, batch, warp, r0, g, t4, c0, c1);
+    } else if (t4 == 0) {
       if (g < n) dots[warp * padded + r0 + g] = c0[0] + c1[0];
       if (8 + g < n) dots[warp * padded + r0 + 8 + g] = c0[2] + c1[2];
     }
@@ -484,11 +608,12 @@ __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, in
 
 // block_dots over a whole share in shared memory: bf16 rows, or E4M3 codes (kFp8W).
 template <bool kFp8W>
-__device__ __forceinline__ void whole_dots(const char* ws, const bf16* x, int rows, int k, float* dots) {
+__device__ __forceinline__ void whole_dots(const char* ws, const bf16* x, int rows, int k, float* dots,
+                                           int batch = 1) {
   if constexpr (kFp8W)
-    block_dots_fp8(ws, x, rows, k, dots);
+    block_dots_fp8(ws, x, rows, k, dots, batch);
   else
-    block_dots(reinterpret_cast<const bf16*>(ws), x, rows, k, dots);
+    block_dots(reinterpret_cast<const bf16*>(ws), x, rows, k, dots, batch);
 }
 
 // A projection kernel's weight share (layout L, rows from src): streamed through `stages` stages
@@ -508,13 +633,14 @@ __device__ __forceinline__ Ring share_start(char* smem, const ProjLayout& L, int
 // ... and multiplied with x once it is there: dots as block_dots leaves them.
 template <bool kStream, bool kFp8W, typename Src>
 __device__ __forceinline__ void share_dots(const Ring& ring, Src src, char* smem, const ProjLayout& L, const bf16* x,
-                                           int rows, int k, float* dots, int flags, const Tracer& trace) {
+                                           int rows, int k, float* dots, int flags, const Tracer& trace,
+                                           int batch = 1) {
   if constexpr (kStream) {
-    ring_dots<kFp8W>(ring, src, x, dots, flags);
+    ring_dots<kFp8W>(ring, src, x, dots, flags, batch);
   } else {
     mbar_wait(reinterpret_cast<uint64_t*>(smem + L.bar), 0);
     trace.mark(kTraceWeights);
-    whole_dots<kFp8W>(smem + L.w, x, rows, k, dots);
+    whole_dots<kFp8W>(smem + L.w, x, rows, k, dots, batch);
   }
 }
 

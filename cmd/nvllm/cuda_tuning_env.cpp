@@ -36,6 +36,7 @@ CudaTuning cuda_tuning_from_env() {
   t.fused_tile_k = positive_or("NVLLM_FUSED_TILE_K", t.fused_tile_k);
   t.fused_whole_smem = size_t(positive_or("NVLLM_FUSED_WHOLE_SMEM", 0));
   t.fused_max_cluster = positive_or("NVLLM_FUSED_CLUSTER", t.fused_max_cluster) == 8 ? 8 : 16;
+  t.fused_max_batch = int(positive_or("NVLLM_FUSED_MAX_BATCH", t.fused_max_batch));
   return t;
 }
 

@@ -59,7 +59,8 @@ std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelW
 std::vector<float> cuda_runner_last_logits(Runner& runner);
 // Tests: how many steps of a runner made by make_cuda_runner ran chained (tuning.chain_decode).
 int cuda_runner_chained_steps(Runner& runner);
-// Tests: whether batch-1 decode steps of a runner made by make_cuda_runner run the fused kernels.
-bool cuda_runner_fused_decode(Runner& runner);
+// Tests: whether decode steps of `seqs` sequences of a runner made by make_cuda_runner run the
+// fused kernels.
+bool cuda_runner_fused_decode(Runner& runner, int seqs = 1);
 
 }  // namespace nvllm

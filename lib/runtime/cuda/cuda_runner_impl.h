@@ -1,6 +1,6 @@
 // CudaRunner: the coordinator of the CUDA runner's parts (docs/DESIGN.md has the map):
 //   DeviceModel   device_model.h   weights, activations, KV views, the layer loop
-//   FusedDecode   fused_decode.h   batch-1 decode as fused kernels, the head kernel
+//   FusedDecode   fused_decode.h   small-batch decode as fused kernels, the head kernel
 //   GraphCache    graph_cache.h    decode CUDA graphs: buckets, capture, find, replay
 //   GpuSampler    gpu_sampler.h    sampling, penalties' extras, logprobs, unpacking
 //   StepIo        step_io.h        staging slots, copies, events, device time
@@ -37,7 +37,7 @@ class CudaRunner final : public Runner {
   double last_step_device_seconds() const override { return io_.last_step_device_seconds(); }
   std::vector<float> last_logits();
   int chained_steps() const { return chain_.steps(); }
-  bool fused_decode() const { return fused_.applies(true, 1); }
+  bool fused_decode(int seqs) const { return fused_.applies(true, seqs); }
 
  private:
   // Selects the device before any member allocates on it (members initialise in this order).

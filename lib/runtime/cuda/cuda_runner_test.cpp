@@ -59,6 +59,79 @@ TEST_CASE("gpu.cuda_runner batch-1 decode: the fused kernels match the CPU runne
     }
 }
 
+TEST_CASE("gpu.cuda_runner decode steps of several sequences: the fused kernels match the CPU runner") {
+  // run_both's decode-only steps (3 sequences; 4 with a padding row from graphs) through the fused
+  // kernels, against the CPU runner and against the separate kernels on the same first steps:
+  // greedy and mixed sampling (logprobs, a seeded top-p draw) after the fused layers; four kv heads
+  // (so that each of 4 sequences keeps 16 attention CTAs: kFusedMinSeqCtas), head_dim 64 with
+  // groups of 2 and head_dim 128 with groups of 7 (28 q heads over 4); bf16 at both, FP8
+  // caches and FP8 weights at 64. The separate kernels run FP8 weights at 3-4 rows as FP8 GEMMs
+  // with activations quantised per token (the fused kernels keep them bf16), so there the two
+  // paths are each held to the CPU's FP8 function, not to each other.
+  for (Arch arch : {Arch::kQwen3, Arch::kLlama, Arch::kQwen2})
+    for (int head_dim : {64, 128}) {
+      ModelConfig c = gpu_tiny_config(arch);
+      c.num_kv_heads = 4;
+      c.num_heads = 8;
+      if (head_dim == 128) {
+        c.hidden_size = 256;
+        c.head_dim = 128;
+        c.num_heads = 28;
+      }
+      const KvScales scales = test_kv_scales(c);
+      for (int kind = 0; kind < 3; ++kind) {  // bf16, FP8 KV, FP8 weights
+        if (kind > 0 && (arch == Arch::kQwen2 || head_dim == 128)) continue;
+        const KvScales* fp8_kv = kind == 1 ? &scales : nullptr;
+        const bool fp8_w = kind == 2;
+        for (bool eager : {false, true}) {
+          const std::string what = std::string(arch == Arch::kQwen3 ? "qwen3" : arch == Arch::kLlama ? "llama" : "qwen2") +
+                                   " head_dim " + std::to_string(head_dim) +
+                                   (kind == 0 ? " bf16" : kind == 1 ? " fp8 KV" : " fp8 weights") +
+                                   (eager ? " eager" : " graphs");
+          INFO(what);
+          double rel_f = 0, rel_s = 0;
+          int checked_f = 0, checked_s = 0;
+          const RunResult fused = run_both(c, 42, eager, true, &rel_f, &checked_f, -1, fp8_kv, 1, fp8_w);
+          REQUIRE(fused.fused);
+          const RunResult separate = run_both(c, 42, eager, true, &rel_s, &checked_s, -1, fp8_kv, 1, fp8_w, 1);
+          CHECK(!separate.fused);
+          CHECK(checked_f >= 4);
+          if (kind > 0) CHECK(mean(fused.rel) < (fp8_w ? 1.0 : 0.8) * mean(fused.rel_unquantised));
+          // While both runs have fed back the same tokens, their logits are those of the same inputs.
+          double worst_between = 0;
+          for (size_t step = 0; step < fused.logits.size(); ++step) {
+            if (step > 0 && fused.tokens[step - 1] != separate.tokens[step - 1]) break;
+            REQUIRE(fused.logits[step].size() == separate.logits[step].size());
+            worst_between = std::max(worst_between, rel_error(fused.logits[step].data(), separate.logits[step].data(),
+                                                              static_cast<int>(fused.logits[step].size())));
+          }
+          MESSAGE(what, ": worst logits relative error vs the CPU: fused ", rel_f, ", separate ", rel_s,
+                  "; between them ", worst_between, "; tokens checked ", checked_f);
+          if (kind < 2) CHECK(worst_between < 1e-2);
+        }
+      }
+    }
+}
+
+TEST_CASE("gpu.cuda_runner takes the fused kernels for as many sequences as keep 16 attention CTAs each") {
+  // The attention kernel runs num_kv_heads clusters of 16 CTAs here (hidden 128: small CTAs), split
+  // among the step's sequences rounded up to a power of two: 2 kv heads serve 2 sequences, 4 serve
+  // 4, 8 serve 8 (the mma's columns), whatever the tuning's larger cap.
+  for (int kv : {2, 4, 8}) {
+    ModelConfig c = gpu_tiny_config(Arch::kQwen3);
+    c.num_kv_heads = kv;
+    c.num_heads = 2 * kv;
+    ModelWeights wf = test::random_weights(c, 5), wb;
+    split_weights(wf, wb);
+    CudaRunnerOptions opt = OneSequence::options();
+    opt.max_num_seqs = 8;
+    opt.enforce_eager = true;
+    const std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
+    INFO("kv heads ", kv);
+    for (int seqs = 1; seqs <= 9; ++seqs) CHECK(cuda_runner_fused_decode(*gpu, seqs) == (seqs == 1 || seqs <= kv));
+  }
+}
+
 TEST_CASE("gpu.cuda_runner chained batch-1 decode steps give the tokens of unchained ones") {
   // The chained step is enqueued before the step ahead of it is waited for, with the token that
   // step's last kernel leaves on the device; when the next batch is not the predicted one (a

@@ -103,7 +103,7 @@ inline double rel_error(const float* a, const float* ref, int n) {
 struct RunResult {
   std::vector<std::vector<int32_t>> tokens;  // per step, per sequence
   std::vector<std::vector<float>> logits;    // per step: sampled rows
-  bool fused = false;                        // batch-1 steps ran the fused kernels
+  bool fused = false;                        // the decode steps ran the fused kernels
   // With an FP8 cache: per sampled row, the relative error against the CPU runner with the FP8
   // cache (rel) and against the CPU runner without one (rel_unquantised).
   std::vector<double> rel, rel_unquantised;
@@ -160,9 +160,12 @@ inline std::unique_ptr<CpuRunner> unquantised_cpu(const ModelConfig& c, uint32_t
 // fed back to both runners, so both see the same inputs.
 // `fp8_weights`: the CUDA runner with CudaRunnerOptions::fp8_weights, the CPU runner with
 // --quantization fp8's weights (quantize_weights_fp8); compared as FP8 KV runs are.
+// The decode-only steps take the fused kernels where the shape allows (RunResult::fused), unless
+// `fused_max_batch` says fewer sequences (1: the separate kernels) or gemv_max_batch is given (the
+// steps it names go to the gemv).
 inline RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eager, bool mixed, double* worst_rel,
                           int* checked_tokens, int gemv_max_batch = -1, const KvScales* fp8 = nullptr,
-                          int tensor_parallel = 1, bool fp8_weights = false) {
+                          int tensor_parallel = 1, bool fp8_weights = false, int fused_max_batch = -1) {
   ModelWeights wf = test::random_weights(c, seed), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
@@ -181,10 +184,13 @@ inline RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eage
   opt.num_kv_blocks = 3 * blocks_per_seq;
   opt.enforce_eager = enforce_eager;
   if (gemv_max_batch >= 0) opt.gemv_max_batch = gemv_max_batch;  // else the default
+  if (fused_max_batch >= 0 || gemv_max_batch >= 0) opt.tuning.fused_max_batch = std::max(1, fused_max_batch);
   opt.tensor_parallel_size = tensor_parallel;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
   CHECK(gpu->num_kv_blocks() == 3 * blocks_per_seq);
 
+  RunResult result;
+  result.fused = tensor_parallel == 1 && cuda_runner_fused_decode(*gpu, enforce_eager ? 3 : 4);
   std::mt19937 rng(seed + 1);
   std::vector<std::vector<int32_t>> hist(3);
   for (int s = 0; s < 3; ++s) {
@@ -204,7 +210,6 @@ inline RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eage
             : std::vector<const SamplingParams*>{&greedy, &greedy, &greedy};
   auto blocks = [&](int s) { return test::block_range(s * blocks_per_seq, blocks_per_seq); };
 
-  RunResult result;
   *worst_rel = 0.0;
   {  // A step whose only work is a prompt chunk that ends no prompt: nothing samples.
     Batch b = test::make_batch({{std::vector<int32_t>(hist[2].begin(), hist[2].begin() + 10), 0, blocks(2)}},

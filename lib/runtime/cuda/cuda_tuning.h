@@ -13,8 +13,9 @@ namespace nvllm {
 struct CudaTuning {
   // Programmatic dependent launch on sm_90+ (kernels/launch.cuh). NVLLM_PDL=0: plain launches.
   bool pdl = true;
-  // Decode steps of one sequence as four fused kernels per layer (kernels/decode_fused.cu) where
-  // the model and device allow it (head_dim 64 or 128, up to 8 q heads a kv head, sm_90+).
+  // Decode steps of up to fused_max_batch sequences as four fused kernels per layer
+  // (kernels/decode_fused.cu) where the model and device allow it (head_dim 64 or 128, up to 8 q
+  // heads a kv head, sm_90+).
   // NVLLM_FUSED_DECODE=0: the separate kernels.
   bool fused_decode = true;
   // The fused path's projections whose CTA share does not fit in shared memory stream it in
@@ -29,6 +30,9 @@ struct CudaTuning {
   // The fused attention kernel's largest thread-block cluster, 16 or 8 CTAs a kv head
   // (NVLLM_FUSED_CLUSTER).
   int fused_max_cluster = 16;
+  // Decode steps of 2 to this many sequences (at most kernels::kFusedMaxBatch, 8) take the fused
+  // kernels too (NVLLM_FUSED_MAX_BATCH; 1: only single-sequence steps).
+  int fused_max_batch = 8;
   // The fused path's final norm + LM head + greedy token as one kernel (kernels/decode_head.cu)
   // where the hidden size allows. NVLLM_FUSED_HEAD=0: rmsnorm, gemv and argmax as three.
   bool fused_head = true;

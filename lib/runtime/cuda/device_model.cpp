@@ -199,12 +199,17 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
     fr = act_.residual_g.as<bf16>();
   }
   kernels::add_rmsnorm(fx, fr, w_.final_norm, rows, H, eps, s);
+  lm_head(fx, rows, s);
+}
+
+void DeviceModel::lm_head(const bf16* x, int rows, cudaStream_t s) {
+  const int H = c_.hidden_size;
   if (tp_.comm)
-    lm_head_parallel(fx, rows, s);
+    lm_head_parallel(x, rows, s);
   else if (use_gemv(rows, H))
-    kernels::gemv_f32(fx, w_.lm_head, act_.logits.as<float>(), rows, c_.vocab_size, H, s);
+    kernels::gemv_f32(x, w_.lm_head, act_.logits.as<float>(), rows, c_.vocab_size, H, s);
   else
-    gemm_.matmul(fx, w_.lm_head, act_.logits.get(), rows, c_.vocab_size, H, true, s);
+    gemm_.matmul(x, w_.lm_head, act_.logits.get(), rows, c_.vocab_size, H, true, s);
 }
 
 void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {

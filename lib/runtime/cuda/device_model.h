@@ -95,6 +95,8 @@ class DeviceModel {
   void allocate_activations(int tokens, int seqs, int max_model_len);
   // The layers of separate kernels, then the final norm and LM head into act().logits.
   void forward(const ForwardStep& step, cudaStream_t stream);
+  // act().logits = the LM head of `rows` normalised rows x (gemv or cuBLASLt by the batch).
+  void lm_head(const bf16* x, int rows, cudaStream_t stream);
 
   const ModelConfig& config() const { return c_; }  // the rank's share under tensor parallelism
   int vocab() const { return tp_.comm ? tp_.vocab : c_.vocab_size; }  // the width of act().logits

@@ -1,6 +1,7 @@
 #include "runtime/cuda/fused_decode.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -21,14 +22,34 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     return;
   }
   const ModelConfig& c = model.config();
-  plan_ = kernels::fused_decode_plan({c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim,
-                                      model.block_size(), model.kv().dtype, model.weights().fp8},
-                                     tuning.fused_max_cluster,
-                                     {tuning.fused_stream_smem, tuning.fused_tile_k, tuning.fused_whole_smem});
+  const kernels::FusedDecodeShape shape{c.hidden_size,       c.intermediate_size, c.num_heads,
+                                        c.num_kv_heads,      c.head_dim,          model.block_size(),
+                                        model.kv().dtype,    model.weights().fp8};
+  const kernels::FusedStreaming streaming{tuning.fused_stream_smem, tuning.fused_tile_k, tuning.fused_whole_smem};
+  plan_ = kernels::fused_decode_plan(shape, tuning.fused_max_cluster, streaming);
   if (plan_.cluster == 0) {
-    log_info("batch-1 decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
+    log_info("small-batch decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
   }
+  // Steps of several sequences: the plan for the most of them that kFusedMinSeqCtas allows (a
+  // smaller batch needs less shared memory, which can change the cluster the plan picks).
+  const int most = std::min(tuning.fused_max_batch, kernels::kFusedMaxBatch);
+  const char* why = "";
+  for (int max_batch = most; max_batch > 1 && batch_plan_.cluster == 0; max_batch /= 2) {
+    kernels::FusedDecodePlan p = kernels::fused_decode_plan(shape, tuning.fused_max_cluster, streaming, max_batch);
+    if (p.cluster == 0) {
+      why = p.why;
+    } else if (c.num_kv_heads * p.cluster / std::bit_ceil(unsigned(max_batch)) < kernels::kFusedMinSeqCtas) {
+      why = "fewer than 16 attention CTAs a sequence";
+    } else {
+      batch_plan_ = p;
+    }
+  }
+  if (most > 1 && batch_plan_.cluster == 0)
+    log_info("decode steps of several sequences run as separate kernels (", why, ")");
+  else if (batch_plan_.cluster > 0 && batch_plan_.max_batch < most)
+    log_info("decode steps of up to ", batch_plan_.max_batch, " sequences run as fused kernels, more as separate ",
+             "ones (", why, " past ", batch_plan_.max_batch, ")");
   const KvViews& kv = model.kv();
   auto weight = [](const DeviceLinear& x) {
     return x.fp8() ? kernels::FusedWeight{x.codes, x.scales} : kernels::FusedWeight{x.w, nullptr};
@@ -38,7 +59,7 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     layers_.push_back({d.input_norm, weight(d.qkv), d.qkv_bias, d.q_norm, d.k_norm, weight(d.o_proj), d.post_norm,
                        weight(d.gate_up), weight(d.down), kv.layers[l]});
   }
-  ss_ = DeviceBuffer(2 * kernels::kFusedSsParts * sizeof(float));
+  ss_ = DeviceBuffer(kernels::kFusedSsWords * sizeof(float));
   head_ = kernels::decode_head_supported(c.hidden_size) && tuning.fused_head;
   if (head_) setup_head(tuning.chain_decode);
   if (!tuning.fused_trace.empty()) {
@@ -58,8 +79,8 @@ void FusedDecode::setup_head(bool chain) {
 }
 
 // The embedding goes straight into the residual stream inside layer 0's attention kernel, then
-// four fused kernels per layer, then the final norm, the LM head and the greedy token in one
-// kernel where the hidden size allows.
+// four fused kernels per layer, then the final norm, the LM head and (one sequence) the greedy
+// token in one kernel where the hidden size allows.
 void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* out_token, cudaStream_t s) {
   const ModelConfig& c = model.config();
   const DeviceWeights& w = model.weights();
@@ -74,15 +95,18 @@ void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* ou
                               a.attn.as<bf16>(), a.act.as<bf16>()};
   fs.ss = ss_.as<float>();
   fs.token = st.at<int32_t>(L.token_ids);
+  fs.batch = L.tokens;
+  fs.table_width = L.width;
+  const kernels::FusedDecodePlan& plan = L.tokens == 1 ? plan_ : batch_plan_;
   for (int l = 0; l < c.num_layers; ++l) {
     fs.embed = l == 0 ? w.embed : nullptr;
     fs.ss_ready = l > 0 && fs.ss != nullptr;
     if (!trace_path_.empty()) fs.trace = trace_.as<unsigned long long>() + size_t(l) * kernels::kFusedTraceLayerWords;
-    kernels::fused_decode_layer(plan_, fs, layers_[l], s);
+    kernels::fused_decode_layer(plan, fs, layers_[l], s);
   }
-  if (!head_) {
-    kernels::rmsnorm(res, w.final_norm, a.x.as<bf16>(), 1, H, eps, s);
-    kernels::gemv_f32(a.x.as<bf16>(), w.lm_head, a.logits.as<float>(), 1, c.vocab_size, H, s);
+  if (!head_ || L.tokens > 1) {
+    kernels::rmsnorm(res, w.final_norm, a.x.as<bf16>(), L.tokens, H, eps, s);
+    model.lm_head(a.x.as<bf16>(), L.tokens, s);
     return;
   }
   // The token also goes to the staging's token slot: a chained next step reads it there.

@@ -1,8 +1,10 @@
-// FusedDecode: a decode step of one sequence as four fused kernels per layer
-// (kernels/decode_fused.h) and, where the hidden size allows, one last kernel for the final norm,
-// the LM head and the greedy token (kernels/decode_head.h). With chaining, that last kernel also
-// advances the step's inputs in the device staging to the sequence's next step and leaves the
-// token in mapped host memory, so a chained step on the same graph needs no copy either way.
+// FusedDecode: a decode step of up to kernels::kFusedMaxBatch sequences as four fused kernels per
+// layer (kernels/decode_fused.h). A step of one sequence has its own plan (less shared memory)
+// and, where the hidden size allows, one last kernel for the final norm, the LM head and the
+// greedy token (kernels/decode_head.h). With chaining, that last kernel also advances the step's
+// inputs in the device staging to the sequence's next step and leaves the token in mapped host
+// memory, so a chained step on the same graph needs no copy either way. Steps of several
+// sequences end in the final norm and the LM head of the separate path (the sampler follows).
 #pragma once
 
 #include <cstdint>
@@ -22,12 +24,16 @@ class FusedDecode {
   // Leaves the path off where the tuning, the model or the device rule it out (logged).
   void setup(DeviceModel& model, const CudaTuning& tuning);
   // Whether a step of `tokens` tokens takes this path.
-  bool applies(bool decode, int tokens) const { return decode && tokens == 1 && plan_.cluster > 0; }
-  // Whether the path's last kernel writes the greedy token (no sampler launch for greedy steps).
-  bool head() const { return head_; }
+  bool applies(bool decode, int tokens) const {
+    return decode && plan_.cluster > 0 && (tokens == 1 || (tokens > 1 && tokens <= batch_plan_.max_batch &&
+                                                           batch_plan_.cluster > 0));
+  }
+  // Whether such a step's last kernel writes the greedy token (no sampler launch for greedy
+  // steps): steps of one sequence, where the hidden size allows.
+  bool head(bool decode, int tokens) const { return head_ && tokens == 1 && applies(decode, tokens); }
   // Whether decode_head hands the token over in mapped host memory (chained steps).
   bool token_to_host() const { return head_token_host_.get() != nullptr; }
-  // The step's kernels; the greedy token goes to *out_token (with head()).
+  // The step's kernels; the greedy token goes to *out_token (with head(decode, tokens)).
   void forward(const ForwardStep& step, DeviceModel& model, int32_t* out_token, cudaStream_t stream);
   // The token decode_head left for the step at `position`; throws if it is not there.
   int32_t host_token(int32_t position) const;
@@ -39,7 +45,8 @@ class FusedDecode {
  private:
   void setup_head(bool chain);
 
-  kernels::FusedDecodePlan plan_;
+  kernels::FusedDecodePlan plan_;        // steps of one sequence
+  kernels::FusedDecodePlan batch_plan_;  // of 2 .. its max_batch (cluster 0: they take the separate kernels)
   std::vector<kernels::FusedDecodeLayer> layers_;
   DeviceBuffer ss_;  // the norms' published sums of squares (kernels::FusedDecodeStep::ss)
   bool head_ = false;
