@@ -786,8 +786,9 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
 void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, const FusedDecodeLayer& w,
                         cudaStream_t stream) {
   NVLLM_CHECK(p.cluster > 0, "internal: fused decode without a plan (", p.why ? p.why : "none", ")");
-  NVLLM_CHECK(st.batch >= 1 && st.batch <= p.max_batch, "internal: a fused decode step of ", st.batch,
-              " sequences on a plan for at most ", p.max_batch);
+  // A plan for several sequences is sized for 2 .. max_batch of them; one sequence has its own.
+  NVLLM_CHECK(st.batch >= (p.max_batch > 1 ? 2 : 1) && st.batch <= p.max_batch, "internal: a fused decode step of ",
+              st.batch, " sequences on a plan for ", p.max_batch > 1 ? "2 to " : "", p.max_batch);
   const FusedDecodeShape& s = p.shape;
   const int flags = kFlagEarly | kFlagEvict, H = s.hidden, I = s.intermediate, q_size = s.num_heads * s.head_dim;
   const int grid_h = std::min(H, p.grid), grid_i = std::min(I, p.grid);
