@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -34,13 +35,13 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   // Steps of several sequences: the plan for the most of them that kFusedMinSeqCtas allows (a
   // smaller batch needs less shared memory, which can change the cluster the plan picks).
   const int most = std::min(tuning.fused_max_batch, kernels::kFusedMaxBatch);
-  const char* why = "";
+  std::string why;
   for (int max_batch = most; max_batch > 1 && batch_plan_.cluster == 0; max_batch /= 2) {
     kernels::FusedDecodePlan p = kernels::fused_decode_plan(shape, tuning.fused_max_cluster, streaming, max_batch);
     if (p.cluster == 0) {
       why = p.why;
     } else if (c.num_kv_heads * p.cluster / std::bit_ceil(unsigned(max_batch)) < kernels::kFusedMinSeqCtas) {
-      why = "fewer than 16 attention CTAs a sequence";
+      why = str_cat("fewer than ", kernels::kFusedMinSeqCtas, " attention CTAs a sequence");
     } else {
       batch_plan_ = p;
     }
