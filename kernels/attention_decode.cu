@@ -229,6 +229,14 @@ void launch_dims(const DecodeParams& p, int head_dim, int heads_per_cta, int blo
 
 }  // namespace
 
+int attention_decode_ctas(int num_seqs, int context_len, int num_heads, int num_kv_heads, bool fp8_cache) {
+  const int group = num_heads / num_kv_heads;
+  const bool tensor_cores = group >= 2 && group <= kTcMaxGroup;  // as attention_decode's kAuto
+  const SplitPolicy sp = tensor_cores ? kTcSplits : fp8_cache ? kFp8Splits : kBf16Splits;
+  const int heads_per_cta = tensor_cores ? group : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  return num_seqs * num_kv_heads * (group / heads_per_cta) * splits_for(std::max(context_len, 1), sp);
+}
+
 size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_context_len) {
   return partial_bytes_per_split(max_num_seqs, num_heads, head_dim) * max_splits(max_context_len);
 }

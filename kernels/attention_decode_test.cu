@@ -212,7 +212,7 @@ void bench_decode(bool fp8, DecodeKernel kernel, int heads) {
   CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<double> rates;  // bytes per second of each shape
   for (auto [num_seqs, ctx] : {std::pair{256, 1024}, std::pair{64, 4096}, std::pair{8, 32768}, std::pair{256, 32},
-                               std::pair{256, 256}}) {
+                               std::pair{256, 256}, std::pair{1, 512}, std::pair{1, 2048}}) {
     const int blocks_per_seq = ctx / bs, num_blocks = num_seqs * blocks_per_seq;
     std::mt19937 rng(1);
     std::vector<int32_t> table(num_blocks), qs(num_seqs + 1), lens(num_seqs, ctx);
@@ -269,7 +269,8 @@ void bench_decode(bool fp8, DecodeKernel kernel, int heads) {
 
 // Timing at the issue's shape (batch 256 x context 1024, Qwen3-0.6B heads, block size 16), the
 // same number of cached tokens as fewer, longer sequences (where the split-K matters), and short
-// contexts (where a CTA's fixed costs do); then the Qwen3-8B / Llama-3-8B heads (32 q, 8 kv:
+// contexts (where a CTA's fixed costs do), one sequence (kv heads x one split: each warp's
+// tiles one after another, bench/NOTES.md twenty-first session); then the Qwen3-8B / Llama-3-8B heads (32 q, 8 kv:
 // group 4). Each on both kernels: kAuto's choice by group comes from these.
 TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) {
   for (const int heads : {16, 32})

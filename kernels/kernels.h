@@ -176,6 +176,10 @@ size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int hea
 void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
                       int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, void* workspace,
                       size_t workspace_bytes, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kAuto);
+// The CTAs attention_decode (kAuto) runs for `num_seqs` sequences of `context_len` tokens: the
+// parallelism it has. Each CTA's warps take their tiles one after another, so with few CTAs on the
+// GPU (small batches) it is latency-bound, not bandwidth-bound.
+int attention_decode_ctas(int num_seqs, int context_len, int num_heads, int num_kv_heads, bool fp8_cache);
 
 // --- Rows (rows.cu) ---
 

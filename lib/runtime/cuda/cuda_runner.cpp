@@ -62,14 +62,15 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   sampler_.warn_top_clamp(b);
   const GraphCache::Hit graph = pick_path(b);
   const PackedStep packed = stage_and_launch(b, graph);
-  if (graph && opt_.tuning.chain_decode && !fused_.tracing() && fused_.head(b.decode_only, graph.size)) {
+  if (graph && opt_.tuning.chain_decode && !fused_.tracing() && fused_.head(b.decode_only, graph.size, graph.bound)) {
     chain_.next(b, packed, graph, slot_, graphs_, io_,
                 [this](const Batch& n, const PackedStep& p, int slot, size_t from, GraphCache::Hit g) {
                   enqueue(n, p, slot, from, g);
                 });
   }
   io_.wait(slot_);
-  if (fused_.tracing() && fused_.applies(b.decode_only, b.num_tokens())) fused_.write_trace();
+  if (fused_.tracing() && fused_.applies(b.decode_only, b.num_tokens(), graph ? graph.bound : packed.max_context_len))
+    fused_.write_trace();
   read_back(b, packed, static_cast<bool>(graph), out);
   if (chain_.pending()) chain_.set_token(out.token_ids[0]);
 }
@@ -117,7 +118,8 @@ void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, siz
   else
     forward(io_.step(packed.layout, packed.max_query_len, packed.max_context_len, b.decode_only, true,
                      packed.decode_seqs));
-  const bool token_ready = fused_.head(b.decode_only, graph ? graph.size : T);
+  const bool token_ready =
+      fused_.head(b.decode_only, graph ? graph.size : T, graph ? graph.bound : packed.max_context_len);
   sampler_.launch(model_.act().logits.as<float>(), packed,
                   io_.device<kernels::SampleRow>(packed.layout.sample_params), graph ? S : R, token_ready, st);
   // The fused head's token of a batch-1 step is in mapped memory already; everything else is copied.
@@ -126,7 +128,7 @@ void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, siz
 }
 
 void CudaRunner::forward(const ForwardStep& step) {
-  if (fused_.applies(step.decode, step.layout.tokens))
+  if (fused_.applies(step.decode, step.layout.tokens, step.max_context_len))
     fused_.forward(step, model_, sampler_.out_tokens(), stream_.get());
   else
     model_.forward(step, stream_.get());
@@ -175,8 +177,8 @@ std::vector<float> cuda_runner_last_logits(Runner& runner) {
 
 int cuda_runner_chained_steps(Runner& runner) { return as_cuda(runner, "cuda_runner_chained_steps").chained_steps(); }
 
-bool cuda_runner_fused_decode(Runner& runner, int seqs) {
-  return as_cuda(runner, "cuda_runner_fused_decode").fused_decode(seqs);
+bool cuda_runner_fused_decode(Runner& runner, int seqs, int max_context) {
+  return as_cuda(runner, "cuda_runner_fused_decode").fused_decode(seqs, max_context);
 }
 
 std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelWeights& weights,

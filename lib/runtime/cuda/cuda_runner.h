@@ -59,8 +59,8 @@ std::unique_ptr<Runner> make_cuda_runner(const ModelConfig& config, const ModelW
 std::vector<float> cuda_runner_last_logits(Runner& runner);
 // Tests: how many steps of a runner made by make_cuda_runner ran chained (tuning.chain_decode).
 int cuda_runner_chained_steps(Runner& runner);
-// Tests: whether decode steps of `seqs` sequences of a runner made by make_cuda_runner run the
-// fused kernels.
-bool cuda_runner_fused_decode(Runner& runner, int seqs = 1);
+// Tests: whether decode steps of `seqs` sequences of a runner made by make_cuda_runner, the
+// longest `max_context` tokens, run the fused kernels.
+bool cuda_runner_fused_decode(Runner& runner, int seqs = 1, int max_context = 1);
 
 }  // namespace nvllm

@@ -37,7 +37,7 @@ class CudaRunner final : public Runner {
   double last_step_device_seconds() const override { return io_.last_step_device_seconds(); }
   std::vector<float> last_logits();
   int chained_steps() const { return chain_.steps(); }
-  bool fused_decode(int seqs) const { return fused_.applies(true, seqs); }
+  bool fused_decode(int seqs, int max_context) const { return fused_.applies(true, seqs, max_context); }
 
  private:
   // Selects the device before any member allocates on it (members initialise in this order).

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda_check.h"
 #include "runtime/cuda/cuda_runner_test_util.h"
 
 namespace nvllm {
@@ -130,6 +131,31 @@ TEST_CASE("gpu.cuda_runner takes the fused kernels for as many sequences as keep
     INFO("kv heads ", kv);
     for (int seqs = 1; seqs <= 9; ++seqs) CHECK(cuda_runner_fused_decode(*gpu, seqs) == (seqs == 1 || seqs <= kv));
   }
+}
+
+TEST_CASE("gpu.cuda_runner leaves long contexts to the separate kernels once their attention fills half the SMs") {
+  // 8 kv heads of 2 q heads: the separate kernels' attention (tensor cores) runs a CTA per kv head,
+  // sequence and split, a split taking up to 2,048 tokens; the fused kernels serve a step while
+  // twice that count is at most the SM count (132 on the H100: 1 x 16,384, 2 x 8,192, 4 x 4,096,
+  // 8 x 2,048 tokens, and not one token more).
+  ModelConfig c = gpu_tiny_config(Arch::kQwen3);
+  c.num_kv_heads = 8;
+  c.num_heads = 16;
+  ModelWeights wf = test::random_weights(c, 5), wb;
+  split_weights(wf, wb);
+  CudaRunnerOptions opt = OneSequence::options();
+  opt.max_num_seqs = 8;
+  opt.enforce_eager = true;
+  const std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  auto separate_ctas = [](int seqs, int ctx) { return 8 * seqs * (ctx <= 2048 ? 1 : (ctx + 2047) / 2048); };
+  for (int seqs : {1, 2, 4, 8})
+    for (int ctx : {1, 2048, 2049, 4096, 4097, 8192, 8193, 16384, 16385, 32768}) {
+      INFO(seqs, " sequences of ", ctx, " tokens on ", sms, " SMs");
+      CHECK(cuda_runner_fused_decode(*gpu, seqs, ctx) == (2 * separate_ctas(seqs, ctx) <= sms));
+    }
 }
 
 TEST_CASE("gpu.cuda_runner chained batch-1 decode steps give the tokens of unchained ones") {

@@ -52,6 +52,12 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     log_info("decode steps of up to ", batch_plan_.max_batch, " sequences run as fused kernels, more as separate ",
              "ones (", why, " past ", batch_plan_.max_batch, ")");
   const KvViews& kv = model.kv();
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&separate_.sms, cudaDevAttrMultiProcessorCount, device));
+  separate_.heads = c.num_heads;
+  separate_.kv_heads = c.num_kv_heads;
+  separate_.fp8 = kv.dtype == kernels::KvDtype::kFp8E4M3;
   auto weight = [](const DeviceLinear& x) {
     return x.fp8() ? kernels::FusedWeight{x.codes, x.scales} : kernels::FusedWeight{x.w, nullptr};
   };

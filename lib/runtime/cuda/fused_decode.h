@@ -13,6 +13,7 @@
 
 #include "kernels/decode_fused.h"
 #include "kernels/decode_head.h"
+#include "kernels/kernels.h"
 #include "runtime/cuda/cuda_tuning.h"
 #include "runtime/cuda/device_model.h"
 
@@ -23,14 +24,19 @@ class FusedDecode {
   // After the KV cache exists (the layers hold its addresses), before graphs capture the path.
   // Leaves the path off where the tuning, the model or the device rule it out (logged).
   void setup(DeviceModel& model, const CudaTuning& tuning);
-  // Whether a step of `tokens` tokens takes this path.
-  bool applies(bool decode, int tokens) const {
-    return decode && plan_.cluster > 0 && (tokens == 1 || (tokens > 1 && tokens <= batch_plan_.max_batch &&
-                                                           batch_plan_.cluster > 0));
+  // Whether a step of `tokens` tokens whose longest context is `max_context` (a graph's context
+  // bound) takes this path: a plan serves that many sequences, and the separate kernels'
+  // attention would leave at least half the SMs idle (separate_starves).
+  bool applies(bool decode, int tokens, int max_context) const {
+    return decode && plan_.cluster > 0 &&
+           (tokens == 1 || (tokens > 1 && tokens <= batch_plan_.max_batch && batch_plan_.cluster > 0)) &&
+           separate_starves(tokens, max_context);
   }
   // Whether such a step's last kernel writes the greedy token (no sampler launch for greedy
   // steps): steps of one sequence, where the hidden size allows.
-  bool head(bool decode, int tokens) const { return head_ && tokens == 1 && applies(decode, tokens); }
+  bool head(bool decode, int tokens, int max_context) const {
+    return head_ && tokens == 1 && applies(decode, tokens, max_context);
+  }
   // Whether decode_head hands the token over in mapped host memory (chained steps).
   bool token_to_host() const { return head_token_host_.get() != nullptr; }
   // The step's kernels; the greedy token goes to *out_token (with head(decode, tokens)).
@@ -44,9 +50,24 @@ class FusedDecode {
 
  private:
   void setup_head(bool chain);
+  // The fused attention runs num_kv_heads clusters of 16 or 8 CTAs a step whatever the context;
+  // the separate kernel's CTAs grow with it (kernels::attention_decode_ctas) and each CTA's warps
+  // take their 16-token tiles one after another (~1.2 us a tile on the H100). Measured (bench/NOTES.md,
+  // twenty-first session, 132 SMs): the fused path ahead at 8-64 separate CTAs (1.4-2.2x at
+  // contexts of 1-8K), behind at 128 (Qwen3-0.6B 8 x 4K, Llama-3.2-1B / Qwen3-0.6B 1 x 32K: by 20-30%).
+  bool separate_starves(int tokens, int max_context) const {
+    return 2 * kernels::attention_decode_ctas(tokens, max_context, separate_.heads, separate_.kv_heads, separate_.fp8) <=
+           separate_.sms;
+  }
+  struct SeparateAttention {
+    int heads = 0, kv_heads = 0;
+    bool fp8 = false;
+    int sms = 0;
+  };
 
   kernels::FusedDecodePlan plan_;        // steps of one sequence
   kernels::FusedDecodePlan batch_plan_;  // of 2 .. its max_batch (cluster 0: they take the separate kernels)
+  SeparateAttention separate_;
   std::vector<kernels::FusedDecodeLayer> layers_;
   DeviceBuffer ss_;  // the norms' published sums of squares (kernels::FusedDecodeStep::ss)
   bool head_ = false;
