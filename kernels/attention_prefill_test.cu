@@ -90,6 +90,7 @@ TEST_CASE("gpu.kernels.attention_prefill matches the CPU reference") {
   // Query tiles that straddle block and tile edges, many sequences of mixed kinds.
   run_case(16, 8, 128, 16, {130, 1, 64, 65, 200}, {130, 500, 64, 129, 1000}, 5);
   run_case(16, 8, 64, 8, {63, 129}, {1063, 129}, 6);
+  run_case(14, 2, 128, 16, {77, 1, 40}, {77, 150, 300}, 7);  // group 7 (an odd group over 1)
 }
 
 TEST_CASE("gpu.kernels.attention_prefill over an FP8 cache matches the CPU reference on its codes") {
@@ -97,6 +98,7 @@ TEST_CASE("gpu.kernels.attention_prefill over an FP8 cache matches the CPU refer
   run_case(32, 8, 64, 1, {40, 3}, {40, 90}, 12, true);                       // group 4, block size 1
   run_case(12, 2, 128, 32, {17, 64}, {17, 200}, 14, true);                   // group 6: 2 heads a CTA
   run_case(8, 8, 128, 16, {65, 1}, {300, 70}, 15, true);                     // group 1: 1 head a CTA
+  run_case(14, 2, 128, 16, {77, 1, 40}, {77, 150, 300}, 17, true);           // group 7
   run_case(16, 8, 128, 16, {130, 1, 64, 65, 200}, {130, 500, 64, 129, 1000}, 16, true);
 }
 

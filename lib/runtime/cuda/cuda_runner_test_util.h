@@ -279,9 +279,16 @@ inline RunResult run_both(const ModelConfig& c, uint32_t seed, bool enforce_eage
         double z = 0;
         for (int i = 0; i < c.vocab_size; ++i) z += std::exp(double(ref[i]) - sorted[0]);
         const double ref_lp = double(ref[out.token_ids[s]]) - sorted[0] - std::log(z);
-        // FP8 weights: three times bf16's tolerance (measured: 0.137 off at a log-prob of -0.9).
-        const double lp_scale = fp8_weights ? 3.0 : 1.0;
-        CHECK(std::abs(out.logprobs[s] - ref_lp) < lp_scale * (0.05 + 0.02 * std::abs(ref_lp)));
+        // Unquantised: to bf16 accuracy. Quantised, the GPU's codes are rounded from bf16 values and
+        // the CPU's from float32 ones, so a code may differ by one E4M3 step and the logits by a few
+        // percent (their check above): there the log-prob must be the log-softmax of the GPU's own
+        // logits, which moves at most twice their largest difference from the CPU's (a log-sum-exp
+        // moves at most by that difference; measured 0.21 off at a log-prob of -0.86 over an FP8
+        // cache, 14 q heads over 2 at head_dim 128).
+        double off = 0;
+        for (int i = 0; i < c.vocab_size; ++i) off = std::max(off, std::abs(double(row[i]) - ref[i]));
+        CHECK(std::abs(out.logprobs[s] - ref_lp) <
+              (quantised ? 2 * off + 1e-3 : 0.05 + 0.02 * std::abs(ref_lp)));
         REQUIRE(out.top_logprobs[s].size() == 2);
         CHECK(out.top_logprobs[s][0].token_id == out.token_ids[s]);
         CHECK(out.top_logprobs[s][0].logprob == out.logprobs[s]);
