@@ -223,6 +223,11 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   const size_t row_stride = size_t(p.num_kv_heads) * D * sizeof(T);  // bytes between cache slots
   const uint8_t* k_head = static_cast<const uint8_t*>(p.k_cache) + size_t(kvh) * D * sizeof(T);
   const uint8_t* v_head = static_cast<const uint8_t*>(p.v_cache) + size_t(kvh) * D * sizeof(T);
+  // Tiles start at multiples of 16 tokens (partitions are), so with blocks of 16 or more tokens a
+  // tile's tokens sit in one block: a lane's six rows of a tile then need one table read, not six
+  // (the kernel is issue-bound at small batches: ~360 instructions a tile, bench/NOTES.md).
+  const bool one_block_a_tile = p.block_shift >= 4;
+  const unsigned tile_row_stride = static_cast<unsigned>(row_stride);
   auto slot_of = [&](int t) {
     return (size_t(table[t >> p.block_shift]) << p.block_shift | size_t(t & block_mask)) * row_stride;
   };
@@ -237,7 +242,13 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   int t0 = start + warp * kTile;
   for (; t0 < end; t0 += kStride) {
     Tile<T, D> tile;
-    load_tile<T, D>(tile, t0, end, g, c, k_head, v_head, slot_of);
+    if (one_block_a_tile) {  // one table read for the tile; its tokens' rows follow each other
+      const size_t first = (size_t(table[t0 >> p.block_shift]) << p.block_shift | size_t(t0 & block_mask)) * row_stride;
+      load_tile<T, D>(tile, t0, end, g, c, k_head + first, v_head + first,
+                      [&](int t) { return static_cast<unsigned>((t - t0) * tile_row_stride); });
+    } else {
+      load_tile<T, D>(tile, t0, end, g, c, k_head, v_head, slot_of);
+    }
 
     // S^T: st[0], st[1] token g at heads 2c, 2c + 1; st[2], st[3] token g + 8.
     float st[4] = {0.f, 0.f, 0.f, 0.f};
