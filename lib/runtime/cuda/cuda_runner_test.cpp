@@ -114,20 +114,26 @@ TEST_CASE("gpu.cuda_runner decode steps of several sequences: the fused kernels 
     }
 }
 
+// The tiny Qwen3 shape with `kv` kv heads of 2 q heads, up to 8 sequences a step, eager: a runner
+// to ask which steps take the fused kernels.
+std::unique_ptr<Runner> fused_rule_runner(int kv) {
+  ModelConfig c = gpu_tiny_config(Arch::kQwen3);
+  c.num_kv_heads = kv;
+  c.num_heads = 2 * kv;
+  ModelWeights wf = test::random_weights(c, 5), wb;
+  split_weights(wf, wb);
+  CudaRunnerOptions opt = OneSequence::options();
+  opt.max_num_seqs = 8;
+  opt.enforce_eager = true;
+  return make_cuda_runner(c, wb, opt);
+}
+
 TEST_CASE("gpu.cuda_runner takes the fused kernels for as many sequences as keep 16 attention CTAs each") {
   // The attention kernel runs num_kv_heads clusters of 16 CTAs here (hidden 128: small CTAs), split
   // among the step's sequences rounded up to a power of two: 2 kv heads serve 2 sequences, 4 serve
   // 4, 8 serve 8 (the mma's columns), whatever the tuning's larger cap.
   for (int kv : {2, 4, 8}) {
-    ModelConfig c = gpu_tiny_config(Arch::kQwen3);
-    c.num_kv_heads = kv;
-    c.num_heads = 2 * kv;
-    ModelWeights wf = test::random_weights(c, 5), wb;
-    split_weights(wf, wb);
-    CudaRunnerOptions opt = OneSequence::options();
-    opt.max_num_seqs = 8;
-    opt.enforce_eager = true;
-    const std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
+    const std::unique_ptr<Runner> gpu = fused_rule_runner(kv);
     INFO("kv heads ", kv);
     for (int seqs = 1; seqs <= 9; ++seqs) CHECK(cuda_runner_fused_decode(*gpu, seqs) == (seqs == 1 || seqs <= kv));
   }
@@ -138,15 +144,7 @@ TEST_CASE("gpu.cuda_runner leaves long contexts to the separate kernels once the
   // sequence and split, a split taking up to 2,048 tokens; the fused kernels serve a step while
   // twice that count is at most the SM count (132 on the H100: 1 x 16,384, 2 x 8,192, 4 x 4,096,
   // 8 x 2,048 tokens, and not one token more).
-  ModelConfig c = gpu_tiny_config(Arch::kQwen3);
-  c.num_kv_heads = 8;
-  c.num_heads = 16;
-  ModelWeights wf = test::random_weights(c, 5), wb;
-  split_weights(wf, wb);
-  CudaRunnerOptions opt = OneSequence::options();
-  opt.max_num_seqs = 8;
-  opt.enforce_eager = true;
-  const std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
+  const std::unique_ptr<Runner> gpu = fused_rule_runner(8);
   int device = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
