@@ -52,7 +52,7 @@ class FusedDecode {
   void setup_head(bool chain);
   // The fused attention runs num_kv_heads clusters of 16 or 8 CTAs a step whatever the context;
   // the separate kernel's CTAs grow with it (kernels::attention_decode_ctas) and each CTA's warps
-  // take their 16-token tiles one after another (~1.2 us a tile on the H100). Measured (bench/NOTES.md,
+  // take their 16-token tiles one after another (~1 us a tile on the H100). Measured (bench/NOTES.md,
   // twenty-first session, 132 SMs): the fused path ahead at 8-64 separate CTAs (1.4-2.2x at
   // contexts of 1-8K), behind at 128 (Qwen3-0.6B 8 x 4K, Llama-3.2-1B / Qwen3-0.6B 1 x 32K: by 20-30%).
   bool separate_starves(int tokens, int max_context) const {
