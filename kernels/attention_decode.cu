@@ -227,14 +227,35 @@ void launch_dims(const DecodeParams& p, int head_dim, int heads_per_cta, int blo
     launch_heads<T, 64>(p, heads_per_cta, blocks_x, num_seqs, stream);
 }
 
+// Which kernel attention_decode runs for a model's heads and cache, how it splits a context, and
+// its CTAs a sequence and split (the grid's x).
+struct DecodeChoice {
+  bool tensor_cores;
+  SplitPolicy split;
+  int heads_per_cta;  // the CUDA cores' kernel: q heads a CTA
+  int blocks_x;
+};
+
+// Groups of 2..8 q heads a kv head on the tensor cores (H100, bench.attention_decode*, % of 3.03
+// TB/s at 256 x 1,024 / 64 x 4,096 / 8 x 32,768 / 256 x 256): at 4 (Qwen3-8B, Llama-3-8B) bf16
+// 88 / 92 / 92 / 73 against 75 / 81 / 82 / 59 on the CUDA cores, FP8 86 / 85 / 84 / 66 against
+// 52 / 55 / 55 / 35; at 2 (Qwen3-0.6B) bf16 92 / 94 / 92 / 78 against 91 / 92 / 87 / 77, FP8
+// 88 / 86 / 85 / 70 against 86 / 85 / 85 / 64 (bench/NOTES.md, seventeenth session). A group
+// of 1 (unmeasured) would use one mma column in 8; it stays on the CUDA cores, as do groups over 8.
+DecodeChoice decode_choice(int num_heads, int num_kv_heads, bool fp8, DecodeKernel kernel) {
+  const int group = num_heads / num_kv_heads;
+  const bool tensor_cores = kernel == DecodeKernel::kTensorCores ||
+                            (kernel == DecodeKernel::kAuto && group >= 2 && group <= kTcMaxGroup);
+  const int heads_per_cta = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  return {tensor_cores, tensor_cores ? kTcSplits : fp8 ? kFp8Splits : kBf16Splits, heads_per_cta,
+          tensor_cores ? num_kv_heads : num_kv_heads * (group / heads_per_cta)};
+}
+
 }  // namespace
 
 int attention_decode_ctas(int num_seqs, int context_len, int num_heads, int num_kv_heads, bool fp8_cache) {
-  const int group = num_heads / num_kv_heads;
-  const bool tensor_cores = group >= 2 && group <= kTcMaxGroup;  // as attention_decode's kAuto
-  const SplitPolicy sp = tensor_cores ? kTcSplits : fp8_cache ? kFp8Splits : kBf16Splits;
-  const int heads_per_cta = tensor_cores ? group : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
-  return num_seqs * num_kv_heads * (group / heads_per_cta) * splits_for(std::max(context_len, 1), sp);
+  const DecodeChoice k = decode_choice(num_heads, num_kv_heads, fp8_cache, DecodeKernel::kAuto);
+  return num_seqs * k.blocks_x * splits_for(std::max(context_len, 1), k.split);
 }
 
 size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_context_len) {
@@ -252,27 +273,19 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   NVLLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "attention_decode: num_heads ",
               num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
   const int group = num_heads / num_kv_heads;
-  const int heads_per_cta = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
-  const int blocks_x = num_kv_heads * (group / heads_per_cta);
-
-  // Groups of 2..8 q heads a kv head on the tensor cores (H100, bench.attention_decode*, % of 3.03
-  // TB/s at 256 x 1,024 / 64 x 4,096 / 8 x 32,768 / 256 x 256): at 4 (Qwen3-8B, Llama-3-8B) bf16
-  // 88 / 92 / 92 / 73 against 75 / 81 / 82 / 59 on the CUDA cores, FP8 86 / 85 / 84 / 66 against
-  // 52 / 55 / 55 / 35; at 2 (Qwen3-0.6B) bf16 92 / 94 / 92 / 78 against 91 / 92 / 87 / 77, FP8
-  // 88 / 86 / 85 / 70 against 86 / 85 / 85 / 64 (bench/NOTES.md, seventeenth session). A group
-  // of 1 (unmeasured) would use one mma column in 8; it stays on the CUDA cores, as do groups over 8.
   NVLLM_CHECK(kernel != DecodeKernel::kTensorCores || group <= kTcMaxGroup,
               "attention_decode: the tensor-core kernel takes up to ", kTcMaxGroup, " q heads a kv head, not ", group);
-  const bool tensor_cores = kernel == DecodeKernel::kTensorCores ||
-                            (kernel == DecodeKernel::kAuto && group >= 2 && group <= kTcMaxGroup);
   const bool fp8 = cache.dtype == KvDtype::kFp8E4M3;
   NVLLM_CHECK(!fp8 || (cache.k_scale != nullptr && cache.v_scale != nullptr),
               "attention_decode: an FP8 cache needs scales");
+  const DecodeChoice choice = decode_choice(num_heads, num_kv_heads, fp8, kernel);
+  const bool tensor_cores = choice.tensor_cores;
+  const int heads_per_cta = choice.heads_per_cta, blocks_x = choice.blocks_x;
 
   // Enough splits for the longest context the batch may hold; each sequence uses its own
   // splits_for(ctx) <= this.
   const int ctx = std::max(batch.max_context_len, 1);
-  const SplitPolicy sp = tensor_cores ? kTcSplits : fp8 ? kFp8Splits : kBf16Splits;
+  const SplitPolicy sp = choice.split;
   // splits_for(c, sp) <= this for every c <= ctx (the bound grows with c).
   const int splits = std::min(kMaxSplits, std::max(std::min(sp.target_splits, ceil_div(ctx, sp.partition)),
                                                    ceil_div(ctx, sp.max_partition)));

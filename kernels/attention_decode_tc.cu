@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   for (; t0 < end; t0 += kStride) {
     Tile<T, D> tile;
     if (one_block_a_tile) {  // one table read for the tile; its tokens' rows follow each other
-      const size_t first = (size_t(table[t0 >> p.block_shift]) << p.block_shift | size_t(t0 & block_mask)) * row_stride;
+      const size_t first = slot_of(t0);
       load_tile<T, D>(tile, t0, end, g, c, k_head + first, v_head + first,
                       [&](int t) { return static_cast<unsigned>((t - t0) * tile_row_stride); });
     } else {

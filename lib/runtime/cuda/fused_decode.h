@@ -39,7 +39,7 @@ class FusedDecode {
   }
   // Whether decode_head hands the token over in mapped host memory (chained steps).
   bool token_to_host() const { return head_token_host_.get() != nullptr; }
-  // The step's kernels; the greedy token goes to *out_token (with head(decode, tokens)).
+  // The step's kernels; the greedy token goes to *out_token (where head() holds for the step).
   void forward(const ForwardStep& step, DeviceModel& model, int32_t* out_token, cudaStream_t stream);
   // The token decode_head left for the step at `position`; throws if it is not there.
   int32_t host_token(int32_t position) const;

@@ -10,9 +10,10 @@ namespace nvllm::cuda_detail {
 // Context-length bounds that get their own graphs: 1024, 2048, 4096, then x4, up to max_model_len
 // (always included). 2048 is where the tensor-core decode attention takes a second split, and with
 // it the step where a batch of 8 leaves the fused path (FusedDecode::separate_starves): a context
-// of 1,025-2,048 tokens in a 4,096 graph would run the separate kernels at up to 1.4x the time. The bound is baked into a graph twice, as the block-table width (bytes copied per
-// step) and as attention_decode's max_context_len (how it splits the context), so a short-context
-// decode must not replay a graph made for the longest context.
+// of 1,025-2,048 tokens in a 4,096 graph would run the separate kernels at up to 1.4x the time.
+// The bound is baked into a graph twice, as the block-table width (bytes copied per step) and as
+// attention_decode's max_context_len (how it splits the context), so a short-context decode must
+// not replay a graph made for the longest context.
 std::vector<int> context_buckets(int max_model_len) {
   std::vector<int> buckets;
   for (int b = 1024; b < max_model_len; b *= b < 4096 ? 2 : 4) buckets.push_back(b);
