@@ -184,6 +184,17 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// The same over groups of `width` lanes (a power of two <= 32) known only at run time, in the
+// same xor order as the constant widths (so the same rounding).
+__device__ __forceinline__ float warp_sum(float v, int width) {
+  for (int o = width / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v, int width) {
+  for (int o = width / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
 // `scratch` holds 32 floats of shared memory; the call has a barrier, so all threads must reach it.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

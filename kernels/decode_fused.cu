@@ -402,22 +402,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 
   // Merge the Cs splits of this CTA's outputs: Cs lanes per output, one split each, reduced by
   // shuffles (a split with no tokens has max -inf). outs * Cs = G * D pairs: whole warps.
-  auto lanes_max = [&](float v) {
-    if constexpr (kMulti) {
-      for (int off = Cs / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-      return v;
-    } else {
-      return C == 16 ? warp_max<16>(v) : warp_max<8>(v);
-    }
-  };
-  auto lanes_sum = [&](float v) {
-    if constexpr (kMulti) {
-      for (int off = Cs / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-      return v;
-    } else {
-      return C == 16 ? warp_sum<16>(v) : warp_sum<8>(v);
-    }
-  };
+  auto lanes_max = [&](float v) { return kMulti ? warp_max(v, Cs) : C == 16 ? warp_max<16>(v) : warp_max<8>(v); };
+  auto lanes_sum = [&](float v) { return kMulti ? warp_sum(v, Cs) : C == 16 ? warp_sum<16>(v) : warp_sum<8>(v); };
   for (int i = tid; i < L.outs * Cs; i += kThreads) {
     const int o = i / Cs, j = i % Cs;
     const int oi = sr * L.outs + o, h = oi / D, d = oi % D;

@@ -396,29 +396,12 @@ __device__ __forceinline__ void store_batch_dots(float* dots, int padded, int ba
 __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float* dots, int batch = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int stride = row_stride(k), chunks = k / kChunk, padded = int(align_up(size_t(rows), 16));
-  if (batch > 1) {
-    const bf16* xg = lane_x(x, k, batch, g) + 8 * t;
-    for (int r0 = 0; r0 < rows; r0 += 16) {
-      const bf16* lo = w + size_t(min(r0 + g, rows - 1)) * stride + 8 * t;
-      const bf16* hi = w + size_t(min(r0 + 8 + g, rows - 1)) * stride + 8 * t;
-      float c0[4] = {}, c1[4] = {};
-      for (int c = warp; c < chunks; c += kWarps) {
-        const uint4 a = lds16(lo + c * kChunk), b = lds16(hi + c * kChunk), xv = lds16(xg + c * kChunk);
-        const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
-        mma_bf16_16816(c0, first, xv.x, xv.y);
-        mma_bf16_16816(c1, second, xv.z, xv.w);
-      }
-      store_batch_dots(dots, padded, batch, warp, r0, g, t, c0, c1);
-    }
-    __syncthreads();
-    return;
-  }
+  const bf16* xg = lane_x(x, k, batch, g) + 8 * t;  // batch 1: x itself, in every column
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const bf16* lo = w + size_t(min(r0 + g, rows - 1)) * stride + 8 * t;
     const bf16* hi = w + size_t(min(r0 + 8 + g, rows - 1)) * stride + 8 * t;
-    const bool has_hi = r0 + 8 < rows;  // the same for the whole warp
     float c0[4] = {}, c1[4] = {};
-    if (!has_hi) {  // paired: chunk c in rows 0..7 of A and column 0 of B, chunk c2 in rows 8..15 and column 1
+    if (batch == 1 && r0 + 8 >= rows) {  // paired: chunk c in rows 0..7 of A and column 0 of B, chunk c2 in rows 8..15 and column 1
       for (int c = warp; c < chunks; c += 2 * kWarps) {
         const int c2 = c + kWarps < chunks ? c + kWarps : -1;
         const uint4 a = lds16(lo + c * kChunk), b = c2 >= 0 ? lds16(lo + c2 * kChunk) : make_uint4(0, 0, 0, 0);
@@ -431,13 +414,14 @@ __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float*
       continue;
     }
     for (int c = warp; c < chunks; c += kWarps) {
-      const uint4 a = lds16(lo + c * kChunk), b = lds16(hi + c * kChunk);
-      const uint4 xv = lds16(x + c * kChunk + 8 * t);
+      const uint4 a = lds16(lo + c * kChunk), b = lds16(hi + c * kChunk), xv = lds16(xg + c * kChunk);
       const uint32_t first[4] = {a.x, b.x, a.y, b.y}, second[4] = {a.z, b.z, a.w, b.w};
       mma_bf16_16816(c0, first, xv.x, xv.y);
       mma_bf16_16816(c1, second, xv.z, xv.w);
     }
-    if (t == 0) {
+    if (batch > 1) {
+      store_batch_dots(dots, padded, batch, warp, r0, g, t, c0, c1);
+    } else if (t == 0) {
       dots[warp * padded + r0 + g] = c0[0] + c1[0];
       dots[warp * padded + r0 + 8 + g] = c0[2] + c1[2];
     }
