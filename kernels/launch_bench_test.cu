@@ -1,0 +1,175 @@
+// Timing case (skipped unless asked for: nvllm_gpu_tests -ns -tc='bench.launch_chain*'): what a
+// kernel launch costs a chain of dependent weight-streaming phases, the shape of a decode step on
+// the separate kernels (qkv, norm, attention, o, ... each waiting for the one before). Each phase
+// reads its own `bytes` of weights (every phase a fresh region: 40 phases of up to 50 MB, far past
+// the 50 MB L2) and needs one value the phase before it wrote. Two ways, each a CUDA graph, median
+// of 20 replays:
+//  - chain: one launch a phase, with PDL (launch.cuh): a block issues its weight loads before its
+//    griddepcontrol.wait, as the best of the separate kernels do (gemv's L2 prefetch goes further
+//    only in that it starts earlier);
+//  - persistent: one launch, as many blocks as fit the SMs at once, walking the phases with a
+//    grid-wide flag barrier between them; a block issues its next phase's loads before it waits.
+// The difference a phase is the fixed cost the launches add (issue 23's ~31 us a layer, bench/NOTES.md
+// twenty-first and twenty-second sessions). Both are checked against the sum the host expects.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/cuda_check.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/launch.cuh"
+
+namespace nvllm::kernels::test {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kChunkWords = 4096;  // 16 KB of uint32 words a chunk: 8 16-byte loads a thread
+constexpr int kLoads = kChunkWords / 4 / kThreads;
+
+// A chunk's words, this thread's share, loaded (not yet summed).
+struct Loaded {
+  uint4 v[kLoads];
+};
+__device__ __forceinline__ void load_chunk(Loaded& l, const uint32_t* w, size_t chunk) {
+  const uint4* p = reinterpret_cast<const uint4*>(w + chunk * kChunkWords);
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) l.v[i] = __ldcs(p + threadIdx.x + i * kThreads);
+}
+// The chunk's sum (mod 2^32) over the block, plus the previous phase's value; thread 0 has it.
+__device__ __forceinline__ uint32_t sum_chunk(const Loaded& l, uint32_t* scratch) {
+  uint32_t s = 0;
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) s += l.v[i].x + l.v[i].y + l.v[i].z + l.v[i].w;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  __syncthreads();  // scratch may still be read
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = s;
+  __syncthreads();
+  return threadIdx.x == 0 ? scratch[0] + scratch[1] + scratch[2] + scratch[3] : 0;
+}
+
+// Phase p of the chain: out[c] = sum of chunk c of phase p's region + in[0] (phase p - 1's chunk 0).
+__global__ void __launch_bounds__(kThreads) chain_phase(const uint32_t* w, const uint32_t* in, uint32_t* out) {
+  __shared__ uint32_t scratch[kThreads / 32];
+  Loaded l;
+  load_chunk(l, w, blockIdx.x);  // weights are constants: before the wait
+  pdl_enter();
+  const uint32_t s = sum_chunk(l, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = s + (in != nullptr ? __ldcg(in) : 0u);
+}
+
+// All phases in one grid. `arrived` counts blocks past each phase (zero before the launch).
+__global__ void __launch_bounds__(kThreads) persistent_phases(const uint32_t* w, int phases, int chunks,
+                                                               uint32_t* outs, unsigned* arrived) {
+  __shared__ uint32_t scratch[kThreads / 32];
+  for (int p = 0; p < phases; ++p) {
+    const uint32_t* wp = w + size_t(p) * chunks * kChunkWords;
+    uint32_t* out = outs + size_t(p) * chunks;
+    int c = blockIdx.x;
+    Loaded l;
+    if (c < chunks) load_chunk(l, wp, c);  // before the barrier: this phase's first chunk
+    if (p > 0) {  // wait for every block to be past phase p - 1
+      if (threadIdx.x == 0) {
+        const unsigned target = unsigned(p) * gridDim.x;
+        while (atomicAdd(arrived, 0u) < target) __nanosleep(32);
+        __threadfence();
+      }
+      __syncthreads();
+    }
+    const uint32_t prev = p > 0 ? __ldcg(outs + size_t(p - 1) * chunks) : 0u;
+    for (; c < chunks; c += gridDim.x) {
+      if (c != int(blockIdx.x)) load_chunk(l, wp, c);
+      const uint32_t s = sum_chunk(l, scratch);
+      if (threadIdx.x == 0) out[c] = s + prev;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(arrived, 1u);
+    }
+  }
+}
+
+// Median of 20 replays of a graph of `record`'s launches, in microseconds.
+template <typename Record>
+double time_graph(cudaStream_t s, Record record) {
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  record();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 23; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    CUDA_CHECK(cudaGraphLaunch(exec, s));
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e3;
+}
+
+}  // namespace
+
+TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each vs one persistent grid" *
+          doctest::skip()) {
+  constexpr int kPhases = 40;
+  const size_t max_bytes = size_t{50} << 20;
+  DeviceBuffer<uint32_t> w(max_bytes / 4 * kPhases);
+  CUDA_CHECK(cudaMemset(w.get(), 1, w.size() * 4));  // every word 0x01010101
+  const size_t max_chunks = max_bytes / (kChunkWords * 4);
+  DeviceBuffer<uint32_t> outs(max_chunks * kPhases);
+  DeviceBuffer<unsigned> arrived(1);
+  int device = 0, sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_phases, kThreads, 0));
+  const int grid = sms * per_sm;
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::printf("launch_chain: %d phases, %d SMs x %d blocks resident for the persistent grid\n", kPhases, sms, per_sm);
+  for (const size_t mb : {2, 4, 8, 12, 25, 50}) {
+    const int chunks = int((mb << 20) / (kChunkWords * 4));
+    const uint32_t chunk_sum = uint32_t(kChunkWords) * 0x01010101u;
+    const uint32_t expect = chunk_sum * kPhases;  // phase p's chunk 0: (p + 1) sums
+    outs.poison();
+    const double chain_us = time_graph(s, [&] {
+      for (int p = 0; p < kPhases; ++p)
+        launch_pdl(chain_phase, dim3(chunks), dim3(kThreads), 0, s, w.get() + size_t(p) * chunks * kChunkWords,
+                   p > 0 ? outs.get() + size_t(p - 1) * chunks : static_cast<const uint32_t*>(nullptr),
+                   outs.get() + size_t(p) * chunks);
+    });
+    const uint32_t chain_last = outs.download()[size_t(kPhases - 1) * chunks];
+    outs.poison();
+    const double persistent_us = time_graph(s, [&] {
+      CUDA_CHECK(cudaMemsetAsync(arrived.get(), 0, sizeof(unsigned), s));
+      persistent_phases<<<grid, kThreads, 0, s>>>(w.get(), kPhases, chunks, outs.get(), arrived.get());
+      CUDA_CHECK(cudaGetLastError());
+    });
+    const uint32_t persistent_last = outs.download()[size_t(kPhases - 1) * chunks];
+    const double bytes_us = double(chunks) * kChunkWords * 4 / 3.03e12 * 1e6;
+    std::printf("launch_chain: %3zu MB a phase (%.2f us at 3.03 TB/s): chain %.2f us a phase (%.0f%%), persistent "
+                "%.2f us (%.0f%%); %.2f us a phase saved\n",
+                mb, bytes_us, chain_us / kPhases, 100 * bytes_us * kPhases / chain_us, persistent_us / kPhases,
+                100 * bytes_us * kPhases / persistent_us, (chain_us - persistent_us) / kPhases);
+    CHECK(chain_last == expect);
+    CHECK(persistent_last == expect);
+  }
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+}  // namespace nvllm::kernels::test
