@@ -1,6 +1,7 @@
 // Shared pieces of the kernel tests: seeded random bf16 inputs, an RAII device buffer that can
 // be poisoned (0xFF bytes: every bf16 / fp32 element reads as NaN, so an element the kernel
-// never writes fails the comparison), and the relative error ||out - ref|| / ||ref||.
+// never writes fails the comparison), the relative error ||out - ref|| / ||ref||, and the timing
+// cases' graph replay (graph_median_us).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,7 +9,9 @@
 
 #include <cmath>
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -100,6 +103,36 @@ int outside_bf16(const std::vector<T>& y, const std::vector<double>& ref) {
     if (!(d <= std::ldexp(std::fabs(ref[i]), -8) * 1.001 + 1e-4 * rms)) ++bad;
   }
   return bad;
+}
+
+// Timing cases: the median of 20 replays, after 2 untimed ones, of a CUDA graph holding
+// `record`'s launches on stream `s`, in microseconds.
+inline double graph_median_us(cudaStream_t s, const std::function<void()>& record) {
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  record();
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 22; ++i) {
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    CUDA_CHECK(cudaGraphLaunch(exec, s));
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 2) ms.push_back(t);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e3;
 }
 
 }  // namespace nvllm::kernels::test

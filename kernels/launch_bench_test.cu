@@ -3,7 +3,7 @@
 // the separate kernels (qkv, norm, attention, o, ... each waiting for the one before). Each phase
 // reads its own `bytes` of weights (every phase a fresh region: 40 phases of up to 50 MB, far past
 // the 50 MB L2) and needs one value the phase before it wrote. Two ways, each a CUDA graph, median
-// of 20 replays:
+// of 20 replays (graph_median_us):
 //  - chain: one launch a phase, with PDL (launch.cuh): a block issues its weight loads before its
 //    griddepcontrol.wait, as the best of the separate kernels do (gemv's L2 prefetch goes further
 //    only in that it starts earlier);
@@ -13,10 +13,8 @@
 // twenty-first and twenty-second sessions). Both are checked against the sum the host expects.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
 #include "kernels/cuda_check.h"
 #include "kernels/kernel_test_util.h"
@@ -93,36 +91,6 @@ __global__ void __launch_bounds__(kThreads) persistent_phases(const uint32_t* w,
   }
 }
 
-// Median of 20 replays of a graph of `record`'s launches, in microseconds.
-template <typename Record>
-double time_graph(cudaStream_t s, Record record) {
-  cudaGraph_t g = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  record();
-  CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-  CUDA_CHECK(cudaGraphDestroy(g));
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int i = 0; i < 23; ++i) {
-    CUDA_CHECK(cudaEventRecord(e0, s));
-    CUDA_CHECK(cudaGraphLaunch(exec, s));
-    CUDA_CHECK(cudaEventRecord(e1, s));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (i >= 3) ms.push_back(t);
-  }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaEventDestroy(e0));
-  CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e3;
-}
-
 }  // namespace
 
 TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each vs one persistent grid" *
@@ -147,7 +115,7 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
     const uint32_t chunk_sum = uint32_t(kChunkWords) * 0x01010101u;
     const uint32_t expect = chunk_sum * kPhases;  // phase p's chunk 0: (p + 1) sums
     outs.poison();
-    const double chain_us = time_graph(s, [&] {
+    const double chain_us = graph_median_us(s, [&] {
       for (int p = 0; p < kPhases; ++p)
         launch_pdl(chain_phase, dim3(chunks), dim3(kThreads), 0, s, w.get() + size_t(p) * chunks * kChunkWords,
                    p > 0 ? outs.get() + size_t(p - 1) * chunks : static_cast<const uint32_t*>(nullptr),
@@ -155,7 +123,7 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
     });
     const uint32_t chain_last = outs.download()[size_t(kPhases - 1) * chunks];
     outs.poison();
-    const double persistent_us = time_graph(s, [&] {
+    const double persistent_us = graph_median_us(s, [&] {
       CUDA_CHECK(cudaMemsetAsync(arrived.get(), 0, sizeof(unsigned), s));
       persistent_phases<<<grid, kThreads, 0, s>>>(w.get(), kPhases, chunks, outs.get(), arrived.get());
       CUDA_CHECK(cudaGetLastError());

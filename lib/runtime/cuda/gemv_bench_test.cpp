@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_test_util.h"
 #include "kernels/kernels.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/gemm.h"
@@ -135,29 +136,7 @@ Enqueue fp8_gemv_path(int rows) {
 double time_graph(cudaStream_t s, const std::function<void()>& record) {
   record();  // eager once: cuBLASLt picks its algorithms outside the capture
   CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  record();
-  CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t raw = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&raw, g, 0));
-  CUDA_CHECK(cudaGraphDestroy(g));
-  CudaGraphExec exec(raw);
-  CudaEvent e0, e1;
-  CUDA_CHECK(cudaGraphLaunch(exec.get(), s));
-  CUDA_CHECK(cudaGraphLaunch(exec.get(), s));
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    CUDA_CHECK(cudaEventRecord(e0.get(), s));
-    CUDA_CHECK(cudaGraphLaunch(exec.get(), s));
-    CUDA_CHECK(cudaEventRecord(e1.get(), s));
-    CUDA_CHECK(cudaEventSynchronize(e1.get()));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, e0.get(), e1.get()));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e3;
+  return kernels::test::graph_median_us(s, record);
 }
 
 }  // namespace
