@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   const uint8_t* v_head = static_cast<const uint8_t*>(p.v_cache) + size_t(kvh) * D * sizeof(T);
   // Tiles start at multiples of 16 tokens (partitions are), so with blocks of 16 or more tokens a
   // tile's tokens sit in one block: a lane's six rows of a tile then need one table read, not six
-  // (the kernel is issue-bound at small batches: ~360 instructions a tile, bench/NOTES.md).
+  // (at small batches each warp's tiles are one dependent chain after another: bench/NOTES.md).
   const bool one_block_a_tile = p.block_shift >= 4;
   const unsigned tile_row_stride = static_cast<unsigned>(row_stride);
   auto slot_of = [&](int t) {
