@@ -218,34 +218,6 @@ __device__ __forceinline__ float block_max_abs(float v, float* scratch) {
   return warp_max(v);
 }
 
-// The end of a gemv block (gemv.cu, gemv_fp8.cu): each thread's partial sums acc[r][b] of the
-// block's kRows rows and kBatch sequences, summed over the block (warp sums through `partial`,
-// then in warp order, so a row's result does not depend on the batch), and finish(r, b, sum) for
-// every sequence b < batch and row r < rows (the rows left before the matrix ends).
-template <int kThreads, int kRows, int kBatch, typename Finish>
-__device__ __forceinline__ void gemv_block_sums(const float (&acc)[kRows][kBatch],
-                                                float (&partial)[kThreads / 32][kRows][kBatch], int batch, int rows,
-                                                Finish finish) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const float v = warp_sum(acc[r][b]);
-      if (lane == 0) partial[warp][r][b] = v;
-    }
-  __syncthreads();
-  if (threadIdx.x < kRows * kBatch) {
-    const int r = threadIdx.x / kBatch, b = threadIdx.x % kBatch;
-    if (b < batch && r < rows) {
-      float v = 0.f;
-#pragma unroll
-      for (int j = 0; j < kThreads / 32; ++j) v += partial[j][r][b];
-      finish(r, b, v);
-    }
-  }
-}
-
 // --- Tensor-core and async-copy primitives (sm_80+), for the tiled attention kernels ---
 
 // An L2 policy for data read once per step (weights): evict these lines first, so that they do

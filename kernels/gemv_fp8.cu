@@ -1,5 +1,6 @@
 // Small-batch linear layer with E4M3 weights (FP8 checkpoints, --quantization fp8) for decode
-// steps of 1..8 sequences: gemv.cu's design with half the weight bytes. A 16-byte load brings 16
+// steps of 1..8 sequences: gemv.cu's design (the weight stream of gemv_stream.cuh) with half the
+// weight bytes. A 16-byte load brings 16
 // codes (one row, 16 consecutive K), converted to float in registers (two f16x2 conversions per
 // four codes), scaled per tensor, per output row, or per 128 x 128 block (Fp8Scaling).
 // Bytes: N * K (weights, read once) + the scales + batch * (K + N) * 2; FLOPs: 2 * batch * N * K.
@@ -13,6 +14,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
+#include "kernels/gemv_stream.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 
@@ -22,89 +24,66 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kChunk = 16;  // codes per 16-byte load
 
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
+// Ring slots: 16 rows-steps a block (4 steps of 4 rows, 8 of 2): 32 KB of shared memory.
+template <int kRows>
+constexpr int kStages = 16 / kRows;
 
-// kUnroll chunks of each row in flight per thread; fewer when the block holds more rows or
-// sequences (the registers of wv, wf and acc grow with both).
-template <int kBatch, int kRows, Fp8Scaling kScaling, int kUnroll = (kBatch >= 4 || kRows >= 4 ? 2 : 4)>
+template <int kBatch, int kRows, Fp8Scaling kScaling>
 __global__ void __launch_bounds__(kThreads)
     gemv_fp8_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
                     bf16* __restrict__ y, int batch, int n, int k) {
+  __shared__ GemvSlots<kStages<kRows>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
-  const int row0 = blockIdx.x * kRows;
-  const int chunks = k / kChunk;
   const int k_blocks = (k + 127) / 128;
-  // Weights and scales are constants: ask L2 for this block's rows before the inputs are ready
-  // (one prefetch per 128-byte line: 8 chunks).
-  for (int c = threadIdx.x * 8; c < chunks; c += kThreads * 8)
+  auto step = [&](float (&acc)[kRows][kBatch], int row0, int c, auto ready) {
+    // The inputs' and block scales' loads first: their latency runs beside the weights' wait.
+    Bf16x8 xv[kBatch][2];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      if (row0 + r < n) prefetch_l2(w + size_t(row0 + r) * k + size_t(c) * kChunk);
-  pdl_enter();
-  float acc[kRows][kBatch];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) acc[r][b] = 0.f;
-
-  for (int c0 = threadIdx.x; c0 < chunks; c0 += kThreads * kUnroll) {
-    uint4 wv[kUnroll][kRows];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // every weight load of this step before any use
-      const int c = c0 + u * kThreads;
+    for (int b = 0; b < kBatch; ++b)
+      if (b < batch) {
+        const bf16* xb = x + size_t(b) * k + size_t(c) * kChunk;
+        xv[b][0] = load8(xb);
+        xv[b][1] = load8(xb + 8);
+      }
+    [[maybe_unused]] float block_scale[kRows];
+    if constexpr (kScaling == Fp8Scaling::kBlock128)
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
-        if (c < chunks && row0 + r < n)
-          wv[u][r] = *reinterpret_cast<const uint4*>(w + size_t(row0 + r) * k + size_t(c) * kChunk);
+        block_scale[r] = row0 + r < n ? scale[size_t((row0 + r) / 128) * k_blocks + (c * kChunk) / 128] : 0.f;
+    const auto codes = ready();
+    float wf[kRows][kChunk];  // each chunk converted once, used for every sequence
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      e4m3x16_to_float(codes[r], wf[r]);
+      if constexpr (kScaling == Fp8Scaling::kBlock128)
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i) wf[r][i] *= block_scale[r];
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kThreads;
-      if (c >= chunks) continue;
-      float wf[kRows][kChunk];  // each chunk converted once, used for every sequence
+    for (int b = 0; b < kBatch; ++b) {
+      if (b >= batch) continue;
+      float xf[kChunk];
+      to_float8(xv[b][0], xf);
+      to_float8(xv[b][1], xf + 8);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (row0 + r < n) {
-          e4m3x16_to_float(wv[u][r], wf[r]);
-          if constexpr (kScaling == Fp8Scaling::kBlock128) {
-            const float s = scale[size_t((row0 + r) / 128) * k_blocks + (c * kChunk) / 128];
+      for (int r = 0; r < kRows; ++r)
 #pragma unroll
-            for (int i = 0; i < kChunk; ++i) wf[r][i] *= s;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < kChunk; ++i) wf[r][i] = 0.f;
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (b >= batch) continue;
-        float xf[kChunk];
-        const bf16* xb = x + size_t(b) * k + size_t(c) * kChunk;
-        to_float8(load8(xb), xf);
-        to_float8(load8(xb + 8), xf + 8);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-          for (int i = 0; i < kChunk; ++i) acc[r][b] = fmaf(xf[i], wf[r][i], acc[r][b]);
-      }
+        for (int i = 0; i < kChunk; ++i) acc[r][b] = fmaf(xf[i], wf[r][i], acc[r][b]);
     }
-  }
-
-  gemv_block_sums<kThreads>(acc, partial, batch, n - row0, [&](int r, int b, float v) {
-    if constexpr (kScaling == Fp8Scaling::kRow) v *= scale[row0 + r];
+  };
+  gemv_stream<kThreads>(slots, partial, w, n, k, batch, step, [&](int row, int b, float v) {
+    if constexpr (kScaling == Fp8Scaling::kRow) v *= scale[row];
     if constexpr (kScaling == Fp8Scaling::kTensor) v *= scale[0];
-    y[size_t(b) * n + row0 + r] = __float2bfloat16(v);
+    y[size_t(b) * n + row] = __float2bfloat16(v);
   });
 }
 
 template <int kBatch, int kRows, Fp8Scaling kScaling>
 void launch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
             cudaStream_t stream) {
-  launch_pdl(gemv_fp8_kernel<kBatch, kRows, kScaling>, dim3(ceil_div(n, kRows)), dim3(kThreads), 0, stream, x, w,
-             scale, y, batch, n, k);
+  auto kernel = gemv_fp8_kernel<kBatch, kRows, kScaling>;
+  static const GemvFit fit = gemv_fit(kernel, kThreads);
+  launch_pdl(kernel, dim3(gemv_grid(ceil_div(n, kRows), fit)), dim3(kThreads), 0, stream, x, w, scale, y, batch, n, k);
 }
 
 template <int kRows, Fp8Scaling kScaling>

@@ -70,10 +70,12 @@ TEST_CASE("gpu.kernels.gemv_fp8 matches the CPU reference for tensor, row and bl
     int n, k;
   };
   // K: one chunk of 16, 129 chunks (no multiple of a block's 128 threads; the last 128-block of
-  // scales partial), 2064; N: below a block's rows, one past 128 (a second, one-row scale block),
-  // 1001, 4096.
+  // scales partial), 2064, 1,041 chunks (9 steps of 128 threads: the 4- and 8-slot rings wrap,
+  // the last step one chunk); N: below a block's rows, one past 128 (a second, one-row scale
+  // block), 1001, 4096 (1,024 groups of 4 rows: a resident grid's blocks walk several).
   for (const Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow, Fp8Scaling::kBlock128}) {
-    for (const Shape sh : {Shape{3, 16}, Shape{129, 2064}, Shape{1001, 144}, Shape{4096, 1024}, Shape{130, 4112}}) {
+    for (const Shape sh :
+         {Shape{3, 16}, Shape{129, 2064}, Shape{1001, 144}, Shape{4096, 1024}, Shape{130, 4112}, Shape{200, 16656}}) {
       for (int batch = 1; batch <= kGemvMaxBatch; ++batch) {
         std::mt19937 rng(uint32_t(sh.n * 31 + sh.k * 7 + batch * 3 + int(scaling)));
         auto x = random_bf16(rng, size_t(batch) * sh.k);
@@ -85,12 +87,16 @@ TEST_CASE("gpu.kernels.gemv_fp8 matches the CPU reference for tensor, row and bl
         DeviceBuffer<bf16> d_x(x), d_y(ref.size());
         DeviceBuffer<uint8_t> d_w(w);
         DeviceBuffer<float> d_s(s);
-        for (const int rows : {2, 4}) {  // both variants of rows per block
-          d_y.poison();
-          gemv_fp8(d_x.get(), d_w.get(), d_s.get(), scaling, d_y.get(), batch, sh.n, sh.k, nullptr, rows);
-          INFO(name(scaling), " scales, n=", sh.n, " k=", sh.k, " batch=", batch, ", ", rows, " rows a block");
-          CHECK(outside_bf16(d_y.download(), ref) == 0);
-        }
+        for (const int rows : {2, 4})  // both variants of rows per block
+          for (const int blocks_per_sm : {0, 1, 6}) {  // a block a group; blocks walking groups
+            set_gemv_blocks_per_sm(blocks_per_sm);
+            d_y.poison();
+            gemv_fp8(d_x.get(), d_w.get(), d_s.get(), scaling, d_y.get(), batch, sh.n, sh.k, nullptr, rows);
+            INFO(name(scaling), " scales, n=", sh.n, " k=", sh.k, " batch=", batch, ", ", rows, " rows a block, ",
+                 blocks_per_sm, " blocks an SM");
+            CHECK(outside_bf16(d_y.download(), ref) == 0);
+          }
+        set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm);
       }
     }
   }

@@ -33,21 +33,27 @@ std::vector<double> reference(const std::vector<bf16>& x, const std::vector<bf16
 TEST_CASE("gpu.kernels.gemv matches the CPU reference") {
   struct Shape { int n, k; };
   // K: 1 chunk of 8, 17 and 65 chunks (no multiple of a block's 128 threads), 513 chunks (four
-  // strides and one more), 128 and 256; N: below a block's rows, odd, one past a multiple of 4,
-  // 4096 rows.
-  for (Shape sh : {Shape{3, 8}, Shape{17, 520}, Shape{33, 4104}, Shape{1001, 136}, Shape{4096, 1024}, Shape{161, 2048}}) {
+  // strides and one more), 1,153 (10 steps of 128 threads: both rings, 8 and 4 slots, wrap; the
+  // last step one chunk), 128 and 256; N: below a block's rows, odd, one past a multiple of 4,
+  // 4096 rows (more row groups than blocks fit on an H100: a block walks several).
+  for (Shape sh : {Shape{3, 8}, Shape{17, 520}, Shape{33, 4104}, Shape{70, 9224}, Shape{1001, 136}, Shape{4096, 1024},
+                   Shape{161, 2048}}) {
     for (int batch = 1; batch <= kGemvMaxBatch; ++batch) {
       std::mt19937 rng(uint32_t(sh.n * 31 + sh.k * 7 + batch));
       auto x = random_bf16(rng, size_t(batch) * sh.k);
       auto w = random_bf16(rng, size_t(sh.n) * sh.k, -0.1f, 0.1f);
       const std::vector<double> ref = reference(x, w, batch, sh.n, sh.k);
       DeviceBuffer<bf16> d_x(x), d_w(w), d_y(ref.size());
-      d_y.poison();
-      gemv(d_x.get(), d_w.get(), d_y.get(), batch, sh.n, sh.k, nullptr);
-      INFO("n=", sh.n, " k=", sh.k, " batch=", batch);
-      CHECK(outside_bf16(d_y.download(), ref) == 0);
+      for (const int blocks_per_sm : {0, 1, 6}) {  // a block a row group; blocks walking groups
+        set_gemv_blocks_per_sm(blocks_per_sm);
+        d_y.poison();
+        gemv(d_x.get(), d_w.get(), d_y.get(), batch, sh.n, sh.k, nullptr);
+        INFO("n=", sh.n, " k=", sh.k, " batch=", batch, ", ", blocks_per_sm, " blocks an SM");
+        CHECK(outside_bf16(d_y.download(), ref) == 0);
+      }
     }
   }
+  set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm);
 }
 
 TEST_CASE("gpu.kernels.gemv gives a row the same bits at every batch size") {

@@ -23,6 +23,13 @@ using bf16 = __nv_bfloat16;
 // CUDA runner sets it from CudaTuning::pdl (A/B timing), default on.
 void set_pdl(bool on);
 
+// The small-batch projections' grid (gemv, gemv_fp8: kernels/gemv_stream.cuh): at most this many
+// blocks an SM (fewer where fewer fit), each walking an equal share of the row groups; 0 (the
+// default, measured best end to end: bench/NOTES.md, twenty-third session): one block a row
+// group. Process-wide, as set_pdl; the CUDA runner sets it from CudaTuning.
+constexpr int kGemvDefaultBlocksPerSm = 0;
+void set_gemv_blocks_per_sm(int blocks);
+
 // The element type of a KV cache: bf16 values, or FP8 E4M3 codes (one byte) with one scale per
 // KV head for K and one for V: x is stored as e4m3(x / scale) (round to nearest even, saturating
 // at +-448) and read as code * scale, as the CPU runner's FP8 cache (lib/runtime/cpu_ops.h).

@@ -1,5 +1,6 @@
-// pdl_enabled(): PDL needs sm_90; set_pdl(false) turns it off to measure what it buys
-// (CudaTuning::pdl, set by the runner; NVLLM_PDL=0 in the CLI and the GPU test binary).
+// The process-wide launch switches. pdl_enabled(): PDL needs sm_90; set_pdl(false) turns it off
+// to measure what it buys (CudaTuning::pdl, set by the runner; NVLLM_PDL=0 in the CLI and the GPU
+// test binary). gemv_blocks_per_sm(): the small-batch projections' grid (CudaTuning).
 #include <atomic>
 
 #include "kernels/kernels.h"
@@ -8,9 +9,12 @@
 namespace nvllm::kernels {
 namespace {
 std::atomic<bool> pdl_allowed{true};
+std::atomic<int> gemv_blocks{kGemvDefaultBlocksPerSm};
 }  // namespace
 
 void set_pdl(bool on) { pdl_allowed.store(on, std::memory_order_relaxed); }
+void set_gemv_blocks_per_sm(int blocks) { gemv_blocks.store(blocks, std::memory_order_relaxed); }
+int gemv_blocks_per_sm() { return gemv_blocks.load(std::memory_order_relaxed); }
 
 bool pdl_enabled() {
   // The device's capability, asked once (a property of the machine, not a switch).

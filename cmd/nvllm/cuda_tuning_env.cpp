@@ -22,6 +22,12 @@ long positive_or(const char* name, long fallback) {
   return *end == '\0' && v > 0 ? v : fallback;
 }
 
+// A non-negative integer from the variable, or `fallback` (as positive_or, 0 allowed).
+long non_negative_or(const char* name, long fallback) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string_view(e) == "0" ? 0 : positive_or(name, fallback);
+}
+
 }  // namespace
 
 CudaTuning cuda_tuning_from_env() {
@@ -37,6 +43,7 @@ CudaTuning cuda_tuning_from_env() {
   t.fused_whole_smem = size_t(positive_or("NVLLM_FUSED_WHOLE_SMEM", 0));
   t.fused_max_cluster = positive_or("NVLLM_FUSED_CLUSTER", t.fused_max_cluster) == 8 ? 8 : 16;
   t.fused_max_batch = int(positive_or("NVLLM_FUSED_MAX_BATCH", t.fused_max_batch));
+  t.gemv_blocks_per_sm = int(non_negative_or("NVLLM_GEMV_BLOCKS_PER_SM", t.gemv_blocks_per_sm));
   return t;
 }
 

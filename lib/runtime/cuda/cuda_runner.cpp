@@ -22,7 +22,7 @@ namespace cuda_detail {
 namespace {
 
 // What the CUDA runner cannot run, checked before anything is uploaded; also sets the
-// process-wide PDL switch (CudaTuning::pdl) before the first launch.
+// process-wide launch switches (CudaTuning::pdl, gemv_blocks_per_sm) before the first launch.
 const ModelConfig& checked(const ModelConfig& c, const ModelWeights& w, const CudaRunnerOptions& opt) {
   NVLLM_CHECK(c.head_dim == 64 || c.head_dim == 128, "config.json: head_dim ", c.head_dim,
               ": the CUDA attention kernels support head_dim 64 and 128; run this model with --device cpu");
@@ -31,6 +31,7 @@ const ModelConfig& checked(const ModelConfig& c, const ModelWeights& w, const Cu
   NVLLM_CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0 && opt.max_model_len > 0 && opt.block_size > 0,
               "CUDA runner: --max-num-seqs, --max-num-batched-tokens, --max-model-len and --block-size must be positive");
   kernels::set_pdl(opt.tuning.pdl);
+  kernels::set_gemv_blocks_per_sm(opt.tuning.gemv_blocks_per_sm);
   return c;
 }
 

@@ -11,11 +11,14 @@
 // rate (read + write counted) is printed beside it. Weights are random bf16 (the same 64 MB
 // block repeated: 15 GB for the 8B shape, far past the 50 MB L2). Paths: "gemv" is the runner at
 // batch <= gemv_max_batch (gemv; the down projection silu_mul then cuBLASLt; the LM head with
-// fp32 logits), "gemv/down-gemv" the same with down on gemv too, "cublaslt" the GEMMs alone and
+// fp32 logits), "gemv/down-gemv" the same with down on gemv too, "gemv-walk6" / "-walk4" the
+// gemv path with its grid capped at 6 / 4 blocks an SM walking the row groups (kernels.h:
+// set_gemv_blocks_per_sm; the default is a block a group), "cublaslt" the GEMMs alone and
 // "cublaslt+silu" the runner at larger batches (with the silu_mul kernel before down); FP8
 // weights (one byte a weight, LM head bf16): "fp8-gemv" the runner at small batches (gemv_fp8 for
-// every projection, down included; "fp8-gemv-r2" with two rows a block instead of four) and
-// "fp8-gemm+silu" the runner at larger ones (activations quantised per token, FP8 GEMM, scales).
+// every projection, down included; "fp8-gemv-r2" with two rows a block instead of four,
+// "fp8-gemv-walk6" / "-walk4" with the capped grids)
+// and "fp8-gemm+silu" the runner at larger ones (activations quantised per token, FP8 GEMM, scales).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -113,6 +116,16 @@ Enqueue gemv_path(const Enqueue& down) {
       case Kind::kHead: kernels::gemv_f32(b.x, w, static_cast<float*>(b.y), batch, m.n, m.k, s); break;
       default: kernels::gemv(b.x, w, static_cast<bf16*>(b.y), batch, m.n, m.k, s); break;
     }
+  };
+}
+
+// `path` with the small-batch projections' grid at `blocks_per_sm` (kernels.h; 0: one block a row
+// group), the default restored after.
+Enqueue with_gemv_blocks(int blocks_per_sm, const Enqueue& path) {
+  return [blocks_per_sm, path](const Matrix& m, const Buffers& b, int batch, cudaStream_t s) {
+    kernels::set_gemv_blocks_per_sm(blocks_per_sm);
+    path(m, b, batch, s);
+    kernels::set_gemv_blocks_per_sm(kernels::kGemvDefaultBlocksPerSm);
   };
 }
 
@@ -218,10 +231,14 @@ TEST_CASE("bench.gemv decode-step projections of real shapes, gemv vs cuBLASLt" 
   };
   const std::vector<Path> paths = {{"gemv", gemv_path(silu_then(cublas)), true, false},
                                    {"gemv/down-gemv", gemv_path(silu_then(gemv_down)), true, false},
+                                   {"gemv-walk6", with_gemv_blocks(6, gemv_path(silu_then(cublas))), true, false},
+                                   {"gemv-walk4", with_gemv_blocks(4, gemv_path(silu_then(cublas))), true, false},
                                    {"cublaslt", cublas, false, false},
                                    {"cublaslt+silu", silu_then(cublas), false, false},
                                    {"fp8-gemv", silu_then(fp8_gemv_path(0)), true, true},
                                    {"fp8-gemv-r2", silu_then(fp8_gemv_path(2)), true, true},
+                                   {"fp8-gemv-walk6", with_gemv_blocks(6, silu_then(fp8_gemv_path(0))), true, true},
+                                   {"fp8-gemv-walk4", with_gemv_blocks(4, silu_then(fp8_gemv_path(0))), true, true},
                                    {"fp8-gemm+silu", silu_then(fp8_gemm), false, true}};
 
   int device = 0;

@@ -1,0 +1,166 @@
+// The weight stream shared by the small-batch projections (gemv.cu: bf16 weights; gemv_fp8.cu:
+// E4M3 codes): how a block's weights reach it, how its sums leave, and how many blocks run. The
+// kernels supply only what one 16-byte chunk of a row means (8 bf16 or 16 codes) and the math.
+//
+// Layout: a block of kThreads threads owns row groups of kRows consecutive output rows and splits
+// K among its threads. Step s of a group brings chunk s * kThreads + t of each of the group's rows
+// to thread t (one warp load covers 512 contiguous bytes of a row), through a ring of kStages
+// slots in shared memory filled by cp.async kStages - 1 steps ahead of the math. A thread reads
+// back only the slots it filled, so its own cp.async.wait_group orders them: the loop has no
+// block barrier. The first kStages - 1 steps are issued before the PDL wait (weights are
+// constants): a block made resident while the kernel before it runs has its stream going when
+// that kernel ends.
+//
+// Grid: one block a row group by default. The ring is what pays: the earlier design loaded a
+// step's chunks into registers, then did its math, so a block's memory latency and its math ran
+// in series (the narrow projections streamed at 66-75% of the copy rate); with the ring a K of
+// 4,096 is whole in flight before the wait and a longer K streams behind the math. A cap on the
+// blocks an SM (set_gemv_blocks_per_sm) turns the grid into blocks that each walk an equal share
+// of the groups (blockIdx.x, + gridDim.x, ...), the ring running on across a group's end. Alone
+// that streams a few percent faster; in a decode step it is slower, as its blocks hold every SM
+// slot to the end and the next kernel's blocks cannot arrive early and start their own streams
+// (bench/NOTES.md, twenty-third session).
+//
+// A row's sum runs in the same order whatever the batch and the grid: chunk t, t + kThreads, ...
+// in each thread, then gemv_block_sums' fixed order.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+#include "kernels/launch.cuh"
+
+namespace nvllm::kernels {
+
+// The end of a row group: each thread's partial sums acc[r][b] of the group's kRows rows and
+// kBatch sequences, summed over the block (warp sums through `partial`, then in warp order, so a
+// row's result does not depend on the batch), and finish(r, b, sum) for every sequence b < batch
+// and row r < rows (the rows left before the matrix ends).
+template <int kThreads, int kRows, int kBatch, typename Finish>
+__device__ __forceinline__ void gemv_block_sums(const float (&acc)[kRows][kBatch],
+                                                float (&partial)[kThreads / 32][kRows][kBatch], int batch, int rows,
+                                                Finish finish) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const float v = warp_sum(acc[r][b]);
+      if (lane == 0) partial[warp][r][b] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < kRows * kBatch) {
+    const int r = threadIdx.x / kBatch, b = threadIdx.x % kBatch;
+    if (b < batch && r < rows) {
+      float v = 0.f;
+#pragma unroll
+      for (int j = 0; j < kThreads / 32; ++j) v += partial[j][r][b];
+      finish(r, b, v);
+    }
+  }
+}
+
+// Slots of the ring: 16 bytes of each of kRows rows for each thread, kStages deep. 32 KB a block
+// for kRows * kStages = 16 at 128 threads.
+template <int kStages, int kRows, int kThreads>
+using GemvSlots = uint4[kStages][kRows][kThreads];
+
+// A thread's chunk of each row of a step, in its ring slot: chunks[r] is row r's 16 bytes (zeros
+// for rows past the matrix's end).
+template <int kThreads>
+struct GemvChunks {
+  const uint4* p;
+  __device__ __forceinline__ const uint4& operator[](int r) const { return p[r * kThreads]; }
+};
+
+// The walk above for weights [n, row_bytes] (row_bytes % 16 == 0): step(acc, row0, c, ready) for
+// each of this thread's chunks c of the group at row0, where ready() waits for the step's weights
+// and returns their GemvChunks (call it after issuing the step's other loads, so that their
+// latency runs beside the wait); then finish(row, b, sum) for each output of the group. acc is
+// float[kRows][kBatch], zeroed per group.
+template <int kThreads, int kRows, int kBatch, int kStages, typename Step, typename Finish>
+__device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>& slots,
+                                            float (&partial)[kThreads / 32][kRows][kBatch], const void* weights,
+                                            int n, int row_bytes, int batch, Step step, Finish finish) {
+  const uint8_t* w = static_cast<const uint8_t*>(weights);
+  const int chunks = row_bytes / 16;
+  const int steps = (chunks + kThreads - 1) / kThreads;
+  const int groups = (n + kRows - 1) / kRows;
+  const int mine = int(blockIdx.x) < groups ? (groups - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
+  const int items = mine * steps;  // (group, step) pairs of this block, in walk order
+
+  int issued = 0, issue_group = blockIdx.x, issue_step = 0;
+  auto issue_next = [&] {  // one commit group an item, empty past the last: wait counts stay uniform
+    if (issued < items) {
+      const int c = issue_step * kThreads + threadIdx.x;
+      const int row0 = issue_group * kRows;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)  // rows past n: zeros, nothing read
+        if (c < chunks)
+          cp_async16(&slots[issued % kStages][r][threadIdx.x],
+                     w + size_t(min(row0 + r, n - 1)) * row_bytes + size_t(c) * 16, row0 + r < n);
+      if (++issue_step == steps) issue_step = 0, issue_group += gridDim.x;
+    }
+    ++issued;
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue_next();
+  pdl_enter();
+
+  int item = 0;
+  for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int row0 = g * kRows;
+    float acc[kRows][kBatch];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) acc[r][b] = 0.f;
+    for (int s = 0; s < steps; ++s, ++item) {
+      issue_next();  // into the slot the step before this one read
+      const int c = s * kThreads + threadIdx.x;
+      if (c >= chunks) continue;
+      const int slot = item % kStages;
+      step(acc, row0, c, [&] {
+        cp_async_wait<kStages - 1>();  // this item's group has landed (kStages - 1 issued after it)
+        return GemvChunks<kThreads>{&slots[slot][0][threadIdx.x]};
+      });
+    }
+    gemv_block_sums<kThreads>(acc, partial, batch, n - row0,
+                              [&](int r, int b, float v) { finish(row0 + r, b, v); });
+    __syncthreads();  // the next group's sums rewrite partial
+  }
+}
+
+int gemv_blocks_per_sm();  // the grid's cap (kernels.h: set_gemv_blocks_per_sm; launch.cu)
+
+// The device's SMs and how many blocks of `kernel` fit on one at once (threads a block, static
+// shared memory only). Ask once per kernel (a static at the call site).
+struct GemvFit {
+  int sms = 1, per_sm = 1;
+};
+template <typename Kernel>
+GemvFit gemv_fit(Kernel kernel, int threads) {
+  int device = 0;
+  GemvFit f;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.per_sm, kernel, threads, 0));
+  f.per_sm = std::max(1, f.per_sm);
+  return f;
+}
+
+// The grid for `groups` row groups: at most gemv_blocks_per_sm() blocks an SM, as many as fit,
+// each the same number of groups (the fewest blocks that give that number); one block a group
+// when the cap is 0.
+inline int gemv_grid(int groups, GemvFit fit) {
+  const int cap = gemv_blocks_per_sm();
+  if (cap <= 0) return groups;
+  const int most = fit.sms * std::min(cap, fit.per_sm);
+  return ceil_div(groups, ceil_div(groups, most));
+}
+
+}  // namespace nvllm::kernels
