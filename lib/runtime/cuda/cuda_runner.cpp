@@ -18,6 +18,9 @@
 #include "runtime/cuda/tp_runner.h"
 
 namespace nvllm {
+static_assert(CudaTuning{}.gemv_blocks_per_sm == kernels::kGemvDefaultBlocksPerSm,
+              "CudaTuning's gemv grid default is the kernels' default");
+
 namespace cuda_detail {
 namespace {
 

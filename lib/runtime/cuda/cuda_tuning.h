@@ -8,8 +8,6 @@
 
 #include <string>
 
-#include "kernels/kernels.h"
-
 namespace nvllm {
 
 struct CudaTuning {
@@ -17,8 +15,9 @@ struct CudaTuning {
   bool pdl = true;
   // The small-batch projections' grid (gemv, gemv_fp8; kernels/gemv_stream.cuh): at most this
   // many blocks an SM, each walking an equal share of the row groups; 0: one block a row group
-  // (NVLLM_GEMV_BLOCKS_PER_SM).
-  int gemv_blocks_per_sm = kernels::kGemvDefaultBlocksPerSm;
+  // (NVLLM_GEMV_BLOCKS_PER_SM). The default is kernels::kGemvDefaultBlocksPerSm (checked in
+  // cuda_runner.cpp; this header is also built without CUDA).
+  int gemv_blocks_per_sm = 0;
   // Decode steps of up to fused_max_batch sequences as four fused kernels per layer
   // (kernels/decode_fused.cu) where the model and device allow it (head_dim 64 or 128, up to 8 q
   // heads a kv head, sm_90+).
