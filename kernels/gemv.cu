@@ -30,14 +30,10 @@ constexpr int kThreads = 128;
 __device__ __forceinline__ void store_out(bf16* y, float v) { *y = __float2bfloat16(v); }
 __device__ __forceinline__ void store_out(float* y, float v) { *y = v; }
 
-// Ring slots: 16 rows-steps a block (8 steps of 2 rows, 4 of 4): 32 KB of shared memory.
-template <int kRows>
-constexpr int kStages = 16 / kRows;
-
 template <int kBatch, int kRows, typename OutT>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                         OutT* __restrict__ y, int batch, int n, int k) {
-  __shared__ GemvSlots<kStages<kRows>, kRows, kThreads> slots;
+  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   auto step = [&](float (&acc)[kRows][kBatch], int, int c, auto ready) {
     Bf16x8 xv[kBatch];  // the inputs' loads first: their latency runs beside the weights' wait
@@ -65,9 +61,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__
 
 template <int kBatch, int kRows, typename OutT>
 void launch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {
-  auto kernel = gemv_kernel<kBatch, kRows, OutT>;
-  static const GemvFit fit = gemv_fit(kernel, kThreads);
-  launch_pdl(kernel, dim3(gemv_grid(ceil_div(n, kRows), fit)), dim3(kThreads), 0, stream, x, w, y, batch, n, k);
+  launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads, kRows>(n, stream, x, w, y, batch, n, k);
 }
 
 template <typename OutT>

@@ -1,8 +1,8 @@
 // Small-batch linear layer with E4M3 weights (FP8 checkpoints, --quantization fp8) for decode
 // steps of 1..8 sequences: gemv.cu's design (the weight stream of gemv_stream.cuh) with half the
-// weight bytes. A 16-byte load brings 16
-// codes (one row, 16 consecutive K), converted to float in registers (two f16x2 conversions per
-// four codes), scaled per tensor, per output row, or per 128 x 128 block (Fp8Scaling).
+// weight bytes. A 16-byte load brings 16 codes (one row, 16 consecutive K), converted to float in
+// registers (two f16x2 conversions per four codes), scaled per tensor, per output row, or per
+// 128 x 128 block (Fp8Scaling).
 // Bytes: N * K (weights, read once) + the scales + batch * (K + N) * 2; FLOPs: 2 * batch * N * K.
 // Expected: at batch 1 the weight stream bounds it, so an [N, K] layer takes N * K / 3.03 TB/s on
 // the H100: half the bf16 gemv's time where that one streams at 95%+ (gemv.cu).
@@ -24,15 +24,11 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kChunk = 16;  // codes per 16-byte load
 
-// Ring slots: 16 rows-steps a block (4 steps of 4 rows, 8 of 2): 32 KB of shared memory.
-template <int kRows>
-constexpr int kStages = 16 / kRows;
-
 template <int kBatch, int kRows, Fp8Scaling kScaling>
 __global__ void __launch_bounds__(kThreads)
     gemv_fp8_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
                     bf16* __restrict__ y, int batch, int n, int k) {
-  __shared__ GemvSlots<kStages<kRows>, kRows, kThreads> slots;
+  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   const int k_blocks = (k + 127) / 128;
   auto step = [&](float (&acc)[kRows][kBatch], int row0, int c, auto ready) {
@@ -81,9 +77,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kBatch, int kRows, Fp8Scaling kScaling>
 void launch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
             cudaStream_t stream) {
-  auto kernel = gemv_fp8_kernel<kBatch, kRows, kScaling>;
-  static const GemvFit fit = gemv_fit(kernel, kThreads);
-  launch_pdl(kernel, dim3(gemv_grid(ceil_div(n, kRows), fit)), dim3(kThreads), 0, stream, x, w, scale, y, batch, n, k);
+  launch_gemv<gemv_fp8_kernel<kBatch, kRows, kScaling>, kThreads, kRows>(n, stream, x, w, scale, y, batch, n, k);
 }
 
 template <int kRows, Fp8Scaling kScaling>

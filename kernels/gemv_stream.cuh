@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
@@ -63,10 +64,12 @@ __device__ __forceinline__ void gemv_block_sums(const float (&acc)[kRows][kBatch
   }
 }
 
-// Slots of the ring: 16 bytes of each of kRows rows for each thread, kStages deep. 32 KB a block
-// for kRows * kStages = 16 at 128 threads.
+// Slots of the ring: 16 bytes of each of kRows rows for each thread, kStages deep. The kernels'
+// depth: 16 row-steps a block (8 steps of 2 rows, 4 of 4), 32 KB at 128 threads.
 template <int kStages, int kRows, int kThreads>
 using GemvSlots = uint4[kStages][kRows][kThreads];
+template <int kRows>
+constexpr int kGemvStages = 16 / kRows;
 
 // A thread's chunk of each row of a step, in its ring slot: chunks[r] is row r's 16 bytes (zeros
 // for rows past the matrix's end).
@@ -161,6 +164,15 @@ inline int gemv_grid(int groups, GemvFit fit) {
   if (cap <= 0) return groups;
   const int most = fit.sms * std::min(cap, fit.per_sm);
   return ceil_div(groups, ceil_div(groups, most));
+}
+
+// Launches kKernel (a gemv_stream kernel of kThreads threads and kRows rows a group) over n rows
+// with PDL, on gemv_grid's grid; the fit is asked once per kernel.
+template <auto kKernel, int kThreads, int kRows, typename... Args>
+void launch_gemv(int n, cudaStream_t stream, Args&&... args) {
+  static const GemvFit fit = gemv_fit(kKernel, kThreads);
+  launch_pdl(kKernel, dim3(gemv_grid(ceil_div(n, kRows), fit)), dim3(kThreads), 0, stream,
+             std::forward<Args>(args)...);
 }
 
 }  // namespace nvllm::kernels
