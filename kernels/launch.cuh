@@ -1,6 +1,6 @@
 // Programmatic dependent launch (PDL, sm_90+): a kernel launched with launch_pdl() may be
 // scheduled while the kernel before it in the stream is still running, so its launch latency
-// and prologue (a gemv's weight prefetch) hide behind the other's tail. Decode steps are chains
+// and prologue (a gemv's first weight loads) hide behind the other's tail. Decode steps are chains
 // of ~250 small kernels; each boundary otherwise costs a few microseconds of idle SMs.
 //
 // The contract for every kernel launched this way:

@@ -4,7 +4,7 @@
 // then the LM head), median of 20 replays. Also each kind of projection alone (all layers' qkv
 // back to back, ...) so that a slow matrix shape shows, and the step with the two residual
 // add + RMSNorm kernels of each layer in place (the separate path's real neighbours of qkv and
-// gate_up, which a gemv's weight prefetch before its PDL wait can overlap).
+// gate_up, which a gemv's weight loads issued before its PDL wait can overlap).
 //
 // Bytes: the weights, read once (the activations are < 0.1% of them). The bound is those bytes
 // at 3.03 TB/s (the figure every note in bench/NOTES.md uses); the card's device-to-device copy
