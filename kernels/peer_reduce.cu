@@ -1,10 +1,14 @@
-// The tensor-parallel sum over peer memory: every rank's GPU reads the others' staging buffers
-// directly (NVLink peer access inside one process), in one kernel that can also do the residual
-// step that follows it (add_rmsnorm). A decode token's all-reduce moves kilobytes: its time is
-// latency (NCCL ~6.4 us for 8 KB on 2 GPUs, bench/NOTES.md), and the add + RMSNorm after it is a
-// second launch. Here: copy in, one flag round trip over NVLink, read the peers' rows, sum, norm.
+// The tensor-parallel sum over peer memory (NVLink peer access inside one process), in one kernel
+// that can also do the residual step that follows it (add_rmsnorm). A decode token's all-reduce
+// moves kilobytes: its time is latency (NCCL ~6.4 us for 8 KB on 2 GPUs, bench/NOTES.md), and the
+// add + RMSNorm after it is a second launch. Two kernels, the same sums bit for bit:
+//  - pushed (sums of at most kPeerLlElems elements, peer_reduce_push_kernel): each rank stores
+//    its rows into every peer's inbox as words that carry their own flag, then polls its own
+//    inbox: one one-way trip. 1 x 4,096 on 2 H200s: 3.8 us against the barrier's 5.8.
+//  - the barrier (larger sums, or no inboxes): copy in, one flag round trip over NVLink, read the
+//    peers' rows: a one-way trip and a read round trip, but the data's bytes only once.
 //
-// Synchronisation (kernels.h, PeerReduce): block b of every rank stages the same rows (the grid
+// The barrier's synchronisation (kernels.h, PeerReduce): block b of every rank stages the same rows (the grid
 // is always kPeerBlocks and the rows are split alike), then stores its epoch in block b's slot of
 // every rank's signals (release, system scope) and waits until every rank's epoch has reached
 // its own (acquire), so the rows it then reads are written. The staging alternates between two
@@ -50,7 +54,54 @@ __device__ __forceinline__ void wait_epoch(const uint32_t* slot, uint32_t epoch,
   }
 }
 
-// Rows r = blockIdx.x, + gridDim.x, ... of x [tokens, hidden] (hidden % 8 == 0).
+// The residual step on row `row` of x [tokens, hidden] once its sum is known: sum8(i, acc) gives
+// the sum over the ranks of the row's elements i .. i + 7, in the same order of ranks on every
+// rank (identical results everywhere); then as all-reduce and add_rmsnorm compute it, or the sum
+// alone (no norm).
+template <bool kNorm, typename Sum8>
+__device__ __forceinline__ void finish_row(bf16* x, bf16* __restrict__ residual, const bf16* __restrict__ weight,
+                                           int row, int hidden, float eps, float* scratch, Sum8 sum8) {
+  const size_t base = static_cast<size_t>(row) * hidden;
+  float sum_sq = 0.f;
+  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+    float acc[8];
+    sum8(i, acc);
+    if constexpr (kNorm) {  // residual = bf16(bf16(sum) + residual)
+      float res[8];
+      to_float8(load8(residual + base + i), res);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        acc[j] = round_bf16(round_bf16(acc[j]) + res[j]);
+        sum_sq += acc[j] * acc[j];
+      }
+      store8(residual + base + i, from_float8(acc));
+    } else {
+      store8(x + base + i, from_float8(acc));
+    }
+  }
+  if constexpr (kNorm) {
+    // Each thread reads back only the residual groups it wrote itself (rmsnorm.cu's pattern).
+    const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+    for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+      float v[8], w[8];
+      to_float8(load8(residual + base + i), v);
+      to_float8(load8(weight + i), w);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = w[j] * round_bf16(v[j] * rstd);
+      store8(x + base + i, from_float8(v));
+    }
+  }
+}
+
+// Adds eight bf16 (a 16-byte chunk) to acc.
+__device__ __forceinline__ void add8(float (&acc)[8], uint4 raw) {
+  float v[8];
+  to_float8(*reinterpret_cast<const Bf16x8*>(&raw), v);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j] += v[j];
+}
+
+// The barrier sum. Rows r = blockIdx.x, + gridDim.x, ... of x [tokens, hidden] (hidden % 8 == 0).
 template <bool kNorm>
 __global__ void peer_reduce_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual, const bf16* __restrict__ weight,
                                    int tokens, int hidden, float eps) {
@@ -77,43 +128,97 @@ __global__ void peer_reduce_kernel(PeerReduce p, bf16* x, bf16* __restrict__ res
   __syncthreads();
   for (int row = blockIdx.x; row < tokens; row += gridDim.x) {
     const size_t base = static_cast<size_t>(row) * hidden;
-    float sum_sq = 0.f;
-    for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
-      // The same order of ranks on every rank, so all ranks hold the same sum, bit for bit.
-      float acc[8] = {};
-      for (int r = 0; r < p.ranks; ++r) {
-        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(p.buffers[r] + half + base + i));
-        float v[8];
-        to_float8(*reinterpret_cast<const Bf16x8*>(&raw), v);
+    finish_row<kNorm>(x, residual, weight, row, hidden, eps, scratch, [&](int i, float (&acc)[8]) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += v[j];
-      }
-      if constexpr (kNorm) {  // as all-reduce then add_rmsnorm: residual = bf16(bf16(sum) + residual)
-        float res[8];
-        to_float8(load8(residual + base + i), res);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          acc[j] = round_bf16(round_bf16(acc[j]) + res[j]);
-          sum_sq += acc[j] * acc[j];
-        }
-        store8(residual + base + i, from_float8(acc));
-      } else {
-        store8(x + base + i, from_float8(acc));
-      }
-    }
-    if constexpr (kNorm) {
-      // Each thread reads back only the residual groups it wrote itself (rmsnorm.cu's pattern).
-      const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
-      for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
-        float v[8], w[8];
-        to_float8(load8(residual + base + i), v);
-        to_float8(load8(weight + i), w);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = w[j] * round_bf16(v[j] * rstd);
-        store8(x + base + i, from_float8(v));
-      }
+      for (int j = 0; j < 8; ++j) acc[j] = 0.f;
+      for (int r = 0; r < p.ranks; ++r)
+        add8(acc, __ldcg(reinterpret_cast<const uint4*>(p.buffers[r] + half + base + i)));
+    });
+  }
+}
+
+// The pushed sum (sums of at most kPeerLlElems elements). A decode step's sum is latency: the
+// barrier above costs a one-way trip for the flags and then a read round trip for the rows. Here
+// each rank writes its rows straight into every peer's inbox as 8-byte words of two bf16 and the
+// call's epoch (an 8-byte store lands whole), and each rank polls its own inbox until every word
+// it needs carries this call's epoch: one one-way trip, no flag, no barrier. Twice the bytes of
+// the data, which is why large sums take the barrier.
+//
+// Reuse: the inbox alternates halves by epoch parity, and a word of a stale half holds an older
+// epoch, so it never passes for this call's. A rank writes half h again (epoch e + 2) only after
+// receiving every peer's epoch e + 1 words, which a peer sends only from its next call's kernel,
+// after its epoch-e kernel (and its reads of half h) ended: kernels of one stream run in order,
+// and under PDL each waits for the one before it first (launch.cuh). Block b of every rank takes
+// the same rows and counts its calls in ll_epochs[b], so the epochs agree.
+__device__ __forceinline__ size_t inbox_word(uint32_t epoch, int source, size_t element) {
+  return ((epoch & 1u) * kPeerMaxRanks + source) * size_t{kPeerLlElems / 2} + element / 2;
+}
+
+__device__ __forceinline__ uint64_t flagged(uint32_t data, uint32_t epoch) {
+  return (static_cast<uint64_t>(epoch) << 32) | data;
+}
+
+__device__ __forceinline__ void store_words(uint64_t* p, uint64_t a, uint64_t b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};\n" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
+__device__ __forceinline__ void load_words(const uint64_t* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];\n" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+// The 16 data bytes of the four words at p once all carry `epoch` (zeros if the host aborts the
+// run while this waits: a rank failed and will never send).
+__device__ __forceinline__ uint4 receive16(const uint64_t* p, uint32_t epoch, const volatile uint32_t* abort) {
+  uint64_t a, b, c, d;
+  uint64_t start = 0;
+  for (uint32_t spins = 0;; ++spins) {
+    load_words(p, a, b);
+    load_words(p + 2, c, d);
+    if (static_cast<uint32_t>(a >> 32) == epoch && static_cast<uint32_t>(b >> 32) == epoch &&
+        static_cast<uint32_t>(c >> 32) == epoch && static_cast<uint32_t>(d >> 32) == epoch)
+      break;
+    if (spins == 64) start = global_ns();
+    if (spins > 64) {
+      __nanosleep(32);
+      if ((spins & 255) == 0 && global_ns() - start > 50000 && *abort != 0) return make_uint4(0, 0, 0, 0);
     }
   }
+  return make_uint4(static_cast<uint32_t>(a), static_cast<uint32_t>(b), static_cast<uint32_t>(c),
+                    static_cast<uint32_t>(d));
+}
+
+template <bool kNorm>
+__global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual,
+                                        const bf16* __restrict__ weight, int tokens, int hidden, float eps) {
+  pdl_wait();
+  __shared__ float scratch[32];
+  const uint32_t epoch = p.ll_epochs[blockIdx.x] + 1;  // the same value in every thread
+  for (int row = blockIdx.x; row < tokens; row += gridDim.x)
+    for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+      const size_t e = static_cast<size_t>(row) * hidden + i;
+      const uint4 v = *reinterpret_cast<const uint4*>(x + e);
+      const uint64_t w0 = flagged(v.x, epoch), w1 = flagged(v.y, epoch), w2 = flagged(v.z, epoch),
+                     w3 = flagged(v.w, epoch);
+      for (int q = 0; q < p.ranks; ++q) {
+        if (q == p.rank) continue;
+        uint64_t* dst = p.inbox[q] + inbox_word(epoch, p.rank, e);
+        store_words(dst, w0, w1);
+        store_words(dst + 2, w2, w3);
+      }
+    }
+  pdl_launch_dependents();
+  for (int row = blockIdx.x; row < tokens; row += gridDim.x) {
+    const size_t base = static_cast<size_t>(row) * hidden;
+    finish_row<kNorm>(x, residual, weight, row, hidden, eps, scratch, [&](int i, float (&acc)[8]) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] = 0.f;
+      for (int r = 0; r < p.ranks; ++r)
+        add8(acc, r == p.rank ? *reinterpret_cast<const uint4*>(x + base + i)
+                              : receive16(p.inbox[p.rank] + inbox_word(epoch, r, base + i), epoch, p.abort));
+    });
+  }
+  __syncthreads();  // every thread has read the epoch
+  if (threadIdx.x == 0) p.ll_epochs[blockIdx.x] = epoch;
 }
 
 }  // namespace
@@ -130,6 +235,15 @@ void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* w
   // Every call launches all kPeerBlocks blocks, even for fewer rows: each block's epoch must
   // advance with every call for the barrier's arithmetic (above).
   const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 512);
+  if (p.inbox[p.rank] != nullptr && static_cast<size_t>(tokens) * hidden <= kPeerLlElems) {
+    if (weight != nullptr)
+      launch_pdl(peer_reduce_push_kernel<true>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
+                 tokens, hidden, eps);
+    else
+      launch_pdl(peer_reduce_push_kernel<false>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
+                 tokens, hidden, eps);
+    return;
+  }
   if (weight != nullptr)
     launch_pdl(peer_reduce_kernel<true>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight, tokens,
                hidden, eps);

@@ -51,6 +51,10 @@ struct CudaTuning {
   // NVLLM_PEER_ALL_REDUCE=0: NCCL's all-reduce, then add_rmsnorm. Sums agree to bf16 rounding,
   // not bit for bit (the order of the additions differs), so tokens may differ where greedy ties.
   bool peer_all_reduce = true;
+  // Sums of at most kernels::kPeerLlElems elements by flagged pushes into the peers' inboxes (one
+  // one-way trip) rather than the flag barrier and a read of the peers' rows (NVLLM_PEER_PUSH=0:
+  // the barrier). Bit for bit the same sums.
+  bool peer_push = true;
   // NVLLM_FUSED_TRACE=FILE: the fused kernels' per-CTA timestamps of the latest batch-1 step,
   // rewritten to FILE after each one (scripts/fused_trace.py reads it). Empty: off. A timing
   // tool: it turns chaining off.

@@ -22,7 +22,7 @@ constexpr size_t kPeerCapacity = size_t{1} << 18;
 
 }  // namespace
 
-std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, bool peer) {
+std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, bool peer, bool push) {
   std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), first_device);
   std::vector<ncclComm_t> comms(static_cast<size_t>(size), nullptr);
@@ -33,14 +33,14 @@ std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, 
   }
   std::vector<std::unique_ptr<TpComm>> out;
   for (int i = 0; i < size; ++i) out.push_back(std::unique_ptr<TpComm>(new TpComm(comms[i], i, size)));
-  if (peer) set_up_peer(out, first_device);
+  if (peer) set_up_peer(out, first_device, push);
   return out;
 }
 
 // Peer access from every GPU to every other, then each rank's staging, signals and epochs on its
 // own GPU (zeroed), and every rank given all ranks' pointers. Not set up (NCCL only) when some
 // pair of GPUs cannot reach each other's memory.
-void TpComm::set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_device) {
+void TpComm::set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_device, bool push) {
   const int n = static_cast<int>(comms.size());
   if (n < 2 || n > kernels::kPeerMaxRanks) return;
   for (int i = 0; i < n; ++i) {
@@ -78,6 +78,13 @@ void TpComm::set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_
     c.epochs_ = DeviceBuffer(sizeof(uint32_t) * kernels::kPeerBlocks);
     CUDA_CHECK(cudaMemset(c.signals_.get(), 0, c.signals_.bytes()));
     CUDA_CHECK(cudaMemset(c.epochs_.get(), 0, c.epochs_.bytes()));
+    if (push) {
+      c.inbox_ = DeviceBuffer(sizeof(uint64_t) * 2 * kernels::kPeerMaxRanks * (kernels::kPeerLlElems / 2));
+      c.push_epochs_ = DeviceBuffer(sizeof(uint32_t) * kernels::kPeerBlocks);
+      CUDA_CHECK(cudaMemset(c.inbox_.get(), 0, c.inbox_.bytes()));
+      CUDA_CHECK(cudaMemset(c.push_epochs_.get(), 0, c.push_epochs_.bytes()));
+      shared.inbox[i] = c.inbox_.as<uint64_t>();
+    }
     CUDA_CHECK(cudaDeviceSynchronize());
     shared.buffers[i] = c.staging_.as<__nv_bfloat16>();
     shared.signals[i] = c.signals_.as<uint32_t>();
@@ -87,6 +94,7 @@ void TpComm::set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_
     c.peer_ = shared;
     c.peer_.rank = i;
     c.peer_.epochs = c.epochs_.as<uint32_t>();
+    c.peer_.ll_epochs = c.push_epochs_.as<uint32_t>();
     c.abort_flag_ = flag;
   }
   CUDA_CHECK(cudaSetDevice(previous));

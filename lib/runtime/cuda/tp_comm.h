@@ -6,7 +6,8 @@
 //
 // Small sums (a decode step's hidden states: kilobytes, where NCCL's time is all latency) go
 // instead through peer memory when every GPU can read the others' (kernels::peer_all_reduce:
-// one kernel, which also does the add + RMSNorm that follows the row-parallel projections).
+// one kernel, which also does the add + RMSNorm that follows the row-parallel projections; the
+// smallest by pushes into each peer's inbox, the rest by a flag barrier and reads).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,7 +27,8 @@ class TpComm {
   // One communicator per GPU first_device .. first_device + size - 1, rank r on the r-th
   // (ncclCommInitAll: one process holds them all). Throws nvllm::Error with NCCL's message.
   // `peer`: also set up the peer-memory sum where every pair of GPUs has peer access.
-  static std::vector<std::unique_ptr<TpComm>> create(int first_device, int size, bool peer = true);
+  // `push`: small peer sums by flagged pushes (kernels::PeerReduce::inbox) rather than the barrier.
+  static std::vector<std::unique_ptr<TpComm>> create(int first_device, int size, bool peer = true, bool push = true);
   ~TpComm();  // ncclCommDestroy; call with every rank's at once (each on its rank's thread)
   TpComm(const TpComm&) = delete;
   TpComm& operator=(const TpComm&) = delete;
@@ -53,7 +55,7 @@ class TpComm {
 
  private:
   TpComm(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
-  static void set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_device);
+  static void set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_device, bool push);
 
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
@@ -62,7 +64,7 @@ class TpComm {
   // The peer-memory sum (ranks == 0: not set up): this rank's staging, signals and epochs on its
   // GPU, and the host flag that abort() raises, shared by all ranks.
   kernels::PeerReduce peer_;
-  DeviceBuffer staging_, signals_, epochs_;
+  DeviceBuffer staging_, signals_, epochs_, inbox_, push_epochs_;
   std::shared_ptr<PinnedBuffer> abort_flag_;
 };
 

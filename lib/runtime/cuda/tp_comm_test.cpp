@@ -162,12 +162,12 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
     MESSAGE("skipped: needs 2 GPUs");
     return;
   }
-  for (int n : {2, 4}) {
+  for (const auto& [n, push] : {std::pair{2, true}, std::pair{2, false}, std::pair{4, true}, std::pair{4, false}}) {
     if (n > gpus) {
       MESSAGE("4 ranks skipped: ", gpus, " GPUs");
       continue;
     }
-    auto comms = TpComm::create(0, n);
+    auto comms = TpComm::create(0, n, true, push);
     if (!comms[0]->uses_peer(1, 4096)) {
       MESSAGE("skipped: no peer access between the GPUs (NCCL only)");
       return;
@@ -186,7 +186,10 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
     struct Shape {
       int tokens, hidden;
     };
-    for (const Shape shape : {Shape{1, 4096}, Shape{3, 1024}, Shape{64, 4096}, Shape{65, 4096}, Shape{32, 8192}}) {
+    // Pushed (with `push`) up to kPeerLlElems elements: 8 x 8192 is exactly that many, 9 x 8192
+    // one row more (the barrier); the shapes alternate between the two, whose epochs are apart.
+    for (const Shape shape : {Shape{1, 4096}, Shape{3, 1024}, Shape{64, 4096}, Shape{8, 8192}, Shape{65, 4096},
+                              Shape{9, 8192}, Shape{32, 8192}, Shape{1, 4096}}) {
       const int T = shape.tokens, H = shape.hidden;
       const size_t count = static_cast<size_t>(T) * H;
       for (const bool norm : {true, false}) {
@@ -241,8 +244,9 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
             abort_all);
         const bool peer = comms[0]->uses_peer(T, H);
         for (int c = 0; c < kCalls; ++c) {
+          const bool pushed = peer && push && static_cast<size_t>(count) <= kernels::kPeerLlElems;
           const std::string what = str_cat(n, " ranks, ", T, " x ", H, norm ? " with" : " without", " the norm, call ",
-                                           c, peer ? " (peer)" : " (NCCL)");
+                                           c, pushed ? " (peer push)" : peer ? " (peer)" : " (NCCL)");
           INFO(what);
           std::vector<std::vector<uint16_t>> xs(n);
           std::vector<uint16_t> res(count);
@@ -345,14 +349,14 @@ TEST_CASE("gpu.bench.peer_all_reduce" * doctest::skip()) {
   }
   for (int n : {2, 4}) {
     if (n > gpus) continue;
-    for (const bool peer : {true, false}) {
-      auto comms = TpComm::create(0, n, peer);
+    for (const auto& [peer, push] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
+      auto comms = TpComm::create(0, n, peer, push);
       RankThreads threads(n);
       const std::function<void()> abort_all = [&] {
         for (auto& c : comms) c->abort();
       };
       for (const auto& [tokens, hidden] : {std::pair{1, 1024}, std::pair{1, 4096}, std::pair{1, 8192},
-                                          std::pair{64, 4096}}) {
+                                          std::pair{8, 4096}, std::pair{64, 4096}}) {
         constexpr int kReps = 200;
         std::vector<float> ms(n);
         const int t = tokens, h = hidden;
@@ -373,7 +377,9 @@ TEST_CASE("gpu.bench.peer_all_reduce" * doctest::skip()) {
             },
             abort_all);
         std::printf("all-reduce + add_rmsnorm, %d GPUs, %3d x %4d bf16 (%6zu bytes), %s: %7.2f us each\n", n, t, h,
-                    static_cast<size_t>(t) * h * 2, comms[0]->uses_peer(t, h) ? "peer memory" : "NCCL + kernel",
+                    static_cast<size_t>(t) * h * 2, !comms[0]->uses_peer(t, h) ? "NCCL + kernel"
+                    : push && size_t(t) * h <= kernels::kPeerLlElems ? "peer push"
+                                                                     : "peer barrier",
                     1e3 * ms[0] / kReps);
       }
       threads.run([&](int r) { comms[r].reset(); }, abort_all);
