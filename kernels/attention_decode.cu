@@ -21,6 +21,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -162,7 +163,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
 // Combines the splits of one (sequence, q head): out = sum_z acc_z 2^(m_z - M) / sum_z l_z 2^(m_z - M).
 // Grid (H, S), D threads (one per output element). The first warp turns the splits' (m, l) into
 // weights once for the block; then each thread's acc loads are independent and issued together.
+template <bool kChained>
 __global__ void attention_decode_reduce_kernel(DecodeParams p, int head_dim) {
+  if constexpr (kChained) pdl_enter();
   __shared__ float weight[kMaxSplits];
   __shared__ float total;
   const int head = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
@@ -193,11 +196,16 @@ int max_splits(int max_context_len) {
   return std::clamp(ceil_div(std::max(max_context_len, 1), kMinPartition), 1, kMaxSplits);
 }
 
-// Combines the splits after either decode kernel.
-void launch_reduce(const DecodeParams& p, int head_dim, int num_seqs, cudaStream_t stream) {
+// Combines the splits after either decode kernel (`chained`: with PDL).
+void launch_reduce(const DecodeParams& p, int head_dim, int num_seqs, cudaStream_t stream, bool chained = false) {
   if (p.num_splits <= 1) return;
-  attention_decode_reduce_kernel<<<dim3(p.num_heads, num_seqs), head_dim, 0, stream>>>(p, head_dim);
-  CUDA_CHECK(cudaGetLastError());
+  const dim3 grid(p.num_heads, num_seqs);
+  if (chained && pdl_enabled()) {
+    launch_pdl(attention_decode_reduce_kernel<true>, grid, dim3(head_dim), 0, stream, p, head_dim);
+  } else {
+    attention_decode_reduce_kernel<false><<<grid, head_dim, 0, stream>>>(p, head_dim);
+    CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 template <typename T, int D, int kHeads>
@@ -264,7 +272,7 @@ size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int hea
 
 void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
                       int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream, DecodeKernel kernel) {
+                      size_t workspace_bytes, cudaStream_t stream, DecodeKernel kernel, bool chained) {
   if (batch.num_seqs <= 0) return;
   NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_decode: head_dim ", head_dim,
               " is not supported (64 or 128)");
@@ -314,8 +322,8 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   p.num_splits = splits;
   p.split = sp;
   if (tensor_cores) {
-    launch_decode_tc(p, fp8, head_dim, batch.num_seqs, stream);
-    launch_reduce(p, head_dim, batch.num_seqs, stream);
+    launch_decode_tc(p, fp8, head_dim, batch.num_seqs, chained, stream);
+    launch_reduce(p, head_dim, batch.num_seqs, stream, chained);
   } else if (fp8) {
     launch_dims<fp8_e4m3>(p, head_dim, heads_per_cta, blocks_x, batch.num_seqs, stream);
   } else {

@@ -91,6 +91,7 @@ __device__ __forceinline__ void store_head_output(const DecodeParams& p, int s, 
 // per kv head `group` <= kTcMaxGroup (the mma's N side) and head_dim 64 or 128; the caller
 // launches the reduce after it.
 constexpr int kTcMaxGroup = 8;
-void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, cudaStream_t stream);
+// `chained`: with PDL (attention_decode).
+void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, bool chained, cudaStream_t stream);
 
 }  // namespace nvllm::kernels::decode_detail

@@ -38,6 +38,7 @@
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels::decode_detail {
 namespace {
@@ -172,8 +173,11 @@ __device__ __forceinline__ void load_tile(Tile<T, D>& tc, int t0, int end, int g
   }
 }
 
-template <typename T, int D>
+// kChained: launched with PDL (attention_decode's `chained`): waits for the kernel before it at
+// the top, and lets the next one launch once its tiles are done.
+template <typename T, int D, bool kChained>
 __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeParams p) {
+  if constexpr (kChained) pdl_wait();
   using C = TcCache<T, D>;
   constexpr bool kFp8 = std::is_same_v<T, fp8_e4m3>;
   constexpr int kKSteps = D / 16;  // k-steps of S^T
@@ -307,6 +311,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
     }
   }
 
+  if constexpr (kChained) pdl_launch_dependents();
   // Each warp's heads into shared memory, the dims back in place: o[jm][h] and o[jm][2 + h] hold
   // head 2c + h at the real dims g * kEighth + 2 jm and + 1.
 #pragma unroll
@@ -337,23 +342,33 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   }
 }
 
-template <typename T>
-void launch_dims(const DecodeParams& p, int head_dim, int num_seqs, cudaStream_t stream) {
+template <typename T, int D>
+void launch_chained(const DecodeParams& p, int num_seqs, bool chained, cudaStream_t stream) {
   const dim3 grid(p.num_kv_heads, num_seqs, p.num_splits);
+  if (chained && pdl_enabled()) {
+    launch_pdl(attention_decode_tc_kernel<T, D, true>, grid, dim3(kTcThreads), 0, stream, p);
+  } else {
+    attention_decode_tc_kernel<T, D, false><<<grid, kTcThreads, 0, stream>>>(p);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <typename T>
+void launch_dims(const DecodeParams& p, int head_dim, int num_seqs, bool chained, cudaStream_t stream) {
   if (head_dim == 128)
-    attention_decode_tc_kernel<T, 128><<<grid, kTcThreads, 0, stream>>>(p);
+    launch_chained<T, 128>(p, num_seqs, chained, stream);
   else
-    attention_decode_tc_kernel<T, 64><<<grid, kTcThreads, 0, stream>>>(p);
-  CUDA_CHECK(cudaGetLastError());
+    launch_chained<T, 64>(p, num_seqs, chained, stream);
 }
 
 }  // namespace
 
-void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, cudaStream_t stream) {
+void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, bool chained,
+                      cudaStream_t stream) {
   if (fp8)
-    launch_dims<fp8_e4m3>(p, head_dim, num_seqs, stream);
+    launch_dims<fp8_e4m3>(p, head_dim, num_seqs, chained, stream);
   else
-    launch_dims<bf16>(p, head_dim, num_seqs, stream);
+    launch_dims<bf16>(p, head_dim, num_seqs, chained, stream);
 }
 
 }  // namespace nvllm::kernels::decode_detail

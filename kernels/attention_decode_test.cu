@@ -68,6 +68,18 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
   INFO((fp8 ? "fp8" : "bf16"), " kernel ", int(kernel), " heads=", num_heads, "/", num_kv_heads,
        " d=", head_dim, " bs=", block_size, " rel_error=", err);
   CHECK(err < kBf16Tolerance);
+  {  // Chained (PDL) on a stream of its own: the launch changes no arithmetic, so the same bits.
+    const std::vector<bf16> plain = d_out.download();
+    cudaStream_t st = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    d_out.poison();
+    attention_decode(d_q.get(), q_stride, cache, batch, d_out.get(), num_heads, num_kv_heads, head_dim, block_size,
+                     scale, ws.get(), ws_bytes, st, kernel, /*chained=*/true);
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    CUDA_CHECK(cudaStreamDestroy(st));
+    const std::vector<bf16> chained = d_out.download();
+    CHECK(std::memcmp(plain.data(), chained.data(), plain.size() * sizeof(bf16)) == 0);
+  }
   if (fp8) {
     // The codes matter: the same kernel on the bf16 values the codes were made from is further
     // from this reference than the tolerance (E4M3 keeps 3 mantissa bits).

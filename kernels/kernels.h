@@ -184,11 +184,17 @@ void attention_prefill_simt(const bf16* q, int q_stride, const bf16* k_cache, co
 // the q heads of a kv head, up to 8, a mma) and the CUDA cores (each lane reads 16 bytes of a
 // token's row at a time and converts them in registers). kAuto takes the tensor cores for groups
 // of 2..8 q heads a kv head; tests and timing name one (the tensor cores refuse groups over 8).
+// `chained`: the tensor-core kernel (and its split reduce) launched with PDL, so that the next
+// kernel's blocks arrive while its last tiles run: for steps whose next kernel takes part in PDL
+// and has work to start before its wait (the o_proj gemv's weight stream). Where the next kernel
+// is a cuBLASLt GEMM it costs: Qwen3-8B batch 16 was 2-3% slower with it, batch 1 1-2.5% faster
+// (H100, bench/NOTES.md, twenty-fourth session). The CUDA-core kernel is always launched normally.
 enum class DecodeKernel : uint8_t { kAuto, kCudaCores, kTensorCores };
 size_t attention_decode_workspace_bytes(int max_num_seqs, int num_heads, int head_dim, int max_context_len);
 void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const AttentionBatch& batch, bf16* out,
                       int num_heads, int num_kv_heads, int head_dim, int block_size, float scale, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kAuto);
+                      size_t workspace_bytes, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kAuto,
+                      bool chained = false);
 // The CTAs attention_decode (kAuto) runs for `num_seqs` sequences of `context_len` tokens: the
 // parallelism it has. Each CTA's warps take their tiles one after another, so with few CTAs on the
 // GPU (small batches) it is latency-bound, not bandwidth-bound.

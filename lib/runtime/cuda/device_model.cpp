@@ -249,8 +249,11 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
     kernels::AttentionBatch decodes = ab;
     decodes.num_seqs = D;
     decodes.max_query_len = 1;
+    // Chained (PDL) where o_proj is a gemv, whose weight stream then starts during the attention.
+    const bool chained = !fused_norm && use_gemv(T, c_.q_size());
     kernels::attention_decode(qkv, c_.qkv_size(), cache, decodes, attn, c_.num_heads, c_.num_kv_heads,
-                              c_.head_dim, block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s);
+                              c_.head_dim, block_size_, scale, act_.decode_ws.get(), act_.decode_ws.bytes(), s,
+                              kernels::DecodeKernel::kAuto, chained);
   }
   if (D < L.seqs) {
     kernels::AttentionBatch prompts = ab;
