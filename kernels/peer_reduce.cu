@@ -54,51 +54,53 @@ __device__ __forceinline__ void wait_epoch(const uint32_t* slot, uint32_t epoch,
   }
 }
 
-// The residual step on row `row` of x [tokens, hidden] once its sum is known: sum8(i, acc) gives
-// the sum over the ranks of the row's elements i .. i + 7, in the same order of ranks on every
-// rank (identical results everywhere); then as all-reduce and add_rmsnorm compute it, or the sum
-// alone (no norm).
-template <bool kNorm, typename Sum8>
-__device__ __forceinline__ void finish_row(bf16* x, bf16* __restrict__ residual, const bf16* __restrict__ weight,
-                                           int row, int hidden, float eps, float* scratch, Sum8 sum8) {
-  const size_t base = static_cast<size_t>(row) * hidden;
-  float sum_sq = 0.f;
-  for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
-    float acc[8];
-    sum8(i, acc);
-    if constexpr (kNorm) {  // residual = bf16(bf16(sum) + residual)
-      float res[8];
-      to_float8(load8(residual + base + i), res);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        acc[j] = round_bf16(round_bf16(acc[j]) + res[j]);
-        sum_sq += acc[j] * acc[j];
-      }
-      store8(residual + base + i, from_float8(acc));
-    } else {
-      store8(x + base + i, from_float8(acc));
-    }
-  }
-  if constexpr (kNorm) {
-    // Each thread reads back only the residual groups it wrote itself (rmsnorm.cu's pattern).
-    const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
-    for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
-      float v[8], w[8];
-      to_float8(load8(residual + base + i), v);
-      to_float8(load8(weight + i), w);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = w[j] * round_bf16(v[j] * rstd);
-      store8(x + base + i, from_float8(v));
-    }
-  }
-}
-
 // Adds eight bf16 (a 16-byte chunk) to acc.
 __device__ __forceinline__ void add8(float (&acc)[8], uint4 raw) {
   float v[8];
   to_float8(*reinterpret_cast<const Bf16x8*>(&raw), v);
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j] += v[j];
+}
+
+// The block's rows r = blockIdx.x, + gridDim.x, ... of x [tokens, hidden] once every rank's part
+// can be read: chunk(r, e) gives rank r's 16 bytes at element e. Summed in rank order on every
+// rank (identical results everywhere), then as all-reduce and add_rmsnorm compute it, or the sum
+// alone (no norm).
+template <bool kNorm, typename Chunk>
+__device__ __forceinline__ void finish_rows(bf16* x, bf16* __restrict__ residual, const bf16* __restrict__ weight,
+                                            int tokens, int hidden, float eps, int ranks, float* scratch, Chunk chunk) {
+  for (int row = blockIdx.x; row < tokens; row += gridDim.x) {
+    const size_t base = static_cast<size_t>(row) * hidden;
+    float sum_sq = 0.f;
+    for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+      float acc[8] = {};
+      for (int r = 0; r < ranks; ++r) add8(acc, chunk(r, base + i));
+      if constexpr (kNorm) {  // residual = bf16(bf16(sum) + residual)
+        float res[8];
+        to_float8(load8(residual + base + i), res);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          acc[j] = round_bf16(round_bf16(acc[j]) + res[j]);
+          sum_sq += acc[j] * acc[j];
+        }
+        store8(residual + base + i, from_float8(acc));
+      } else {
+        store8(x + base + i, from_float8(acc));
+      }
+    }
+    if constexpr (kNorm) {
+      // Each thread reads back only the residual groups it wrote itself (rmsnorm.cu's pattern).
+      const float rstd = rsqrtf(block_sum(sum_sq, scratch) / hidden + eps);
+      for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
+        float v[8], w[8];
+        to_float8(load8(residual + base + i), v);
+        to_float8(load8(weight + i), w);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = w[j] * round_bf16(v[j] * rstd);
+        store8(x + base + i, from_float8(v));
+      }
+    }
+  }
 }
 
 // The barrier sum. Rows r = blockIdx.x, + gridDim.x, ... of x [tokens, hidden] (hidden % 8 == 0).
@@ -126,15 +128,9 @@ __global__ void peer_reduce_kernel(PeerReduce p, bf16* x, bf16* __restrict__ res
   }
   if (threadIdx.x == 0) p.epochs[blockIdx.x] = epoch;
   __syncthreads();
-  for (int row = blockIdx.x; row < tokens; row += gridDim.x) {
-    const size_t base = static_cast<size_t>(row) * hidden;
-    finish_row<kNorm>(x, residual, weight, row, hidden, eps, scratch, [&](int i, float (&acc)[8]) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] = 0.f;
-      for (int r = 0; r < p.ranks; ++r)
-        add8(acc, __ldcg(reinterpret_cast<const uint4*>(p.buffers[r] + half + base + i)));
-    });
-  }
+  finish_rows<kNorm>(x, residual, weight, tokens, hidden, eps, p.ranks, scratch, [&](int r, size_t e) {
+    return __ldcg(reinterpret_cast<const uint4*>(p.buffers[r] + half + e));
+  });
 }
 
 // The pushed sum (sums of at most kPeerLlElems elements). A decode step's sum is latency: the
@@ -207,16 +203,10 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
       }
     }
   pdl_launch_dependents();
-  for (int row = blockIdx.x; row < tokens; row += gridDim.x) {
-    const size_t base = static_cast<size_t>(row) * hidden;
-    finish_row<kNorm>(x, residual, weight, row, hidden, eps, scratch, [&](int i, float (&acc)[8]) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] = 0.f;
-      for (int r = 0; r < p.ranks; ++r)
-        add8(acc, r == p.rank ? *reinterpret_cast<const uint4*>(x + base + i)
-                              : receive16(p.inbox[p.rank] + inbox_word(epoch, r, base + i), epoch, p.abort));
-    });
-  }
+  finish_rows<kNorm>(x, residual, weight, tokens, hidden, eps, p.ranks, scratch, [&](int r, size_t e) {
+    return r == p.rank ? *reinterpret_cast<const uint4*>(x + e)
+                       : receive16(p.inbox[p.rank] + inbox_word(epoch, r, e), epoch, p.abort);
+  });
   __syncthreads();  // every thread has read the epoch
   if (threadIdx.x == 0) p.ll_epochs[blockIdx.x] = epoch;
 }
