@@ -69,18 +69,18 @@ void add_rmsnorm(bf16* x, bf16* residual, const bf16* weight, int num_tokens, in
 // GPU r; every rank holds the same pointers (set up by the runtime's TpComm).
 inline constexpr int kPeerMaxRanks = 8;
 inline constexpr int kPeerBlocks = 32;  // the grid of every call (the barrier is per block)
-inline constexpr int kPeerLlElems = 8 * 8192;  // the largest sum that goes by flagged pushes
+inline constexpr int kPeerPushElems = 8 * 8192;  // the largest sum that goes by flagged pushes
 struct PeerReduce {
   bf16* buffers[kPeerMaxRanks] = {};       // rank r's staging: two halves of `capacity` elements
   uint32_t* signals[kPeerMaxRanks] = {};   // rank r's [kPeerBlocks][kPeerMaxRanks] epochs, zeroed
   uint32_t* epochs = nullptr;              // this rank's [kPeerBlocks] call counters, zeroed
   const volatile uint32_t* abort = nullptr;  // host-mapped; non-zero: stop waiting for peers
   size_t capacity = 0;
-  // Small sums (at most kPeerLlElems elements) go by pushes that carry their own flag: rank r's
-  // inbox [2][kPeerMaxRanks][kPeerLlElems / 2] 8-byte words (two bf16 and the call's epoch),
+  // Small sums (at most kPeerPushElems elements) go by pushes that carry their own flag: rank r's
+  // inbox [2][kPeerMaxRanks][kPeerPushElems / 2] 8-byte words (two bf16 and the call's epoch),
   // zeroed, and this rank's [kPeerBlocks] call counters for them. Null: every sum by the barrier.
   uint64_t* inbox[kPeerMaxRanks] = {};
-  uint32_t* ll_epochs = nullptr;
+  uint32_t* push_epochs = nullptr;
   int rank = 0, ranks = 0;
 };
 // Whether peer_all_reduce takes [tokens, hidden] (staging capacity, hidden % 8 == 0).

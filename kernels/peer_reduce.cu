@@ -2,7 +2,7 @@
 // that can also do the residual step that follows it (add_rmsnorm). A decode token's all-reduce
 // moves kilobytes: its time is latency (NCCL ~6.4 us for 8 KB on 2 GPUs, bench/NOTES.md), and the
 // add + RMSNorm after it is a second launch. Two kernels, the same sums bit for bit:
-//  - pushed (sums of at most kPeerLlElems elements, peer_reduce_push_kernel): each rank stores
+//  - pushed (sums of at most kPeerPushElems elements, peer_reduce_push_kernel): each rank stores
 //    its rows into every peer's inbox as words that carry their own flag, then polls its own
 //    inbox: one one-way trip. 1 x 4,096 on 2 H200s: 3.8 us against the barrier's 5.8.
 //  - the barrier (larger sums, or no inboxes): copy in, one flag round trip over NVLink, read the
@@ -133,7 +133,7 @@ __global__ void peer_reduce_kernel(PeerReduce p, bf16* x, bf16* __restrict__ res
   });
 }
 
-// The pushed sum (sums of at most kPeerLlElems elements). A decode step's sum is latency: the
+// The pushed sum (sums of at most kPeerPushElems elements). A decode step's sum is latency: the
 // barrier above costs a one-way trip for the flags and then a read round trip for the rows. Here
 // each rank writes its rows straight into every peer's inbox as 8-byte words of two bf16 and the
 // call's epoch (an 8-byte store lands whole), and each rank polls its own inbox until every word
@@ -145,9 +145,9 @@ __global__ void peer_reduce_kernel(PeerReduce p, bf16* x, bf16* __restrict__ res
 // receiving every peer's epoch e + 1 words, which a peer sends only from its next call's kernel,
 // after its epoch-e kernel (and its reads of half h) ended: kernels of one stream run in order,
 // and under PDL each waits for the one before it first (launch.cuh). Block b of every rank takes
-// the same rows and counts its calls in ll_epochs[b], so the epochs agree.
+// the same rows and counts its calls in push_epochs[b], so the epochs agree.
 __device__ __forceinline__ size_t inbox_word(uint32_t epoch, int source, size_t element) {
-  return ((epoch & 1u) * kPeerMaxRanks + source) * size_t{kPeerLlElems / 2} + element / 2;
+  return ((epoch & 1u) * kPeerMaxRanks + source) * size_t{kPeerPushElems / 2} + element / 2;
 }
 
 __device__ __forceinline__ uint64_t flagged(uint32_t data, uint32_t epoch) {
@@ -188,7 +188,7 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
                                         const bf16* __restrict__ weight, int tokens, int hidden, float eps) {
   pdl_wait();
   __shared__ float scratch[32];
-  const uint32_t epoch = p.ll_epochs[blockIdx.x] + 1;  // the same value in every thread
+  const uint32_t epoch = p.push_epochs[blockIdx.x] + 1;  // the same value in every thread
   for (int row = blockIdx.x; row < tokens; row += gridDim.x)
     for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
       const size_t e = static_cast<size_t>(row) * hidden + i;
@@ -208,7 +208,7 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
                        : receive16(p.inbox[p.rank] + inbox_word(epoch, r, e), epoch, p.abort);
   });
   __syncthreads();  // every thread has read the epoch
-  if (threadIdx.x == 0) p.ll_epochs[blockIdx.x] = epoch;
+  if (threadIdx.x == 0) p.push_epochs[blockIdx.x] = epoch;
 }
 
 }  // namespace
@@ -225,7 +225,7 @@ void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* w
   // Every call launches all kPeerBlocks blocks, even for fewer rows: each block's epoch must
   // advance with every call for the barrier's arithmetic (above).
   const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 512);
-  if (p.inbox[p.rank] != nullptr && static_cast<size_t>(tokens) * hidden <= kPeerLlElems) {
+  if (p.inbox[p.rank] != nullptr && static_cast<size_t>(tokens) * hidden <= kPeerPushElems) {
     if (weight != nullptr)
       launch_pdl(peer_reduce_push_kernel<true>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
                  tokens, hidden, eps);

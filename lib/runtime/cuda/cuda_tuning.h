@@ -51,7 +51,7 @@ struct CudaTuning {
   // NVLLM_PEER_ALL_REDUCE=0: NCCL's all-reduce, then add_rmsnorm. Sums agree to bf16 rounding,
   // not bit for bit (the order of the additions differs), so tokens may differ where greedy ties.
   bool peer_all_reduce = true;
-  // Sums of at most kernels::kPeerLlElems elements by flagged pushes into the peers' inboxes (one
+  // Sums of at most kernels::kPeerPushElems elements by flagged pushes into the peers' inboxes (one
   // one-way trip) rather than the flag barrier and a read of the peers' rows (NVLLM_PEER_PUSH=0:
   // the barrier). Bit for bit the same sums.
   bool peer_push = true;

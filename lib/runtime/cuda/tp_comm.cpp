@@ -79,7 +79,7 @@ void TpComm::set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_
     CUDA_CHECK(cudaMemset(c.signals_.get(), 0, c.signals_.bytes()));
     CUDA_CHECK(cudaMemset(c.epochs_.get(), 0, c.epochs_.bytes()));
     if (push) {
-      c.inbox_ = DeviceBuffer(sizeof(uint64_t) * 2 * kernels::kPeerMaxRanks * (kernels::kPeerLlElems / 2));
+      c.inbox_ = DeviceBuffer(sizeof(uint64_t) * 2 * kernels::kPeerMaxRanks * (kernels::kPeerPushElems / 2));
       c.push_epochs_ = DeviceBuffer(sizeof(uint32_t) * kernels::kPeerBlocks);
       CUDA_CHECK(cudaMemset(c.inbox_.get(), 0, c.inbox_.bytes()));
       CUDA_CHECK(cudaMemset(c.push_epochs_.get(), 0, c.push_epochs_.bytes()));
@@ -94,7 +94,7 @@ void TpComm::set_up_peer(std::vector<std::unique_ptr<TpComm>>& comms, int first_
     c.peer_ = shared;
     c.peer_.rank = i;
     c.peer_.epochs = c.epochs_.as<uint32_t>();
-    c.peer_.ll_epochs = c.push_epochs_.as<uint32_t>();
+    c.peer_.push_epochs = c.push_epochs_.as<uint32_t>();
     c.abort_flag_ = flag;
   }
   CUDA_CHECK(cudaSetDevice(previous));

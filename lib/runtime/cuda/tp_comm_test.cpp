@@ -186,7 +186,7 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
     struct Shape {
       int tokens, hidden;
     };
-    // Pushed (with `push`) up to kPeerLlElems elements: 8 x 8192 is exactly that many, 9 x 8192
+    // Pushed (with `push`) up to kPeerPushElems elements: 8 x 8192 is exactly that many, 9 x 8192
     // one row more (the barrier); the shapes alternate between the two, whose epochs are apart.
     for (const Shape shape : {Shape{1, 4096}, Shape{3, 1024}, Shape{64, 4096}, Shape{8, 8192}, Shape{65, 4096},
                               Shape{9, 8192}, Shape{32, 8192}, Shape{1, 4096}}) {
@@ -244,7 +244,7 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
             abort_all);
         const bool peer = comms[0]->uses_peer(T, H);
         for (int c = 0; c < kCalls; ++c) {
-          const bool pushed = peer && push && static_cast<size_t>(count) <= kernels::kPeerLlElems;
+          const bool pushed = peer && push && static_cast<size_t>(count) <= kernels::kPeerPushElems;
           const std::string what = str_cat(n, " ranks, ", T, " x ", H, norm ? " with" : " without", " the norm, call ",
                                            c, pushed ? " (peer push)" : peer ? " (peer)" : " (NCCL)");
           INFO(what);
@@ -378,7 +378,7 @@ TEST_CASE("gpu.bench.peer_all_reduce" * doctest::skip()) {
             abort_all);
         std::printf("all-reduce + add_rmsnorm, %d GPUs, %3d x %4d bf16 (%6zu bytes), %s: %7.2f us each\n", n, t, h,
                     static_cast<size_t>(t) * h * 2, !comms[0]->uses_peer(t, h) ? "NCCL + kernel"
-                    : push && size_t(t) * h <= kernels::kPeerLlElems ? "peer push"
+                    : push && size_t(t) * h <= kernels::kPeerPushElems ? "peer push"
                                                                      : "peer barrier",
                     1e3 * ms[0] / kReps);
       }
