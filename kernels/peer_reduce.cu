@@ -8,10 +8,10 @@
 //  - the barrier (larger sums, or no inboxes): copy in, one flag round trip over NVLink, read the
 //    peers' rows: a one-way trip and a read round trip, but the data's bytes only once.
 //
-// The barrier's synchronisation (kernels.h, PeerReduce): block b of every rank stages the same rows (the grid
-// is always kPeerBlocks and the rows are split alike), then stores its epoch in block b's slot of
-// every rank's signals (release, system scope) and waits until every rank's epoch has reached
-// its own (acquire), so the rows it then reads are written. The staging alternates between two
+// The barrier's synchronisation (kernels.h, PeerReduce): block b of every rank stages the same
+// rows (the grid is always kPeerBlocks and the rows are split alike), then stores its epoch in
+// block b's slot of every rank's signals (release, system scope) and waits until every rank's
+// epoch has reached its own (acquire), so the rows it then reads are written. The staging alternates between two
 // halves by epoch parity: a rank can write half p again (epoch e + 2) only after passing epoch
 // e + 1's barrier, which every peer reaches only after its epoch-e kernel (and its reads) ended:
 // kernels of one stream run in order, and under PDL each waits for the one before it first
