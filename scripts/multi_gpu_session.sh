@@ -10,7 +10,8 @@
 #               comparison means something only when it is near 0: at S = 16 it was -5.4 and TP 1 and
 #               TP 2 agreed on 3 of 100, their log-probabilities within 0.7%)
 #   allreduce   NCCL all-reduce: one decode token's hidden state from a CUDA graph, and bus bandwidth; the
-#               decode residual step (sum + add_rmsnorm) through peer memory and through NCCL + kernel
+#               decode residual step (sum + add_rmsnorm) through peer memory (pushed, and by the flag
+#               barrier) and through NCCL + kernel
 #   latency     bench latency, batch 1, 128 in / 512 out, Qwen3-8B shape (36 layers, dummy weights), TP 1 and
 #               each TP in TPS; TP 1 on the separate kernels too when the fused batch-1 path served it (TP
 #               always runs those), and each TP with NVLLM_PEER_ALL_REDUCE=0 (NCCL's all-reduce) and with
@@ -316,7 +317,7 @@ if 8192 in ar:
                  f"{per_step/1e3:.3f} ms; {big >> 20} MB: busbw {ar[big][1]:.1f} GB/s", "-"))
 if os.path.exists(f"{out}/peer_allreduce.log"):
     for line in open(f"{out}/peer_allreduce.log"):
-        m = re.search(r"add_rmsnorm, (\d) GPUs, +(\d+) x +(\d+) .*?, (peer memory|NCCL \+ kernel): +([\d.]+) us", line)
+        m = re.search(r"add_rmsnorm, (\d) GPUs, +(\d+) x +(\d+) .*?, (peer push|peer barrier|NCCL \+ kernel): +([\d.]+) us", line)
         if m:
             rows.append((f"  sum + add_rmsnorm, {m.group(1)} GPUs", f"{m.group(2)} x {m.group(3)}: {m.group(4)} "
                          f"{m.group(5)} us", "-"))
