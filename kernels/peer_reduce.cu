@@ -223,7 +223,7 @@ void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* w
   NVLLM_CHECK(peer_reduce_fits(p, tokens, hidden), "peer_all_reduce: ", tokens, " x ", hidden,
                      " does not fit the staging of ", p.capacity, " elements on ", p.ranks, " ranks");
   // Every call launches all kPeerBlocks blocks, even for fewer rows: each block's epoch must
-  // advance with every call for the barrier's arithmetic (above).
+  // advance with every call for either kernel's arithmetic (above).
   const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 512);
   if (p.inbox[p.rank] != nullptr && static_cast<size_t>(tokens) * hidden <= kPeerPushElems) {
     if (weight != nullptr)

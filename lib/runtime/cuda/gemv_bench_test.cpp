@@ -17,8 +17,8 @@
 // "cublaslt+silu" the runner at larger batches (with the silu_mul kernel before down); FP8
 // weights (one byte a weight, LM head bf16): "fp8-gemv" the runner at small batches (gemv_fp8 for
 // every projection, down included; "fp8-gemv-r2" with two rows a block instead of four,
-// "fp8-gemv-walk6" / "-walk4" with the capped grids)
-// and "fp8-gemm+silu" the runner at larger ones (activations quantised per token, FP8 GEMM, scales).
+// "fp8-gemv-walk6" / "-walk4" with the capped grids) and "fp8-gemm+silu" the runner at larger
+// ones (activations quantised per token, FP8 GEMM, scales).
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -17,6 +17,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda_check.h"
+#include "kernels/kernel_test_util.h"
 #include "runtime/cuda/tp_comm.h"
 #include "runtime/cuda/tp_runner.h"
 
@@ -69,28 +70,14 @@ ReduceReference reduce_reference(const std::vector<std::vector<uint16_t>>& xs, c
 }
 
 // Milliseconds of one CUDA-graph replay of `reps` calls of `call` on `s` (three eager calls first
-// to warm up, the first replay untimed): the timing cases' harness.
+// to warm up, then kernels::test::graph_median_us: the median of 20 replays): the timing cases'
+// harness.
 float graph_replay_ms(cudaStream_t s, int reps, const std::function<void()>& call) {
   for (int i = 0; i < 3; ++i) call();
   CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < reps; ++i) call();
-  CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-  CUDA_CHECK(cudaGraphLaunch(exec, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  CudaEvent a, b;
-  CUDA_CHECK(cudaEventRecord(a.get(), s));
-  CUDA_CHECK(cudaGraphLaunch(exec, s));
-  CUDA_CHECK(cudaEventRecord(b.get(), s));
-  CUDA_CHECK(cudaEventSynchronize(b.get()));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(g);
-  return ms;
+  return static_cast<float>(kernels::test::graph_median_us(s, [&] {
+           for (int i = 0; i < reps; ++i) call();
+         }) / 1e3);
 }
 
 // One rank's stream and buffer on its device.
