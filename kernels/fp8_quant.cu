@@ -1,6 +1,7 @@
 // E4M3 quantisation of rows: weights at load (--quantization fp8, one scale per output channel) and
-// activations before an FP8 GEMM (one scale per token). One block a row: the row's absolute
-// maximum, then the codes. Bytes: rows * cols * (2 read twice, the second from L2, + 1 written).
+// activations before an FP8 GEMM (one scale per token). One block a row, a thread per 8-element
+// group up to 1,024 (row_threads): the row's absolute maximum, then the codes. Bytes: rows * cols *
+// (2 read twice, the second from L2, + 1 written).
 // And the FP8 GEMM's scales applied after it (cuBLASLt on sm_90 scales by scalars only): m * n * 4
 // bytes.
 #include <algorithm>
@@ -14,8 +15,21 @@
 namespace nvllm::kernels {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;     // scale_rows_cols' blocks
+constexpr int kMaxRowThreads = 1024;
 constexpr float kE4M3Max = 448.f;
+
+// A row kernel's block: one thread per 8-element group, whole warps, at most kMaxRowThreads. With
+// 256 threads a row, a decode step's 230 rows of 14,336 (Llama-3-8B's silu_mul_fp8) gave each SM
+// two blocks walking seven groups a thread one after another: 19 us for 8 us of bytes (H100,
+// bench/NOTES.md, twenty-fifth session).
+int row_threads(int cols) { return std::clamp((cols / 8 + 31) / 32 * 32, 32, kMaxRowThreads); }
+
+// Eight consecutive column scales, 32-byte aligned (c a multiple of 8 and the array from cudaMalloc).
+__device__ __forceinline__ void load_scales8(const float* p, float* out) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
 
 // The second pass of a row's quantisation, once its absolute maximum is known (every thread of
 // the block, each over the 8-element groups it owns, strided by the block): scale = amax / 448,
@@ -42,14 +56,14 @@ __device__ __forceinline__ void write_row_codes(const bf16* row, uint8_t* out, f
 // float: rounded to bf16 where it is stored.
 __device__ __forceinline__ float scaled(float v, float row_scale, float col_scale) { return v * row_scale * col_scale; }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxRowThreads)
     quantize_rows_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
                          int cols) {
   __shared__ float scratch[32];
   pdl_enter();
   const bf16* row = x + size_t(blockIdx.x) * cols;
   float amax = 0.f;
-  for (int c = threadIdx.x * 8; c < cols; c += kThreads * 8) {
+  for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
     float f[8];
     to_float8(load8(row + c), f);
 #pragma unroll
@@ -62,7 +76,7 @@ __global__ void __launch_bounds__(kThreads)
 // silu_mul_fp8: gate_up's unscaled product row -> scaled (as scale_rows_cols), silu(gate) * up
 // (as silu_mul, stored to act in bf16), then act's codes (as quantize_rows_fp8). Each thread reads
 // back only the act groups it wrote.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxRowThreads)
     silu_mul_fp8_kernel(const bf16* __restrict__ gate_up, const float* __restrict__ row_scales,
                         const float* __restrict__ col_scales, bf16* __restrict__ act, uint8_t* __restrict__ codes,
                         float* __restrict__ act_scales, int intermediate) {
@@ -72,14 +86,16 @@ __global__ void __launch_bounds__(kThreads)
   bf16* row = act + size_t(blockIdx.x) * intermediate;
   const float rs = row_scales[blockIdx.x];
   float amax = 0.f;
-  for (int c = threadIdx.x * 8; c < intermediate; c += kThreads * 8) {
-    float g[8], u[8], o[8];
+  for (int c = threadIdx.x * 8; c < intermediate; c += blockDim.x * 8) {
+    float g[8], u[8], o[8], gc[8], uc[8];
     to_float8(load8(in + c), g);
     to_float8(load8(in + intermediate + c), u);
+    load_scales8(col_scales + c, gc);
+    load_scales8(col_scales + intermediate + c, uc);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float gs = round_bf16(scaled(g[j], rs, col_scales[c + j]));
-      const float us = round_bf16(scaled(u[j], rs, col_scales[intermediate + c + j]));
+      const float gs = round_bf16(scaled(g[j], rs, gc[j]));
+      const float us = round_bf16(scaled(u[j], rs, uc[j]));
       o[j] = round_bf16(silu_mul_one(gs, us));
       amax = fmaxf(amax, fabsf(o[j]));
     }
@@ -106,8 +122,10 @@ __global__ void add_rmsnorm_fp8_kernel(bf16* x, const float* row_scales, const f
       xr, residual + size_t(blockIdx.x) * hidden, weight, hidden, eps, scratch,
       [&](int c, float* v) {
         if (row_scales == nullptr) return;
+        float cs[8];
+        load_scales8(col_scales + c, cs);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = round_bf16(scaled(v[j], rs, col_scales[c + j]));
+        for (int j = 0; j < 8; ++j) v[j] = round_bf16(scaled(v[j], rs, cs[j]));
       },
       [&](int c, float* v) {
 #pragma unroll
@@ -155,7 +173,7 @@ void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col
   if (num_tokens <= 0) return;
   NVLLM_CHECK(intermediate > 0 && intermediate % 8 == 0, "silu_mul_fp8: intermediate size ", intermediate,
               "; needs a positive multiple of 8");
-  launch_pdl(silu_mul_fp8_kernel, dim3(num_tokens), dim3(kThreads), 0, stream, gate_up, row_scales, col_scales, act,
+  launch_pdl(silu_mul_fp8_kernel, dim3(num_tokens), dim3(row_threads(intermediate)), 0, stream, gate_up, row_scales, col_scales, act,
              codes, act_scales, intermediate);
 }
 
@@ -164,16 +182,15 @@ void add_rmsnorm_fp8(bf16* x, const float* row_scales, const float* col_scales, 
   if (num_tokens <= 0) return;
   NVLLM_CHECK(hidden > 0 && hidden % 8 == 0, "add_rmsnorm_fp8: hidden size ", hidden,
               "; needs a positive multiple of 8");
-  // add_rmsnorm's block: one thread per 8-element group, whole warps, at most 1024.
-  const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 1024);
-  launch_pdl(add_rmsnorm_fp8_kernel, dim3(num_tokens), dim3(threads), 0, stream, x, row_scales, col_scales, residual,
+  // add_rmsnorm's block (the same rule as row_threads).
+  launch_pdl(add_rmsnorm_fp8_kernel, dim3(num_tokens), dim3(row_threads(hidden)), 0, stream, x, row_scales, col_scales, residual,
              weight, codes, code_scales, hidden, eps);
 }
 
 void quantize_rows_fp8(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t stream) {
   if (rows <= 0) return;
   NVLLM_CHECK(cols > 0 && cols % 8 == 0, "quantize_rows_fp8: ", cols, " columns; needs a positive multiple of 8");
-  launch_pdl(quantize_rows_kernel, dim3(rows), dim3(kThreads), 0, stream, x, codes, scales, cols);
+  launch_pdl(quantize_rows_kernel, dim3(rows), dim3(row_threads(cols)), 0, stream, x, codes, scales, cols);
 }
 
 }  // namespace nvllm::kernels

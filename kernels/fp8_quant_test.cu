@@ -1,6 +1,7 @@
 // quantize_rows_fp8 against the CPU's E4M3 conversion (core/dtype.h, what --quantization fp8 uses
 // on the CPU runner): scales and codes bit for bit on random rows, a row with exact rounding ties
-// (scale 1: amax 448), an all-zero row, widths below and past one pass of the block.
+// (scale 1: amax 448), an all-zero row, widths below one pass of the block, exactly one (8,192:
+// 1,024 threads of 8), one group past it (8,200) and a partial second pass (14,336).
 // scale_rows_cols (an FP8 GEMM's scales) against the same products in float; silu_mul_fp8 and
 // add_rmsnorm_fp8 against the kernels they fuse.
 #include <doctest/doctest.h>
@@ -38,7 +39,7 @@ Expected reference(const std::vector<bf16>& x, int rows, int cols) {
 }  // namespace
 
 TEST_CASE("gpu.kernels.quantize_rows_fp8 gives the CPU's codes and scales bit for bit") {
-  for (const int cols : {8, 2056, 14336}) {
+  for (const int cols : {8, 2056, 8192, 8200, 14336}) {
     const int rows = 5;
     std::mt19937 rng{static_cast<uint32_t>(cols)};
     std::vector<bf16> x = random_bf16(rng, size_t(rows) * cols, -3.f, 3.f);
@@ -93,9 +94,10 @@ TEST_CASE("gpu.kernels.scale_rows_cols scales each element by its row's and its 
 }
 
 TEST_CASE("gpu.kernels.silu_mul_fp8 equals scale_rows_cols, silu_mul and quantize_rows_fp8 bit for bit") {
-  // Widths below one pass of the block (8) and past it with a partial last pass (2056 = 8 * 257);
-  // one token row all zero (scale 0, zero codes).
-  for (const int inter : {8, 2056}) {
+  // Widths below one pass of the block (8, 2056), exactly one (8,192: 1,024 threads of 8 values),
+  // one group past it (8,200) and a partial second pass (14,336); one token row all zero (scale 0,
+  // zero codes).
+  for (const int inter : {8, 2056, 8192, 8200, 14336}) {
     const int tokens = 3;
     std::mt19937 rng{static_cast<uint32_t>(inter + 5)};
     std::vector<bf16> gate_up = random_bf16(rng, size_t(tokens) * 2 * inter, -400.f, 400.f);

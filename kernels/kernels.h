@@ -99,11 +99,14 @@ void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* w
 // each head rotate as pairs (i, i + head_dim/2)) with angle position * inv_freq[i] (inv_freq has
 // head_dim/2 entries; llama3 scaling is folded into it by the caller). Then writes k and v of
 // token t into the caches at slot_mapping[t] (skipped when < 0), quantised there for an FP8
-// cache (qkv keeps the bf16 values).
+// cache (qkv keeps the bf16 values). With row_scales / col_scales (qkv the unscaled product of an
+// FP8 GEMM), every value first gets its token's and its column's scale as scale_rows_cols would
+// give it (v rows too, written back): bit for bit scale_rows_cols then this kernel, one pass less.
 void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const bf16* q_norm, const bf16* k_norm, float eps, const float* inv_freq,
                         const KvCache& cache, int num_tokens, int num_heads, int num_kv_heads,
-                        int head_dim, int block_size, cudaStream_t stream);
+                        int head_dim, int block_size, cudaStream_t stream, const float* row_scales = nullptr,
+                        const float* col_scales = nullptr);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i].
 void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, cudaStream_t stream);

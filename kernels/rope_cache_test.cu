@@ -168,7 +168,59 @@ void run_fp8_case(int num_heads, int num_kv_heads, int head_dim, bool qk_norm, u
   CHECK(subnormal > 0);
 }
 
+// An FP8 GEMM's unscaled product with its token and column scales given to the kernel: the whole
+// qkv buffer (v rows included) and both caches bit for bit as scale_rows_cols then the kernel
+// without scales.
+void run_scaled_case(int num_heads, int num_kv_heads, int head_dim, bool qk_norm, bool fp8_cache, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int num_tokens = 45, block_size = 16, width = (num_heads + 2 * num_kv_heads) * head_dim;
+  const int num_blocks = (num_tokens + block_size - 1) / block_size + 2;
+  const auto qkv = random_bf16(rng, size_t(num_tokens) * width, -400.f, 400.f);
+  const auto qn = random_bf16(rng, head_dim, 0.5f, 1.5f), kn = random_bf16(rng, head_dim, 0.5f, 1.5f);
+  std::vector<float> inv_freq(head_dim / 2), rows(num_tokens), cols(width);
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = float(std::pow(1e6, -2.0 * i / head_dim));
+  std::uniform_real_distribution<float> dist(1e-4f, 2e-2f);
+  for (float& v : rows) v = dist(rng);
+  for (float& v : cols) v = dist(rng);
+  std::vector<int32_t> positions(num_tokens), slots(num_tokens), perm(num_blocks * block_size);
+  for (auto& p : positions) p = int32_t(rng() % 40000);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int t = 0; t < num_tokens; ++t) slots[t] = t % 5 == 4 ? -1 : perm[t];
+  const std::vector<float> kv_scales(num_kv_heads, 0.05f);
+
+  const size_t cache_bytes = size_t(num_blocks) * block_size * num_kv_heads * head_dim * (fp8_cache ? 1 : 2);
+  DeviceBuffer<bf16> d_qkv(qkv), d_ref(qkv), d_qn(qn), d_kn(kn);
+  DeviceBuffer<uint8_t> d_k(cache_bytes), d_v(cache_bytes), d_k_ref(cache_bytes), d_v_ref(cache_bytes);
+  DeviceBuffer<int32_t> d_pos(positions), d_slots(slots);
+  DeviceBuffer<float> d_freq(inv_freq), d_rows(rows), d_cols(cols), d_kvs(kv_scales);
+  for (auto* b : {&d_k, &d_v, &d_k_ref, &d_v_ref}) b->poison();
+  auto cache = [&](DeviceBuffer<uint8_t>& k, DeviceBuffer<uint8_t>& v) {
+    return fp8_cache ? KvCache{k.get(), v.get(), KvDtype::kFp8E4M3, d_kvs.get(), d_kvs.get()}
+                     : KvCache{k.get(), v.get()};
+  };
+  const bf16* qn_p = qk_norm ? d_qn.get() : nullptr;
+  const bf16* kn_p = qk_norm ? d_kn.get() : nullptr;
+  qk_norm_rope_cache(d_qkv.get(), d_pos.get(), d_slots.get(), qn_p, kn_p, 1e-6f, d_freq.get(), cache(d_k, d_v),
+                     num_tokens, num_heads, num_kv_heads, head_dim, block_size, nullptr, d_rows.get(), d_cols.get());
+  scale_rows_cols(d_ref.get(), d_rows.get(), d_cols.get(), num_tokens, width, nullptr);
+  qk_norm_rope_cache(d_ref.get(), d_pos.get(), d_slots.get(), qn_p, kn_p, 1e-6f, d_freq.get(),
+                     cache(d_k_ref, d_v_ref), num_tokens, num_heads, num_kv_heads, head_dim, block_size, nullptr);
+  const std::vector<bf16> got = d_qkv.download(), want = d_ref.download();
+  INFO("heads=", num_heads, "/", num_kv_heads, " d=", head_dim, " norm=", qk_norm, " fp8 cache=", fp8_cache);
+  CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(bf16)) == 0);
+  CHECK(d_k.download() == d_k_ref.download());
+  CHECK(d_v.download() == d_v_ref.download());
+  CHECK(std::memcmp(got.data(), qkv.data(), got.size() * sizeof(bf16)) != 0);  // the scales did something
+}
+
 }  // namespace
+
+TEST_CASE("gpu.kernels.qk_norm_rope_cache with an FP8 product's scales equals scale_rows_cols then the kernel") {
+  run_scaled_case(16, 8, 128, true, false, 21);  // Qwen3-0.6B
+  run_scaled_case(32, 8, 128, false, true, 22);  // Llama-3-8B, FP8 cache
+  run_scaled_case(32, 8, 64, true, true, 23);
+}
 
 TEST_CASE("gpu.kernels.qk_norm_rope_cache writes an FP8 cache with the CPU runner's codes") {
   run_fp8_case(16, 8, 128, true, 11);  // Qwen3-0.6B

@@ -230,15 +230,18 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   float* x_scales = act_.x8_scales.as<float>();
   // x arrives normalised by this layer's input norm (forward() or the layer before), and as
   // codes in x8 with fused_norm.
+  // With fused_norm and no bias the FP8 product's scales go in with the RoPE (one pass less).
+  const bool scales_in_rope = fused_norm && !w.qkv_bias;
   if (fused_norm)
-    gemm_.matmul_fp8(x8, x_scales, w.qkv.codes, w.qkv.scales, qkv, T, c_.qkv_size(), H, s);
+    gemm_.matmul_fp8(x8, x_scales, w.qkv.codes, w.qkv.scales, qkv, T, c_.qkv_size(), H, s, !scales_in_rope);
   else
     linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
   if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
   const kernels::KvCache& cache = kv_.layers[l];
   kernels::qk_norm_rope_cache(qkv, st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), w.q_norm, w.k_norm, eps,
                               w_.inv_freq.as<float>(), cache, T, c_.num_heads, c_.num_kv_heads, c_.head_dim,
-                              block_size_, s);
+                              block_size_, s, scales_in_rope ? x_scales : nullptr,
+                              scales_in_rope ? w.qkv.scales : nullptr);
   // Sequences with one query token (the decodes, which the scheduler puts first) take the decode
   // kernel, which splits long contexts and reads a KV head once for its query heads; the rest
   // (prompt chunks) the prefill kernel, its sequences and rows offset past the decodes. A mixed
