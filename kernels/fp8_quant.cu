@@ -183,8 +183,8 @@ void add_rmsnorm_fp8(bf16* x, const float* row_scales, const float* col_scales, 
   NVLLM_CHECK(hidden > 0 && hidden % 8 == 0, "add_rmsnorm_fp8: hidden size ", hidden,
               "; needs a positive multiple of 8");
   // add_rmsnorm's block (the same rule as row_threads).
-  launch_pdl(add_rmsnorm_fp8_kernel, dim3(num_tokens), dim3(row_threads(hidden)), 0, stream, x, row_scales, col_scales, residual,
-             weight, codes, code_scales, hidden, eps);
+  launch_pdl(add_rmsnorm_fp8_kernel, dim3(num_tokens), dim3(row_threads(hidden)), 0, stream, x, row_scales,
+             col_scales, residual, weight, codes, code_scales, hidden, eps);
 }
 
 void quantize_rows_fp8(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t stream) {
