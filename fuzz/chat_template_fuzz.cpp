@@ -2,8 +2,11 @@
 // optionally followed by "\n---\n" and a JSON list of messages (a fixed two-turn conversation
 // when absent or not JSON). Each template is parsed, its content format detected, and rendered
 // in both content formats. Anything may be refused with nvllm::Error (ChatTemplateError
-// included); nothing may crash or hang. Built only where lib/chat/chat_template.cpp exists
-// (cmake/hardening.cmake).
+// included); nothing may crash or hang, and no error may be the engine's own (kEngineBug: a
+// library exception the renderer caught for the request's sake is a crash here). Built only
+// where lib/chat/chat_template.cpp exists (cmake/hardening.cmake).
+#include <string_view>
+
 #include "chat/chat_template.h"
 #include "core/error.h"
 #include "fuzz/fuzz_util.h"
@@ -31,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto format : {nvllm::ContentFormat::kString, nvllm::ContentFormat::kOpenai}) {
       try {
         (void)t.render(inputs, format);
-      } catch (const nvllm::Error&) {
+      } catch (const nvllm::Error& e) {
+        if (std::string_view(e.what()).find(nvllm::kEngineBug) != std::string_view::npos) __builtin_trap();
       }
     }
   } catch (const nvllm::Error&) {

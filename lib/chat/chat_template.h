@@ -21,6 +21,9 @@ class ChatTemplateError : public Error {
  public:
   using Error::Error;
 };
+// In a ChatTemplateError's message where the engine, not the template, was at fault (a library
+// exception it should have prevented): the request fails, the process does not.
+inline constexpr const char* kEngineBug = "internal error in nvllm's template engine, please report the template";
 
 // How message `content` is handed to the template (vLLM's --chat-template-content-format).
 enum class ContentFormat {

@@ -2,7 +2,9 @@
 // Filters that return generators in jinja2 (map, select, reverse, ...) return lists here: the
 // same items, and templates consume them with `| list`, `join` or a for loop.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -10,6 +12,7 @@
 #include "chat/jinja_interpreter.h"
 #include "chat/jinja_operators.h"
 #include "chat/jinja_text.h"
+#include "core/error.h"
 
 namespace nvllm::jinja {
 
@@ -103,7 +106,19 @@ Value attribute_of(Interpreter& in, const Value& item, const Value& attr) {
   Value cur = item;
   for (const auto& part : text::split(path, std::string_view("."), -1)) {
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return isdigit(c); });
-    cur = digits ? in.getitem(cur, Value(static_cast<int64_t>(std::stoll(part)))) : in.getitem(cur, Value(part));
+    if (!digits) {
+      cur = in.getitem(cur, Value(part));
+      continue;
+    }
+    // A part of digits is an index, as jinja's int(part); past int64 (Python's int has no bound)
+    // no list, string or dict holds it: undefined, as an index past the end is.
+    int64_t index = 0;
+    if (std::from_chars(part.data(), part.data() + part.size(), index).ec == std::errc())
+      cur = in.getitem(cur, Value(index));
+    else if (cur.is_undefined())
+      undefined_error(cur);
+    else
+      cur = Value::undefined(str_cat("no element ", part));
   }
   return cur;
 }
@@ -188,23 +203,41 @@ Value f_last(Interpreter&, const Value& v, Args&) {
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }
 
+// int(x) of a float as Python truncates it: NaN has no integer (jinja's int filter then gives its
+// default: nullopt), infinity raises (as jinja's int filter does for a float value), and a value
+// past int64 would be a Python int we do not have (integer_overflow).
+std::optional<int64_t> int_of_float(double d) {
+  if (std::isnan(d)) return std::nullopt;
+  if (std::isinf(d)) throw std::runtime_error("cannot convert float infinity to integer");
+  // 2^63 is exact in a double; every double below it in magnitude truncates into int64.
+  if (d >= 0x1p63 || d < -0x1p63) integer_overflow();
+  return static_cast<int64_t>(d);
+}
+
 Value f_int(Interpreter&, const Value& v, Args& a) {
   Value dflt = a.get(0, "default", Value(int64_t{0}));
   if (v.is_undefined()) undefined_error(v);  // int(Undefined) raises rather than falling back
-  if (v.is_number()) return Value(v.kind() == Kind::kFloat ? static_cast<int64_t>(v.as_float()) : v.as_int());
-  if (v.is_string()) {
-    std::string s(text::strip(v.str(), std::nullopt, true, true));
-    try {
-      size_t used = 0;
-      long long i = std::stoll(s, &used, static_cast<int>(a.get(1, "base", Value(int64_t{10})).as_int()));
-      if (used == s.size()) return Value(static_cast<int64_t>(i));
-      size_t fused = 0;
-      double d = std::stod(s, &fused);
-      if (fused == s.size()) return Value(static_cast<int64_t>(d));
-    } catch (const std::exception&) {
-    }
+  auto of_float = [&](double d) {
+    const std::optional<int64_t> i = int_of_float(d);
+    return i ? Value(*i) : dflt;
+  };
+  if (v.kind() == Kind::kFloat) return of_float(v.as_float());
+  if (v.is_number()) return Value(v.as_int());
+  if (!v.is_string()) return dflt;
+  std::string s(text::strip(v.str(), std::nullopt, true, true));
+  try {
+    size_t used = 0;
+    long long i = std::stoll(s, &used, static_cast<int>(a.get(1, "base", Value(int64_t{10})).as_int()));
+    if (used == s.size()) return Value(static_cast<int64_t>(i));
+  } catch (const std::out_of_range&) {
+    integer_overflow();  // digits past int64: Python's int would hold them
+  } catch (const std::invalid_argument&) {
   }
-  return dflt;
+  // "42.23" | int gives 42, as jinja's float fallback; there an infinity ('inf', or past double's
+  // range) gives the default (jinja catches that OverflowError), a NaN too.
+  char* end = nullptr;
+  const double d = std::strtod(s.c_str(), &end);
+  return !s.empty() && end == s.c_str() + s.size() && !std::isinf(d) ? of_float(d) : dflt;
 }
 
 Value f_float(Interpreter&, const Value& v, Args& a) {
@@ -212,20 +245,22 @@ Value f_float(Interpreter&, const Value& v, Args& a) {
   if (v.is_undefined()) undefined_error(v);
   if (v.is_number()) return Value(v.as_float());
   if (v.is_string()) {
+    // As Python's float(): past double's range an infinity, below it zero (std::stod throws for
+    // both).
     std::string s(text::strip(v.str(), std::nullopt, true, true));
-    try {
-      size_t used = 0;
-      double d = std::stod(s, &used);
-      if (used == s.size()) return Value(d);
-    } catch (const std::exception&) {
-    }
+    char* end = nullptr;
+    const double d = std::strtod(s.c_str(), &end);
+    if (!s.empty() && end == s.c_str() + s.size()) return Value(d);
   }
   return dflt;
 }
 
 Value f_abs(Interpreter&, const Value& v, Args&) {
   if (v.kind() == Kind::kFloat) return Value(std::fabs(v.as_float()));
-  if (v.is_number()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+  if (v.is_number()) {
+    if (v.as_int() == INT64_MIN) integer_overflow();  // its absolute value is past int64
+    return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+  }
   throw std::runtime_error("bad operand type for abs(): '" + type_name(v) + "'");
 }
 

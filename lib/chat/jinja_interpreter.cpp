@@ -45,6 +45,12 @@ std::string Interpreter::render(const Template& tmpl) {
     throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": " + e.what());
   } catch (const std::bad_alloc&) {
     throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": out of memory");
+  } catch (const std::logic_error& e) {
+    // A library precondition the engine failed to check (out_of_range from a conversion, say):
+    // the request fails with this error instead of the process; the fuzz target treats the
+    // message as a crash (kEngineBug), so each is still found and fixed.
+    throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": " + kEngineBug + " (" +
+                            e.what() + ")");
   }
   return out;
 }

@@ -1,5 +1,7 @@
 // Python's str/dict/list methods as the sandbox allows them (methods that modify a list or dict
 // raise, as in transformers' ImmutableSandboxedEnvironment), and the template globals.
+#include <algorithm>
+#include <charconv>
 #include <ctime>
 #include <stdexcept>
 
@@ -76,11 +78,13 @@ std::string py_format(std::string_view fmt, const Args& args) {
     if (field.empty()) {
       if (auto_index >= args.pos.size()) throw std::runtime_error("Replacement index out of range for positional args");
       v = args.pos[auto_index++];
-    } else if (isdigit(static_cast<unsigned char>(field[0]))) {
-      size_t k = std::stoul(std::string(field));
+    } else if (std::all_of(field.begin(), field.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); })) {
+      size_t k = 0;
+      if (std::from_chars(field.data(), field.data() + field.size(), k).ec != std::errc())
+        throw std::runtime_error("Too many decimal digits in format string");  // Python's words
       if (k >= args.pos.size()) throw std::runtime_error("Replacement index out of range for positional args");
       v = args.pos[k];
-    } else {
+    } else {  // a name, even one that starts with a digit ('{0abc}': Python's KeyError too)
       v = args.get(SIZE_MAX, field, Value::undefined());  // keyword only
       if (v.is_undefined()) throw std::runtime_error("KeyError: '" + std::string(field) + "'");
     }

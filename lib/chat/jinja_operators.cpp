@@ -15,15 +15,14 @@ namespace nvllm::jinja {
   throw std::runtime_error(hint.empty() ? "value is undefined" : hint);
 }
 
+void integer_overflow() { throw std::runtime_error("integer result does not fit in 64 bits (not supported)"); }
+
 namespace {
 
 [[noreturn]] void unsupported(std::string_view op, const Value& a, const Value& b) {
   throw std::runtime_error("unsupported operand type(s) for " + std::string(op) + ": '" + type_name(a) + "' and '" +
                            type_name(b) + "'");
 }
-
-// Python integers do not overflow; ours are 64-bit, so say so rather than print a wrapped number.
-[[noreturn]] void overflow() { throw std::runtime_error("integer result does not fit in 64 bits (not supported)"); }
 
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -98,7 +97,7 @@ Value arith(std::string_view op, const Value& a, const Value& b) {
       if (x == 0 || x == 1) return Value(e == 0 ? int64_t{1} : x);
       if (x == -1) return Value(e % 2 ? int64_t{-1} : int64_t{1});
       for (int64_t i = 0; i < e; ++i) {  // |x| >= 2: overflows within 63 steps
-        if (__builtin_mul_overflow(r, x, &r)) overflow();
+        if (__builtin_mul_overflow(r, x, &r)) integer_overflow();
       }
       return Value(r);
     }
@@ -108,7 +107,7 @@ Value arith(std::string_view op, const Value& a, const Value& b) {
     int64_t x = a.as_int(), y = b.as_int(), r = 0;
     bool over = c == '+' ? __builtin_add_overflow(x, y, &r)
                 : c == '-' ? __builtin_sub_overflow(x, y, &r) : __builtin_mul_overflow(x, y, &r);
-    if (over) overflow();
+    if (over) integer_overflow();
     return Value(r);
   }
   double x = a.as_float(), y = b.as_float();

@@ -14,5 +14,8 @@ bool compare(std::string_view op, const Value& a, const Value& b);
 bool contains(const Value& container, const Value& item);
 // jinja's UndefinedError for using `v` (its hint says which name or attribute was missing).
 [[noreturn]] void undefined_error(const Value& v);
+// Python integers do not overflow; ours are 64-bit: an integer result past them is this error,
+// never a wrapped number.
+[[noreturn]] void integer_overflow();
 
 }  // namespace nvllm::jinja

@@ -149,6 +149,36 @@ TEST_CASE("jinja: methods with no Python counterpart here fail loudly, not silen
   CHECK_THROWS_AS(render("{{ 2 ** 63 }}"), ChatTemplateError);
   CHECK_THROWS_AS(render("{{ 9223372036854775807 + 1 }}"), ChatTemplateError);
   CHECK_THROWS_AS(render("{{ 'x' * 1000000000 }}"), ChatTemplateError);
+  // The int filter likewise, at the edge: the largest int64 and the first past it, from digits
+  // and from a float (2^63 = 9223372036854775808.0 has no int64; the double below it has).
+  CHECK(render("{{ '9223372036854775807' | int }} {{ '-9223372036854775808' | int }}") ==
+        "9223372036854775807 -9223372036854775808");
+  CHECK_THROWS_WITH_AS(render("{{ '9223372036854775808' | int }}"), doctest::Contains("64 bits"), ChatTemplateError);
+  CHECK(render("{{ 9223372036854774784.0 | int }} {{ -9223372036854775808.0 | int }}") ==
+        "9223372036854774784 -9223372036854775808");
+  CHECK_THROWS_WITH_AS(render("{{ 9223372036854775808.0 | int }}"), doctest::Contains("64 bits"), ChatTemplateError);
+  CHECK_THROWS_WITH_AS(render("{{ '1e19' | int }}"), doctest::Contains("64 bits"), ChatTemplateError);
+  // A float infinity: Python's int() message (jinja2 itself folds this constant at compile time and
+  // fails there with a NameError; an infinity reaching the filter at render time raises this).
+  CHECK_THROWS_WITH_AS(render("{{ (1e308 * 10) | int }}"),
+                       doctest::Contains("cannot convert float infinity to integer"), ChatTemplateError);
+}
+
+// Found by chat_template_fuzz in CI's smoke runs: selectattr('3333...') parsed the digits with
+// std::stoll, whose out_of_range escaped the renderer and ended the process. An attribute of
+// digits past int64 names no item (as in jinja2: testdata/chat/jinja_cases.json has the case
+// filter.attribute_index_past_int64).
+TEST_CASE("jinja: an attribute of digits past int64 is an undefined item, not a crash") {
+  CHECK(render("{{ [[1, 2]] | selectattr('33333333333333333333333333333') | list | length }}") == "0");
+  CHECK_THROWS_AS(render("{{ [missing] | map(attribute='99999999999999999999') | list }}"), ChatTemplateError);
+  // str.format's field of digits past size_t (stoul threw there too), and one that only starts
+  // with a digit: a keyword, as in Python.
+  CHECK_THROWS_WITH_AS(render("{{ '{99999999999999999999}'.format(1) }}"), doctest::Contains("Too many decimal digits"),
+                       ChatTemplateError);
+  CHECK_THROWS_WITH_AS(render("{{ '{0abc}'.format(1) }}"), doctest::Contains("KeyError: '0abc'"), ChatTemplateError);
+  // abs of the smallest int64 is past int64 (Python gives 9223372036854775808).
+  CHECK_THROWS_WITH_AS(render("{{ (-9223372036854775807 - 1) | abs }}"), doctest::Contains("64 bits"),
+                       ChatTemplateError);
 }
 
 TEST_CASE("jinja: the whitespace matrix (trim_blocks + lstrip_blocks with - and +)") {

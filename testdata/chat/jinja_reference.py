@@ -184,6 +184,17 @@ FEATURES = [
                       "{{ [0, 1, '', 'a'] | select | list }}"),
     ("filter.map", "{{ l | map('string') | list }} {{ messages | map(attribute='role') | unique | list }} "
                    "{{ [{'x': 1}, {}] | map(attribute='x', default=0) | list }}"),
+    ("filter.attribute_index_past_int64",
+     "{{ messages | selectattr('33333333333333333333333') | list | length }} "
+     "{{ [[1, 2]] | map(attribute='99999999999999999999') | list | length }} "
+     "{{ [[1, 2]] | map(attribute='99999999999999999999', default='d') | list }} {{ [[1, 2]] | map(attribute='1') | list }} "
+     "{{ [{'99999999999999999999': 5}] | map(attribute='99999999999999999999', default='no') | list }}"),
+    ("filter.int_edges", "{{ '1e400' | int }} {{ '-1e400' | int(4) }} {{ 'inf' | int(4) }} {{ 'nan' | int(7) }} "
+                         "{{ '1e-400' | int }} {{ ' 12 ' | int }} {{ 9.2e18 | int }} {{ -9.2e18 | int }} {{ '42.7' | int }} "
+                         "{{ '-0.5' | int }}"),
+    ("filter.float_edges", "{{ '1e400' | float }} {{ '-1e400' | float }} {{ '1e-400' | float }} {{ 'nan' | float }} "
+                           "{{ ' 2.5 ' | float }} {{ 'x' | float(1.5) }} {{ '' | float }}"),
+    ("filter.abs_int64", "{{ (-9223372036854775807) | abs }} {{ 9223372036854775807 | abs }}"),
     ("filter.first_last", "{{ l | first }} {{ l | last }} {{ 'abc' | first }} [{{ [] | first }}]"),
     ("filter.numbers", "{{ '42' | int }} {{ '3.7' | int }} {{ 'x' | int }} {{ 3.9 | int }} {{ '2.5' | float }} "
                        "{{ 'x' | float }} {{ -3 | abs }} {{ -2.5 | abs }} {{ 2.5 | round }} {{ 3.5 | round }} "
@@ -258,6 +269,7 @@ FEATURES = [
     ("error.printf_too_many", "{{ '%s' % (1, 2) }}"),
     ("error.printf_too_few", "{{ '%s %s' % 'a' }}"),
     ("error.printf_number", "{{ '%d' % 'a' }}"),
+    ("error.format_index_digits", "{{ '{99999999999999999999}'.format(1) }}"),
 ]
 
 
