@@ -348,7 +348,11 @@ Value f_reverse(Interpreter&, const Value& v, Args&) {
 
 Value f_indent(Interpreter&, const Value& v, Args& a) {
   Value width = a.get(0, "width", Value(int64_t{4}));
-  std::string pad = width.is_string() ? std::string(width.str()) : std::string(static_cast<size_t>(width.as_int()), ' ');
+  // " " * width, as jinja2 builds it: empty for a negative width; past kMaxStringBytes an error
+  // (Python's would be a MemoryError at some size).
+  const int64_t spaces = width.is_string() ? 0 : std::max<int64_t>(0, width.as_int());
+  if (static_cast<uint64_t>(spaces) > kMaxStringBytes) throw std::runtime_error("indent: width too big");
+  std::string pad = width.is_string() ? std::string(width.str()) : std::string(static_cast<size_t>(spaces), ' ');
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
   if (!v.is_string()) {  // jinja2 does `s += "\n"; s.splitlines()`: Python's own errors
@@ -389,6 +393,8 @@ Value f_batch(Interpreter&, const Value& v, Args& a) {
     if (static_cast<int64_t>(cur.size()) == n) out.push_back(Value::list(std::move(cur))), cur.clear();
   }
   if (!cur.empty()) {
+    if (!fill.is_none() && static_cast<uint64_t>(n) > kMaxStringBytes)  // billions of fill values
+      throw std::runtime_error("batch: linecount too big to fill (at most " + std::to_string(kMaxStringBytes) + ")");
     if (!fill.is_none()) while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
     out.push_back(Value::list(std::move(cur)));
   }

@@ -31,7 +31,9 @@ int64_t floor_div(int64_t a, int64_t b) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
-  if (n > 0 && (seq.is_string() ? seq.str().size() : seq.size()) * static_cast<uint64_t>(n) > kMaxStringBytes) {
+  // Compared by division: size * n can wrap past 2^64 (3 x 6,148,914,691,236,517,206 is 2).
+  const size_t size = seq.is_string() ? seq.str().size() : seq.size();
+  if (n > 0 && size > 0 && static_cast<uint64_t>(n) > kMaxStringBytes / size) {
     throw std::runtime_error("repetition result too large");
   }
   if (seq.is_string()) {

@@ -176,6 +176,14 @@ TEST_CASE("jinja: an attribute of digits past int64 is an undefined item, not a 
   CHECK_THROWS_WITH_AS(render("{{ '{99999999999999999999}'.format(1) }}"), doctest::Contains("Too many decimal digits"),
                        ChatTemplateError);
   CHECK_THROWS_WITH_AS(render("{{ '{0abc}'.format(1) }}"), doctest::Contains("KeyError: '0abc'"), ChatTemplateError);
+  // A repetition whose size x count wraps past 2^64 (to 2 here), and indent past the string cap.
+  CHECK_THROWS_WITH_AS(render("{{ 'abc' * 6148914691236517206 }}"), doctest::Contains("too large"), ChatTemplateError);
+  CHECK_THROWS_WITH_AS(render("{{ 'a\nb' | indent(16777217) }}"), doctest::Contains("width too big"),
+                       ChatTemplateError);
+  // batch filling its last row past the cap (jinja2 would build 10^12 fill values).
+  CHECK_THROWS_WITH_AS(render("{{ [1] | batch(1000000000000, 0) | list }}"), doctest::Contains("too big"),
+                       ChatTemplateError);
+  CHECK(render("{{ [1] | batch(1000000000000) | list }}") == "[[1]]");
   // abs of the smallest int64 is past int64 (Python gives 9223372036854775808).
   CHECK_THROWS_WITH_AS(render("{{ (-9223372036854775807 - 1) | abs }}"), doctest::Contains("64 bits"),
                        ChatTemplateError);

@@ -194,6 +194,7 @@ FEATURES = [
                          "{{ '-0.5' | int }}"),
     ("filter.float_edges", "{{ '1e400' | float }} {{ '-1e400' | float }} {{ '1e-400' | float }} {{ 'nan' | float }} "
                            "{{ ' 2.5 ' | float }} {{ 'x' | float(1.5) }} {{ '' | float }}"),
+    ("filter.indent_negative", "[{{ 'a\nb' | indent(-3) }}] [{{ 'a\nb' | indent(-3, true) }}]"),
     ("filter.abs_int64", "{{ (-9223372036854775807) | abs }} {{ 9223372036854775807 | abs }}"),
     ("filter.first_last", "{{ l | first }} {{ l | last }} {{ 'abc' | first }} [{{ [] | first }}]"),
     ("filter.numbers", "{{ '42' | int }} {{ '3.7' | int }} {{ 'x' | int }} {{ 3.9 | int }} {{ '2.5' | float }} "
