@@ -81,7 +81,9 @@ Value Interpreter::eval_unary(const Node& n) {
   if (v.is_undefined()) undefined_error(v);
   if (!v.is_number()) throw std::runtime_error("bad operand type for unary -: '" + type_name(v) + "'");
   if (n.kind == NodeKind::kPos) return v.kind() == Kind::kBool ? Value(v.as_int()) : v;
-  return v.kind() == Kind::kFloat ? Value(-v.as_float()) : Value(-v.as_int());
+  if (v.kind() == Kind::kFloat) return Value(-v.as_float());
+  if (v.as_int() == INT64_MIN) integer_overflow();  // -(-2**63) is past int64
+  return Value(-v.as_int());
 }
 
 Value Interpreter::eval_literal(const Node& n) {
@@ -250,7 +252,8 @@ Value Interpreter::eval_slice(const Value& obj, const Node& s) {
   stop = clamp(stop, has_stop, step > 0 ? n : -1);
   std::string out;
   List items;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  // i in 128 bits: i + step can pass int64 (a step of 2**62 * 2 - 1 from index 2).
+  for (__int128 i = start; step > 0 ? i < stop : i > stop; i += step) {
     if (is_str) append_utf8(out, cps[static_cast<size_t>(i)]);
     else items.push_back(obj.at(static_cast<size_t>(i)));
   }

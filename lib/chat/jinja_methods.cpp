@@ -257,13 +257,16 @@ void install_globals(Interpreter& in) {
     else throw std::runtime_error("range expected at least 1 argument, got 0");
     if (a.pos.size() == 3) step = a.pos[2].as_int();
     if (step == 0) throw std::runtime_error("range() arg 3 must not be zero");
-    int64_t len = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                           : (start > stop ? (start - stop - step - 1) / -step : 0);
+    // In 128 bits: stop - start and the last i + step can pass int64 (range(-2**62 * 2, 2**62 * 2)).
+    using Wide = __int128;
+    const Wide span = step > 0 ? Wide(stop) - start : Wide(start) - stop;
+    const Wide stride = step > 0 ? Wide(step) : -Wide(step);
+    const Wide len = span > 0 ? (span + stride - 1) / stride : 0;
     if (len > 100000) {  // jinja2's sandbox limit
       throw std::runtime_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     }
     List items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.emplace_back(i);
+    for (Wide k = 0; k < len; ++k) items.emplace_back(static_cast<int64_t>(Wide(start) + k * step));
     return Value::list(std::move(items));
   }));
 }

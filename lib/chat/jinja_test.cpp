@@ -184,6 +184,9 @@ TEST_CASE("jinja: an attribute of digits past int64 is an undefined item, not a 
   CHECK_THROWS_WITH_AS(render("{{ [1] | batch(1000000000000, 0) | list }}"), doctest::Contains("too big"),
                        ChatTemplateError);
   CHECK(render("{{ [1] | batch(1000000000000) | list }}") == "[[1]]");
+  // Negating the smallest int64 (Python gives 9223372036854775808).
+  CHECK_THROWS_WITH_AS(render("{{ -(-9223372036854775807 - 1) }}"), doctest::Contains("64 bits"), ChatTemplateError);
+  CHECK(render("{{ -(-9223372036854775807) }}") == "9223372036854775807");
   // abs of the smallest int64 is past int64 (Python gives 9223372036854775808).
   CHECK_THROWS_WITH_AS(render("{{ (-9223372036854775807 - 1) | abs }}"), doctest::Contains("64 bits"),
                        ChatTemplateError);
