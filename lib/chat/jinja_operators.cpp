@@ -24,10 +24,24 @@ namespace {
                            type_name(b) + "'");
 }
 
+// Python's // and % on int64 (b != 0). b == -1 is its own case: INT64_MIN / -1 traps on x86 (and
+// INT64_MIN % -1 with it), and -INT64_MIN is past int64. % is C's remainder moved to b's sign, not
+// a - q * b, whose product can pass int64 (INT64_MAX % -2: q * b = 2^63).
 int64_t floor_div(int64_t a, int64_t b) {
+  if (b == -1) {
+    if (a == INT64_MIN) integer_overflow();
+    return -a;
+  }
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
+}
+
+int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
 }
 
 Value repeat(const Value& seq, int64_t n) {
@@ -86,10 +100,7 @@ Value arith(std::string_view op, const Value& a, const Value& b) {
   }
   if (op == "//" || op == "%") {
     if (b.as_float() == 0) throw std::runtime_error(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
-    if (ints) {
-      int64_t q = floor_div(a.as_int(), b.as_int());
-      return op == "//" ? Value(q) : Value(a.as_int() - q * b.as_int());
-    }
+    if (ints) return Value(op == "//" ? floor_div(a.as_int(), b.as_int()) : floor_mod(a.as_int(), b.as_int()));
     double q = std::floor(a.as_float() / b.as_float());
     return op == "//" ? Value(q) : Value(a.as_float() - q * b.as_float());
   }

@@ -1,10 +1,12 @@
 // Python's printf-style `str % args` (also the `format` filter): %s %r %d %i %f %e %g %x %o %c %%
 // with flags, width, precision and %(name)s keys, and Python's errors.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
 #include "chat/jinja_builtins.h"
+#include "chat/jinja_operators.h"
 #include "chat/jinja_text.h"
 
 namespace nvllm::jinja {
@@ -24,20 +26,55 @@ double number_of(const Value& v, char type) {
   return v.as_float();
 }
 
-std::string c_format(const Spec& sp, const char* conv, double d, bool integral) {
+// %d of a float is int() of it: NaN and infinity raise as in Python; past int64 it would be a
+// Python int we do not have.
+int64_t integer_of(const Value& v, char type) {
+  if (v.kind() == Kind::kInt || v.kind() == Kind::kBool) return v.as_int();
+  const double d = number_of(v, type);
+  if (std::isnan(d)) throw std::runtime_error("cannot convert float NaN to integer");
+  if (std::isinf(d)) throw std::runtime_error("cannot convert float infinity to integer");
+  if (d >= 0x1p63 || d < -0x1p63) integer_overflow();
+  return static_cast<int64_t>(d);  // truncates toward zero, as int()
+}
+
+// Python's %d %i %u %x %X %o of an integer (C's printf differs on four counts: %x of a negative,
+// %#o's prefix, + and space on x and o, and the 0 flag beside a precision): the sign, the '#'
+// prefix (0x, 0X, 0o), the digits padded with zeros to the precision, then to the width spaces
+// on the left, spaces on the right with '-', or zeros after the sign and prefix with '0'.
+std::string format_int(const Spec& sp, int64_t v) {
+  const auto has = [&](char f) { return sp.flags.find(f) != std::string::npos; };
+  const bool neg = v < 0;
+  uint64_t mag = neg ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  const unsigned base = sp.type == 'x' || sp.type == 'X' ? 16 : sp.type == 'o' ? 8 : 10;
+  const char* digit_chars = sp.type == 'X' ? "0123456789ABCDEF" : "0123456789abcdef";
+  std::string digits;
+  do {
+    digits += digit_chars[mag % base];
+    mag /= base;
+  } while (mag != 0);
+  if (sp.precision > static_cast<int>(digits.size())) digits.append(sp.precision - digits.size(), '0');
+  std::reverse(digits.begin(), digits.end());
+  std::string head = neg ? "-" : has('+') ? "+" : has(' ') ? " " : "";
+  if (has('#') && base != 10) head += sp.type == 'o' ? "0o" : sp.type == 'x' ? "0x" : "0X";
+  const size_t len = head.size() + digits.size();
+  if (sp.width < 0 || static_cast<size_t>(sp.width) <= len) return head + digits;
+  const size_t fill = static_cast<size_t>(sp.width) - len;
+  if (has('-')) return head + digits + std::string(fill, ' ');
+  if (has('0')) return head + std::string(fill, '0') + digits;
+  return std::string(fill, ' ') + head + digits;
+}
+
+// A float conversion through C's printf (Python's %f %e %g agree with it).
+std::string c_format(const Spec& sp, const char* conv, double d) {
   std::string f = "%" + sp.flags;
   if (sp.width >= 0) f += std::to_string(sp.width);
-  if (sp.precision >= 0 && !integral) f.append(".").append(std::to_string(sp.precision));
-  f += integral ? std::string("ll") + conv : std::string(conv);
+  if (sp.precision >= 0) f.append(".").append(std::to_string(sp.precision));
+  f += conv;
   // Sized by a first call: a width or precision may ask for up to kMaxStringBytes characters.
-  const auto print = [&](char* buf, size_t size) {
-    return integral ? std::snprintf(buf, size, f.c_str(), static_cast<long long>(d))
-                    : std::snprintf(buf, size, f.c_str(), d);
-  };
-  const int n = print(nullptr, 0);
+  const int n = std::snprintf(nullptr, 0, f.c_str(), d);
   if (n < 0) throw std::runtime_error("format failed");
   std::string out(static_cast<size_t>(n), '\0');
-  print(out.data(), out.size() + 1);
+  std::snprintf(out.data(), out.size() + 1, f.c_str(), d);
   return out;
 }
 
@@ -63,23 +100,28 @@ std::string convert(const Spec& sp, const Value& v) {
       }
       return pad(s, sp);
     }
-    case 'd': case 'i': case 'u': return c_format(sp, "d", std::trunc(number_of(v, sp.type)), true);
+    case 'd': case 'i': case 'u': return format_int(sp, integer_of(v, sp.type));
     case 'x': case 'X': case 'o': {
       if (v.kind() != Kind::kInt && v.kind() != Kind::kBool) {
         throw std::runtime_error(std::string("%") + sp.type + " format: an integer is required, not " + type_name(v));
       }
-      return c_format(sp, std::string(1, sp.type).c_str(), static_cast<double>(v.as_int()), true);
+      return format_int(sp, v.as_int());
     }
     case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
       Spec s = sp;
       if (s.precision < 0) s.precision = 6;
-      return c_format(s, std::string(1, sp.type).c_str(), number_of(v, sp.type), false);
+      return c_format(s, std::string(1, sp.type).c_str(), number_of(v, sp.type));
     }
     case 'c': {
       std::string s;
-      if (v.is_string() && text::cp_count(v.str()) == 1) s = std::string(v.str());
-      else if (v.kind() == Kind::kInt) append_utf8(s, static_cast<uint32_t>(v.as_int()));
-      else throw std::runtime_error("%c requires an int or a unicode character");
+      if (v.is_string() && text::cp_count(v.str()) == 1) {
+        s = std::string(v.str());
+      } else if (v.kind() == Kind::kInt || v.kind() == Kind::kBool) {
+        if (v.as_int() < 0 || v.as_int() > 0x10FFFF) throw std::runtime_error("%c arg not in range(0x110000)");
+        append_utf8(s, static_cast<uint32_t>(v.as_int()));
+      } else {
+        throw std::runtime_error("%c requires an int or a unicode character");
+      }
       return pad(s, sp);
     }
     default: throw std::runtime_error(std::string("unsupported format character '") + sp.type + "'");

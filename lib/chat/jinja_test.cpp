@@ -184,6 +184,14 @@ TEST_CASE("jinja: an attribute of digits past int64 is an undefined item, not a 
   CHECK_THROWS_WITH_AS(render("{{ [1] | batch(1000000000000, 0) | list }}"), doctest::Contains("too big"),
                        ChatTemplateError);
   CHECK(render("{{ [1] | batch(1000000000000) | list }}") == "[[1]]");
+  // %d of a float infinity or past int64 (the cast was undefined): Python's message, the 64-bit error.
+  CHECK_THROWS_WITH_AS(render("{{ '%d' % (1e308 * 10) }}"), doctest::Contains("cannot convert float infinity"),
+                       ChatTemplateError);
+  CHECK_THROWS_WITH_AS(render("{{ '%d' % 1e300 }}"), doctest::Contains("64 bits"), ChatTemplateError);
+  CHECK(render("{{ '%d' % 9223372036854774784.0 }}") == "9223372036854774784");
+  // INT64_MIN // -1 (a hardware trap in C; Python gives 9223372036854775808).
+  CHECK_THROWS_WITH_AS(render("{{ (-9223372036854775807 - 1) // -1 }}"), doctest::Contains("64 bits"),
+                       ChatTemplateError);
   // Negating the smallest int64 (Python gives 9223372036854775808).
   CHECK_THROWS_WITH_AS(render("{{ -(-9223372036854775807 - 1) }}"), doctest::Contains("64 bits"), ChatTemplateError);
   CHECK(render("{{ -(-9223372036854775807) }}") == "9223372036854775807");
