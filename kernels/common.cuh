@@ -80,6 +80,11 @@ __device__ __forceinline__ void e4m3x8_to_float(const uint2& v, float f[8]) {
 // Rounds through bf16 and back: where Hugging Face keeps an intermediate in bf16, we do too.
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
+// An FP8 GEMM's output element with its token's and its channel's scale (scale_rows_cols), in
+// float, in this order: every kernel that applies the scales must give scale_rows_cols' bits
+// (rounded to bf16 where it is stored).
+__device__ __forceinline__ float scaled(float v, float row_scale, float col_scale) { return v * row_scale * col_scale; }
+
 // One output of silu_mul as Hugging Face computes act_fn(gate) * up in bf16: silu rounded to
 // bf16, then the product (the caller rounds it when it stores bf16). Shared by silu_mul and the
 // fused batch-1 gate_up kernel, which must agree bitwise.

@@ -52,10 +52,6 @@ __device__ __forceinline__ void write_row_codes(const bf16* row, uint8_t* out, f
   }
 }
 
-// An FP8 GEMM's output element with its token's and its channel's scale (scale_rows_cols), in
-// float: rounded to bf16 where it is stored.
-__device__ __forceinline__ float scaled(float v, float row_scale, float col_scale) { return v * row_scale * col_scale; }
-
 __global__ void __launch_bounds__(kMaxRowThreads)
     quantize_rows_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
                          int cols) {
@@ -173,8 +169,8 @@ void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col
   if (num_tokens <= 0) return;
   NVLLM_CHECK(intermediate > 0 && intermediate % 8 == 0, "silu_mul_fp8: intermediate size ", intermediate,
               "; needs a positive multiple of 8");
-  launch_pdl(silu_mul_fp8_kernel, dim3(num_tokens), dim3(row_threads(intermediate)), 0, stream, gate_up, row_scales, col_scales, act,
-             codes, act_scales, intermediate);
+  launch_pdl(silu_mul_fp8_kernel, dim3(num_tokens), dim3(row_threads(intermediate)), 0, stream, gate_up, row_scales,
+             col_scales, act, codes, act_scales, intermediate);
 }
 
 void add_rmsnorm_fp8(bf16* x, const float* row_scales, const float* col_scales, bf16* residual, const bf16* weight,

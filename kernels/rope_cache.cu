@@ -48,7 +48,7 @@ __global__ void qk_norm_rope_cache_kernel(bf16* __restrict__ qkv, const int32_t*
   const float rs = row_scales != nullptr ? row_scales[t] : 1.f;
   auto value = [&](int i) {
     const float v = __bfloat162float(x[i]);
-    return head_cols != nullptr ? round_bf16(v * rs * head_cols[i]) : v;
+    return head_cols != nullptr ? round_bf16(scaled(v, rs, head_cols[i])) : v;
   };
 
   if (head >= num_heads + num_kv_heads) {  // v: copied to the cache unchanged
