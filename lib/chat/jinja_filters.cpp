@@ -203,21 +203,10 @@ Value f_last(Interpreter&, const Value& v, Args&) {
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }
 
-// int(x) of a float as Python truncates it: NaN has no integer (jinja's int filter then gives its
-// default: nullopt), infinity raises (as jinja's int filter does for a float value), and a value
-// past int64 would be a Python int we do not have (integer_overflow).
-std::optional<int64_t> int_of_float(double d) {
-  if (std::isnan(d)) return std::nullopt;
-  if (std::isinf(d)) throw std::runtime_error("cannot convert float infinity to integer");
-  // 2^63 is exact in a double; every double below it in magnitude truncates into int64.
-  if (d >= 0x1p63 || d < -0x1p63) integer_overflow();
-  return static_cast<int64_t>(d);
-}
-
 Value f_int(Interpreter&, const Value& v, Args& a) {
   Value dflt = a.get(0, "default", Value(int64_t{0}));
   if (v.is_undefined()) undefined_error(v);  // int(Undefined) raises rather than falling back
-  auto of_float = [&](double d) {
+  auto of_float = [&](double d) {  // NaN: jinja's int filter gives its default
     const std::optional<int64_t> i = int_of_float(d);
     return i ? Value(*i) : dflt;
   };
@@ -348,11 +337,16 @@ Value f_reverse(Interpreter&, const Value& v, Args&) {
 
 Value f_indent(Interpreter&, const Value& v, Args& a) {
   Value width = a.get(0, "width", Value(int64_t{4}));
-  // " " * width, as jinja2 builds it: empty for a negative width; past kMaxStringBytes an error
-  // (Python's would be a MemoryError at some size).
-  const int64_t spaces = width.is_string() ? 0 : std::max<int64_t>(0, width.as_int());
-  if (static_cast<uint64_t>(spaces) > kMaxStringBytes) throw std::runtime_error("indent: width too big");
-  std::string pad = width.is_string() ? std::string(width.str()) : std::string(static_cast<size_t>(spaces), ' ');
+  std::string pad;
+  if (width.is_string()) {
+    pad = std::string(width.str());
+  } else {
+    // " " * width, as jinja2 builds it: empty for a negative width; past kMaxStringBytes an error
+    // (Python's would be a MemoryError at some size).
+    const int64_t spaces = std::max<int64_t>(0, width.as_int());
+    if (static_cast<uint64_t>(spaces) > kMaxStringBytes) throw std::runtime_error("indent: width too big");
+    pad.assign(static_cast<size_t>(spaces), ' ');
+  }
   bool first = a.get(1, "first", Value(false)).truthy();
   bool blank = a.get(2, "blank", Value(false)).truthy();
   if (!v.is_string()) {  // jinja2 does `s += "\n"; s.splitlines()`: Python's own errors
@@ -393,9 +387,11 @@ Value f_batch(Interpreter&, const Value& v, Args& a) {
     if (static_cast<int64_t>(cur.size()) == n) out.push_back(Value::list(std::move(cur))), cur.clear();
   }
   if (!cur.empty()) {
-    if (!fill.is_none() && static_cast<uint64_t>(n) > kMaxStringBytes)  // billions of fill values
-      throw std::runtime_error("batch: linecount too big to fill (at most " + std::to_string(kMaxStringBytes) + ")");
-    if (!fill.is_none()) while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
+    if (!fill.is_none()) {
+      if (static_cast<uint64_t>(n) > kMaxStringBytes)  // billions of fill values
+        throw std::runtime_error("batch: linecount too big to fill (at most " + std::to_string(kMaxStringBytes) + ")");
+      while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
+    }
     out.push_back(Value::list(std::move(cur)));
   }
   return Value::list(std::move(out));

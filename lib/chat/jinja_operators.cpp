@@ -17,6 +17,14 @@ namespace nvllm::jinja {
 
 void integer_overflow() { throw std::runtime_error("integer result does not fit in 64 bits (not supported)"); }
 
+std::optional<int64_t> int_of_float(double d) {
+  if (std::isnan(d)) return std::nullopt;
+  if (std::isinf(d)) throw std::runtime_error("cannot convert float infinity to integer");
+  // 2^63 is exact in a double; every double below it in magnitude truncates into int64.
+  if (d >= 0x1p63 || d < -0x1p63) integer_overflow();
+  return static_cast<int64_t>(d);
+}
+
 namespace {
 
 [[noreturn]] void unsupported(std::string_view op, const Value& a, const Value& b) {

@@ -1,6 +1,8 @@
 // Python's binary operators, comparisons and `in` over jinja values.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "chat/jinja_value.h"
@@ -17,5 +19,9 @@ bool contains(const Value& container, const Value& item);
 // Python integers do not overflow; ours are 64-bit: an integer result past them is this error,
 // never a wrapped number.
 [[noreturn]] void integer_overflow();
+// int(d) of a float as Python truncates it: nullopt for NaN (Python's ValueError, which the int
+// filter turns into its default), infinity raises Python's OverflowError message, and a value
+// past int64 (a Python int we do not have) integer_overflow.
+std::optional<int64_t> int_of_float(double d);
 
 }  // namespace nvllm::jinja

@@ -26,21 +26,25 @@ double number_of(const Value& v, char type) {
   return v.as_float();
 }
 
-// %d of a float is int() of it: NaN and infinity raise as in Python; past int64 it would be a
-// Python int we do not have.
+std::string pad(std::string s, const Spec& sp) {
+  size_t len = text::cp_count(s);
+  if (sp.width < 0 || len >= static_cast<size_t>(sp.width)) return s;
+  std::string fill(static_cast<size_t>(sp.width) - len, ' ');
+  return sp.flags.find('-') != std::string::npos ? s + fill : fill + s;
+}
+
+// %d of a float is int() of it (NaN raises here, as in Python).
 int64_t integer_of(const Value& v, char type) {
   if (v.kind() == Kind::kInt || v.kind() == Kind::kBool) return v.as_int();
-  const double d = number_of(v, type);
-  if (std::isnan(d)) throw std::runtime_error("cannot convert float NaN to integer");
-  if (std::isinf(d)) throw std::runtime_error("cannot convert float infinity to integer");
-  if (d >= 0x1p63 || d < -0x1p63) integer_overflow();
-  return static_cast<int64_t>(d);  // truncates toward zero, as int()
+  const std::optional<int64_t> i = int_of_float(number_of(v, type));
+  if (!i) throw std::runtime_error("cannot convert float NaN to integer");
+  return *i;
 }
 
 // Python's %d %i %u %x %X %o of an integer (C's printf differs on four counts: %x of a negative,
 // %#o's prefix, + and space on x and o, and the 0 flag beside a precision): the sign, the '#'
-// prefix (0x, 0X, 0o), the digits padded with zeros to the precision, then to the width spaces
-// on the left, spaces on the right with '-', or zeros after the sign and prefix with '0'.
+// prefix (0x, 0X, 0o), the digits padded with zeros to the precision, then to the width zeros
+// after the sign and prefix with '0' (and no '-'), else as pad() pads.
 std::string format_int(const Spec& sp, int64_t v) {
   const auto has = [&](char f) { return sp.flags.find(f) != std::string::npos; };
   const bool neg = v < 0;
@@ -57,11 +61,9 @@ std::string format_int(const Spec& sp, int64_t v) {
   std::string head = neg ? "-" : has('+') ? "+" : has(' ') ? " " : "";
   if (has('#') && base != 10) head += sp.type == 'o' ? "0o" : sp.type == 'x' ? "0x" : "0X";
   const size_t len = head.size() + digits.size();
-  if (sp.width < 0 || static_cast<size_t>(sp.width) <= len) return head + digits;
-  const size_t fill = static_cast<size_t>(sp.width) - len;
-  if (has('-')) return head + digits + std::string(fill, ' ');
-  if (has('0')) return head + std::string(fill, '0') + digits;
-  return std::string(fill, ' ') + head + digits;
+  if (has('0') && !has('-') && sp.width >= 0 && static_cast<size_t>(sp.width) > len)
+    return head + std::string(static_cast<size_t>(sp.width) - len, '0') + digits;
+  return pad(head + digits, sp);
 }
 
 // A float conversion through C's printf (Python's %f %e %g agree with it).
@@ -76,13 +78,6 @@ std::string c_format(const Spec& sp, const char* conv, double d) {
   std::string out(static_cast<size_t>(n), '\0');
   std::snprintf(out.data(), out.size() + 1, f.c_str(), d);
   return out;
-}
-
-std::string pad(std::string s, const Spec& sp) {
-  size_t len = text::cp_count(s);
-  if (sp.width < 0 || len >= static_cast<size_t>(sp.width)) return s;
-  std::string fill(static_cast<size_t>(sp.width) - len, ' ');
-  return sp.flags.find('-') != std::string::npos ? s + fill : fill + s;
 }
 
 std::string convert(const Spec& sp, const Value& v) {
