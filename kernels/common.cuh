@@ -42,6 +42,13 @@ __device__ __forceinline__ Bf16x8 from_float8(const float f[8]) {
   return v;
 }
 
+// Eight consecutive column scales, 32-byte aligned (an FP8 product's column scales
+// from a multiple of 8, the array from cudaMalloc).
+__device__ __forceinline__ void load_scales8(const float* p, float* out) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+
 // --- FP8 (E4M3) KV-cache codes (kernels.h, KvCache) ---
 
 // One E4M3 "fn" code (finite: +-448 at most). Built from a float it rounds to nearest even and
@@ -92,19 +99,27 @@ __device__ __forceinline__ float silu_mul_one(float g, float u) {
   return round_bf16(g / (1.f + __expf(-g))) * u;
 }
 
-// One rotation pair (i, i + head_dim / 2) of a q or k head as Hugging Face computes it in bf16:
-// the head's RMSNorm when norm_w is non-null (x * rstd rounded to bf16, times the weight,
-// rounded again), then the neox rotation by pos * inv_freq_i. Returns the two rotated values
-// rounded to bf16. Shared by qk_norm_rope_cache and the fused batch-1 attention kernel.
+// A q or k head's RMSNorm of one value as Hugging Face computes it in bf16: x * rstd rounded to
+// bf16, times the weight, rounded again.
+__device__ __forceinline__ float norm_one(float x, float rstd, float w) { return round_bf16(w * round_bf16(x * rstd)); }
+
+// The neox rotation of one pair by an angle of cosine c and sine s, each result rounded to bf16.
+__device__ __forceinline__ float2 rope_rotate(float a, float b, float c, float s) {
+  return make_float2(round_bf16(a * c - b * s), round_bf16(b * c + a * s));
+}
+
+// One rotation pair (i, i + head_dim / 2) of a q or k head: norm_one when norm_w is non-null,
+// then rope_rotate by pos * inv_freq_i. The fused batch-1 attention kernel's; qk_norm_rope_cache
+// uses the same pieces with each token's angles computed once for all its heads.
 __device__ __forceinline__ float2 norm_rope_pair(float a, float b, float rstd, const __nv_bfloat16* norm_w, int i,
                                                  int half, float pos, float inv_freq) {
   if (norm_w != nullptr) {
-    a = round_bf16(__bfloat162float(norm_w[i]) * round_bf16(a * rstd));
-    b = round_bf16(__bfloat162float(norm_w[i + half]) * round_bf16(b * rstd));
+    a = norm_one(a, rstd, __bfloat162float(norm_w[i]));
+    b = norm_one(b, rstd, __bfloat162float(norm_w[i + half]));
   }
   float s, c;
   sincosf(pos * inv_freq, &s, &c);  // accurate sincos: positions reach tens of thousands
-  return make_float2(round_bf16(a * c - b * s), round_bf16(b * c + a * s));
+  return rope_rotate(a, b, c, s);
 }
 
 // The online-softmax state of N rows (heads, or query rows) before their first token: max -inf,

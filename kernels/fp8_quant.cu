@@ -25,12 +25,6 @@ constexpr float kE4M3Max = 448.f;
 // bench/NOTES.md, twenty-fifth session).
 int row_threads(int cols) { return std::clamp((cols / 8 + 31) / 32 * 32, 32, kMaxRowThreads); }
 
-// Eight consecutive column scales, 32-byte aligned (c a multiple of 8 and the array from cudaMalloc).
-__device__ __forceinline__ void load_scales8(const float* p, float* out) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
-}
-
 // The second pass of a row's quantisation, once its absolute maximum is known (every thread of
 // the block, each over the 8-element groups it owns, strided by the block): scale = amax / 448,
 // code = e4m3(x / scale) with an IEEE division, as the CPU's fp8_quantize_rows
