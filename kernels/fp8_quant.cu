@@ -1,7 +1,8 @@
 // E4M3 quantisation of rows: weights at load (--quantization fp8, one scale per output channel) and
 // activations before an FP8 GEMM (one scale per token). One block a row, a thread per 8-element
 // group up to 1,024 (row_threads): the row's absolute maximum, then the codes. Bytes: rows * cols *
-// (2 read twice, the second from L2, + 1 written).
+// (2 read twice, the second from L2, + 1 written). silu_mul_fp8 and add_rmsnorm_fp8 fuse the
+// passes before it.
 // And the FP8 GEMM's scales applied after it (cuBLASLt on sm_90 scales by scalars only): m * n * 4
 // bytes.
 #include <algorithm>
@@ -25,10 +26,21 @@ constexpr float kE4M3Max = 448.f;
 // bench/NOTES.md, twenty-fifth session).
 int row_threads(int cols) { return std::clamp((cols / 8 + 31) / 32 * 32, 32, kMaxRowThreads); }
 
+// Eight codes of a row whose scale is amax / 448: code = e4m3(x / scale) with an IEEE division, as
+// the CPU's fp8_quantize_rows (model/fp8_weights.h); an all-zero row (amax 0) gets zero codes.
+__device__ __forceinline__ void store_codes8(const float* f, float amax, float scale, uint8_t* out) {
+  uint32_t word[2] = {0, 0};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t code = amax == 0.f ? 0u : __nv_cvt_float_to_fp8(f[i] / scale, __NV_SATFINITE, __NV_E4M3);
+    word[i / 4] |= code << (8 * (i % 4));
+  }
+  *reinterpret_cast<uint2*>(out) = make_uint2(word[0], word[1]);
+}
+
 // The second pass of a row's quantisation, once its absolute maximum is known (every thread of
-// the block, each over the 8-element groups it owns, strided by the block): scale = amax / 448,
-// code = e4m3(x / scale) with an IEEE division, as the CPU's fp8_quantize_rows
-// (model/fp8_weights.h); an all-zero row keeps scale 0 and zero codes.
+// the block, each over the 8-element groups it owns, strided by the block): scale = amax / 448
+// (0 for an all-zero row), then the codes.
 __device__ __forceinline__ void write_row_codes(const bf16* row, uint8_t* out, float* scale_out, float amax,
                                                 int cols) {
   const float scale = amax / kE4M3Max;
@@ -36,13 +48,7 @@ __device__ __forceinline__ void write_row_codes(const bf16* row, uint8_t* out, f
   for (int c = threadIdx.x * 8; c < cols; c += blockDim.x * 8) {
     float f[8];
     to_float8(load8(row + c), f);
-    uint32_t word[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t code = amax == 0.f ? 0u : __nv_cvt_float_to_fp8(f[i] / scale, __NV_SATFINITE, __NV_E4M3);
-      word[i / 4] |= code << (8 * (i % 4));
-    }
-    *reinterpret_cast<uint2*>(out + c) = make_uint2(word[0], word[1]);
+    store_codes8(f, amax, scale, out + c);
   }
 }
 
@@ -63,9 +69,36 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   write_row_codes(row, codes + size_t(blockIdx.x) * cols, scales + blockIdx.x, amax, cols);
 }
 
-// silu_mul_fp8: gate_up's unscaled product row -> scaled (as scale_rows_cols), silu(gate) * up
-// (as silu_mul, stored to act in bf16), then act's codes (as quantize_rows_fp8). Each thread reads
-// back only the act groups it wrote.
+// silu_mul_fp8's values for one group of 8: gate_up's unscaled product scaled (as
+// scale_rows_cols), then silu(gate) * up (as silu_mul), each rounded to bf16 where those passes
+// store.
+__device__ __forceinline__ void silu_group(const bf16* in, const float* col_scales, float rs, int c, int intermediate,
+                                           float* o) {
+  const Bf16x8 g = load8(in + c), u = load8(in + intermediate + c);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // four scales of each at a time: fewer registers live
+    const float4 gc = *reinterpret_cast<const float4*>(col_scales + c + 4 * h);
+    const float4 uc = *reinterpret_cast<const float4*>(col_scales + intermediate + c + 4 * h);
+    const float gcs[4] = {gc.x, gc.y, gc.z, gc.w}, ucs[4] = {uc.x, uc.y, uc.z, uc.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __nv_bfloat162 gp = g.h[2 * h + j / 2], up = u.h[2 * h + j / 2];
+      const float gv = j % 2 ? __high2float(gp) : __low2float(gp), uv = j % 2 ? __high2float(up) : __low2float(up);
+      const float gs = round_bf16(scaled(gv, rs, gcs[j]));
+      const float us = round_bf16(scaled(uv, rs, ucs[j]));
+      o[4 * h + j] = round_bf16(silu_mul_one(gs, us));
+    }
+  }
+}
+
+// silu_mul_fp8: silu_group over the row (stored to act in bf16 where act is given), the row's
+// absolute maximum, then the codes (as quantize_rows_fp8). kGroups > 0: each thread holds its at
+// most kGroups groups in registers between the two, as bf16 (the values are bf16 already); 0
+// (rows wider than 1,024 x kMaxHeldGroups groups; three or four held groups spilled at 1,024
+// threads' 64 registers): the second pass computes its groups again from gate_up (now in L2), so
+// act is never read back.
+constexpr int kMaxHeldGroups = 2;
+template <int kGroups>
 __global__ void __launch_bounds__(kMaxRowThreads)
     silu_mul_fp8_kernel(const bf16* __restrict__ gate_up, const float* __restrict__ row_scales,
                         const float* __restrict__ col_scales, bf16* __restrict__ act, uint8_t* __restrict__ codes,
@@ -73,26 +106,92 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   __shared__ float scratch[32];
   pdl_enter();
   const bf16* in = gate_up + size_t(blockIdx.x) * 2 * intermediate;
-  bf16* row = act + size_t(blockIdx.x) * intermediate;
+  bf16* row = act != nullptr ? act + size_t(blockIdx.x) * intermediate : nullptr;
+  uint8_t* out = codes + size_t(blockIdx.x) * intermediate;
   const float rs = row_scales[blockIdx.x];
+  Bf16x8 held[kGroups > 0 ? kGroups : 1];
   float amax = 0.f;
-  for (int c = threadIdx.x * 8; c < intermediate; c += blockDim.x * 8) {
-    float g[8], u[8], o[8], gc[8], uc[8];
-    to_float8(load8(in + c), g);
-    to_float8(load8(in + intermediate + c), u);
-    load_scales8(col_scales + c, gc);
-    load_scales8(col_scales + intermediate + c, uc);
+  auto first_pass = [&](int c) {
+    float o[8];
+    silu_group(in, col_scales, rs, c, intermediate, o);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float gs = round_bf16(scaled(g[j], rs, gc[j]));
-      const float us = round_bf16(scaled(u[j], rs, uc[j]));
-      o[j] = round_bf16(silu_mul_one(gs, us));
-      amax = fmaxf(amax, fabsf(o[j]));
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(o[j]));
+    const Bf16x8 packed = from_float8(o);
+    if (row != nullptr) store8(row + c, packed);
+    return packed;
+  };
+  if constexpr (kGroups > 0) {
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      const int c = (threadIdx.x + i * blockDim.x) * 8;
+      if (c < intermediate) held[i] = first_pass(c);
     }
-    store8(row + c, from_float8(o));
+  } else {
+    for (int c = threadIdx.x * 8; c < intermediate; c += blockDim.x * 8) first_pass(c);
   }
   amax = block_max_abs(amax, scratch);
-  write_row_codes(row, codes + size_t(blockIdx.x) * intermediate, act_scales + blockIdx.x, amax, intermediate);
+  const float scale = amax / kE4M3Max;
+  if (threadIdx.x == 0) act_scales[blockIdx.x] = scale;
+  float f[8];
+  if constexpr (kGroups > 0) {
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      const int c = (threadIdx.x + i * blockDim.x) * 8;
+      if (c >= intermediate) continue;
+      to_float8(held[i], f);
+      store_codes8(f, amax, scale, out + c);
+    }
+  } else {
+    for (int c = threadIdx.x * 8; c < intermediate; c += blockDim.x * 8) {
+      silu_group(in, col_scales, rs, c, intermediate, f);
+      store_codes8(f, amax, scale, out + c);
+    }
+  }
+}
+
+// silu_mul_fp8 for many rows: a 256-thread block a row holding the row's bf16 values in shared
+// memory (2 * intermediate bytes) between the two passes, five rows an SM (48 registers; six
+// spilled) whose loads and arithmetic overlap. The 1,024-thread blocks above, two an SM, load and
+// compute in turn: an 8,192-row prefill chunk of Llama-3-8B's 14,336 took 443 us (421 without
+// act) for ~210 us of bytes; this kernel 306 us (H100, bench/NOTES.md, twenty-sixth session).
+constexpr int kSmemRowThreads = 256;
+__global__ void __launch_bounds__(kSmemRowThreads, 5)
+    silu_mul_fp8_smem_kernel(const bf16* __restrict__ gate_up, const float* __restrict__ row_scales,
+                             const float* __restrict__ col_scales, bf16* __restrict__ act,
+                             uint8_t* __restrict__ codes, float* __restrict__ act_scales, int intermediate) {
+  extern __shared__ Bf16x8 held_s[];  // intermediate / 8
+  __shared__ float scratch[32];
+  pdl_enter();
+  const bf16* in = gate_up + size_t(blockIdx.x) * 2 * intermediate;
+  bf16* row = act != nullptr ? act + size_t(blockIdx.x) * intermediate : nullptr;
+  uint8_t* out = codes + size_t(blockIdx.x) * intermediate;
+  const float rs = row_scales[blockIdx.x];
+  const int groups = intermediate / 8;
+  float amax = 0.f;
+#pragma unroll 1
+  for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+    float o[8];
+    silu_group(in, col_scales, rs, 8 * g, intermediate, o);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(o[j]));
+    held_s[g] = from_float8(o);
+    if (row != nullptr) store8(row + 8 * g, held_s[g]);
+  }
+  amax = block_max_abs(amax, scratch);
+  const float scale = amax / kE4M3Max;
+  if (threadIdx.x == 0) act_scales[blockIdx.x] = scale;
+  for (int g = threadIdx.x; g < groups; g += blockDim.x) {  // each thread reads back its own groups
+    float f[8];
+    to_float8(held_s[g], f);
+    store_codes8(f, amax, scale, out + 8 * g);
+  }
+}
+
+int device_sms() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
 }
 
 // add_rmsnorm_fp8: add_rmsnorm's row (rmsnorm_row, as rmsnorm.cu runs it) on x scaled as
@@ -163,8 +262,22 @@ void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col
   if (num_tokens <= 0) return;
   NVLLM_CHECK(intermediate > 0 && intermediate % 8 == 0, "silu_mul_fp8: intermediate size ", intermediate,
               "; needs a positive multiple of 8");
-  launch_pdl(silu_mul_fp8_kernel, dim3(num_tokens), dim3(row_threads(intermediate)), 0, stream, gate_up, row_scales,
-             col_scales, act, codes, act_scales, intermediate);
+  // Four rows an SM or more (a prefill chunk): the shared-memory kernel, whose rows overlap.
+  // Fewer (decode): a row's 1,024 threads spread the few rows' work over more of the GPU.
+  if (num_tokens >= 4 * device_sms()) {
+    const size_t smem = size_t(intermediate) * sizeof(bf16);
+    CUDA_CHECK(cudaFuncSetAttribute(silu_mul_fp8_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    launch_pdl(silu_mul_fp8_smem_kernel, dim3(num_tokens), dim3(kSmemRowThreads), smem, stream, gate_up, row_scales,
+               col_scales, act, codes, act_scales, intermediate);
+    return;
+  }
+  const int threads = row_threads(intermediate), groups = ceil_div(intermediate / 8, threads);
+  static_assert(kMaxHeldGroups == 2);
+  const auto kernel = groups == 1   ? silu_mul_fp8_kernel<1>
+                      : groups == 2 ? silu_mul_fp8_kernel<2>
+                                    : silu_mul_fp8_kernel<0>;
+  launch_pdl(kernel, dim3(num_tokens), dim3(threads), 0, stream, gate_up, row_scales, col_scales, act, codes,
+             act_scales, intermediate);
 }
 
 void add_rmsnorm_fp8(bf16* x, const float* row_scales, const float* col_scales, bf16* residual, const bf16* weight,

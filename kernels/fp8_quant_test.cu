@@ -93,42 +93,74 @@ TEST_CASE("gpu.kernels.scale_rows_cols scales each element by its row's and its 
   }
 }
 
+namespace {
+
+// silu_mul_fp8 over `tokens` rows of `inter` against scale_rows_cols, silu_mul and
+// quantize_rows_fp8, with act and without (the runner's call: codes and scales the same). Row 2 is
+// all zero (scale 0, zero codes).
+void check_silu_mul_fp8(int tokens, int inter) {
+  std::mt19937 rng{static_cast<uint32_t>(inter + 5 + tokens)};
+  std::vector<bf16> gate_up = random_bf16(rng, size_t(tokens) * 2 * inter, -400.f, 400.f);
+  for (int c = 0; c < 2 * inter; ++c) gate_up[size_t(2) * 2 * inter + c] = to_bf(0.f);
+  std::vector<float> rows(tokens), cols(2 * inter);
+  std::uniform_real_distribution<float> dist(1e-4f, 2e-2f);
+  for (float& v : rows) v = dist(rng);
+  for (float& v : cols) v = dist(rng);
+  DeviceBuffer<bf16> d_gu(gate_up), d_gu_copy(gate_up), d_act(size_t(tokens) * inter),
+      d_act_ref(size_t(tokens) * inter);
+  DeviceBuffer<float> d_rows(rows), d_cols(cols), d_scales(tokens), d_scales_ref(tokens);
+  DeviceBuffer<uint8_t> d_codes(size_t(tokens) * inter), d_codes_ref(size_t(tokens) * inter);
+  d_act.poison();
+  d_codes.poison();
+  d_scales.poison();
+  silu_mul_fp8(d_gu.get(), d_rows.get(), d_cols.get(), d_act.get(), d_codes.get(), d_scales.get(), tokens, inter,
+               nullptr);
+  scale_rows_cols(d_gu.get(), d_rows.get(), d_cols.get(), tokens, 2 * inter, nullptr);  // in place, after
+  silu_mul(d_gu.get(), d_act_ref.get(), tokens, inter, nullptr);
+  quantize_rows_fp8(d_act_ref.get(), d_codes_ref.get(), d_scales_ref.get(), tokens, inter, nullptr);
+  const std::vector<bf16> act = d_act.download(), act_ref = d_act_ref.download();
+  const std::vector<uint8_t> codes = d_codes.download(), codes_ref = d_codes_ref.download();
+  const std::vector<float> scales = d_scales.download(), scales_ref = d_scales_ref.download();
+  int bad_act = 0, bad_codes = 0;
+  for (size_t i = 0; i < act.size(); ++i) bad_act += std::memcmp(&act[i], &act_ref[i], sizeof(bf16)) != 0;
+  for (size_t i = 0; i < codes.size(); ++i) bad_codes += codes[i] != codes_ref[i];
+  INFO("tokens ", tokens, ", intermediate ", inter);
+  CHECK(bad_act == 0);
+  CHECK(bad_codes == 0);
+  CHECK(std::memcmp(scales.data(), scales_ref.data(), tokens * sizeof(float)) == 0);
+  CHECK(scales[2] == 0.f);
+  d_codes.poison();
+  d_scales.poison();
+  silu_mul_fp8(d_gu_copy.get(), d_rows.get(), d_cols.get(), nullptr, d_codes.get(), d_scales.get(), tokens, inter,
+               nullptr);
+  CHECK(d_codes.download() == codes_ref);
+  CHECK(std::memcmp(d_scales.download().data(), scales_ref.data(), tokens * sizeof(float)) == 0);
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms;
+}
+
+}  // namespace
+
 TEST_CASE("gpu.kernels.silu_mul_fp8 equals scale_rows_cols, silu_mul and quantize_rows_fp8 bit for bit") {
-  // Widths below one pass of the block (8, 2056), exactly one (8,192: 1,024 threads of 8 values),
-  // one group past it (8,200) and a partial second pass (14,336); one token row all zero (scale 0,
-  // zero codes).
-  for (const int inter : {8, 2056, 8192, 8200, 14336}) {
-    const int tokens = 3;
-    std::mt19937 rng{static_cast<uint32_t>(inter + 5)};
-    std::vector<bf16> gate_up = random_bf16(rng, size_t(tokens) * 2 * inter, -400.f, 400.f);
-    for (int c = 0; c < 2 * inter; ++c) gate_up[size_t(2) * 2 * inter + c] = to_bf(0.f);
-    std::vector<float> rows(tokens), cols(2 * inter);
-    std::uniform_real_distribution<float> dist(1e-4f, 2e-2f);
-    for (float& v : rows) v = dist(rng);
-    for (float& v : cols) v = dist(rng);
-    DeviceBuffer<bf16> d_gu(gate_up), d_act(size_t(tokens) * inter), d_act_ref(size_t(tokens) * inter);
-    DeviceBuffer<float> d_rows(rows), d_cols(cols), d_scales(tokens), d_scales_ref(tokens);
-    DeviceBuffer<uint8_t> d_codes(size_t(tokens) * inter), d_codes_ref(size_t(tokens) * inter);
-    d_act.poison();
-    d_codes.poison();
-    d_scales.poison();
-    silu_mul_fp8(d_gu.get(), d_rows.get(), d_cols.get(), d_act.get(), d_codes.get(), d_scales.get(), tokens, inter,
-                 nullptr);
-    scale_rows_cols(d_gu.get(), d_rows.get(), d_cols.get(), tokens, 2 * inter, nullptr);  // in place, after
-    silu_mul(d_gu.get(), d_act_ref.get(), tokens, inter, nullptr);
-    quantize_rows_fp8(d_act_ref.get(), d_codes_ref.get(), d_scales_ref.get(), tokens, inter, nullptr);
-    const std::vector<bf16> act = d_act.download(), act_ref = d_act_ref.download();
-    const std::vector<uint8_t> codes = d_codes.download(), codes_ref = d_codes_ref.download();
-    const std::vector<float> scales = d_scales.download(), scales_ref = d_scales_ref.download();
-    int bad_act = 0, bad_codes = 0;
-    for (size_t i = 0; i < act.size(); ++i) bad_act += std::memcmp(&act[i], &act_ref[i], sizeof(bf16)) != 0;
-    for (size_t i = 0; i < codes.size(); ++i) bad_codes += codes[i] != codes_ref[i];
-    INFO("intermediate ", inter);
-    CHECK(bad_act == 0);
-    CHECK(bad_codes == 0);
-    CHECK(std::memcmp(scales.data(), scales_ref.data(), tokens * sizeof(float)) == 0);
-    CHECK(scales[2] == 0.f);
-  }
+  // A decode step's few rows (1,024-thread blocks): widths below one pass of the block (8, 2056),
+  // exactly one (8,192: 1,024 threads of 8 values), one group past it (8,200), a partial second
+  // pass (14,336: two held groups, the second for some threads only) and past what threads hold in
+  // registers (24,584 and 32,776: the second pass recomputes).
+  for (const int inter : {8, 2056, 8192, 8200, 14336, 24584, 32776}) check_silu_mul_fp8(3, inter);
+}
+
+TEST_CASE("gpu.kernels.silu_mul_fp8 over a prefill chunk's rows equals the passes bit for bit") {
+  // Four rows an SM take the shared-memory kernel (256 threads walking the row), one fewer the
+  // 1,024-thread one: both sides of the switch, at widths within one pass of 256 threads (2,040),
+  // past whole passes (8,200) and Llama-3-8B's (14,336, shared memory 28 KB a row).
+  const int at = 4 * sm_count();
+  for (const int tokens : {at - 1, at})
+    for (const int inter : {2040, 8200, 14336}) check_silu_mul_fp8(tokens, inter);
 }
 
 TEST_CASE("gpu.kernels.add_rmsnorm_fp8 equals [scale_rows_cols,] add_rmsnorm and quantize_rows_fp8 bit for bit") {

@@ -149,7 +149,8 @@ void add_rmsnorm_fp8(bf16* x, const float* row_scales, const float* col_scales, 
 // The three passes between an FP8 gate_up GEMM and an FP8 down GEMM as one kernel, bit for bit:
 // scale_rows_cols on gate_up [tokens, 2 * intermediate] (its unscaled product; row_scales per
 // token, col_scales per channel), silu_mul into act [tokens, intermediate], quantize_rows_fp8 of
-// act into codes and act_scales. intermediate % 8 == 0.
+// act into codes and act_scales. intermediate % 8 == 0. act may be null (the runner's FP8 path
+// reads only the codes): then the bf16 row is neither stored nor read back.
 void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col_scales, bf16* act, uint8_t* codes,
                   float* act_scales, int num_tokens, int intermediate, cudaStream_t stream);
 

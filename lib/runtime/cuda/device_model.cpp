@@ -293,13 +293,14 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   bf16* act = act_.act.as<bf16>();
   if (w.gate_up.fp8() && w.down.fp8() && !use_gemv(T, H)) {
     // FP8 GEMMs: gate_up's product unscaled, then one kernel for its scales, silu_mul and down's
-    // input codes (bit for bit the three separate passes), then down.
+    // input codes (bit for bit the three separate passes; the bf16 activation is not stored), then
+    // down.
     uint8_t* x8 = act_.x8.as<uint8_t>();
     float* x_scales = act_.x8_scales.as<float>();
     float* act_scales = act_.act8_scales.as<float>();
     if (!fused_norm) kernels::quantize_rows_fp8(x, x8, x_scales, T, H, s);
     gemm_.matmul_fp8(x8, x_scales, w.gate_up.codes, w.gate_up.scales, gate_up, T, 2 * I, H, s, /*scale=*/false);
-    kernels::silu_mul_fp8(gate_up, x_scales, w.gate_up.scales, act, x8, act_scales, T, I, s);
+    kernels::silu_mul_fp8(gate_up, x_scales, w.gate_up.scales, nullptr, x8, act_scales, T, I, s);
     if (fused_norm && next_norm != nullptr) {  // down's scales, the residual add, next_norm, qkv's codes
       gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s, /*scale=*/false);
       kernels::add_rmsnorm_fp8(x, act_scales, w.down.scales, act_.residual.as<bf16>(), next_norm, x8, x_scales, T,
