@@ -91,6 +91,42 @@ __device__ __forceinline__ void silu_group(const bf16* in, const float* col_scal
   }
 }
 
+// This block's row of silu_mul_fp8: where it reads and writes, its token's scale, and the first
+// pass over one 8-value group (silu_group, the row's running absolute maximum, act where given).
+struct SiluRow {
+  const bf16* in;
+  bf16* act;  // null: not stored
+  uint8_t* out;
+  float rs;
+  int intermediate;
+  float amax = 0.f;
+
+  __device__ SiluRow(const bf16* gate_up, const float* row_scales, bf16* act_rows, uint8_t* codes, int inter)
+      : in(gate_up + size_t(blockIdx.x) * 2 * inter),
+        act(act_rows != nullptr ? act_rows + size_t(blockIdx.x) * inter : nullptr),
+        out(codes + size_t(blockIdx.x) * inter),
+        rs(row_scales[blockIdx.x]),
+        intermediate(inter) {}
+
+  __device__ Bf16x8 first_pass(const float* col_scales, int c) {
+    float o[8];
+    silu_group(in, col_scales, rs, c, intermediate, o);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(o[j]));
+    const Bf16x8 packed = from_float8(o);
+    if (act != nullptr) store8(act + c, packed);
+    return packed;
+  }
+
+  // The row's maximum over the block and its scale (stored for the row): between the passes.
+  __device__ float finish_amax(float* scratch, float* act_scales) {
+    amax = block_max_abs(amax, scratch);
+    const float scale = amax / kE4M3Max;
+    if (threadIdx.x == 0) act_scales[blockIdx.x] = scale;
+    return scale;
+  }
+};
+
 // silu_mul_fp8: silu_group over the row (stored to act in bf16 where act is given), the row's
 // absolute maximum, then the codes (as quantize_rows_fp8). kGroups > 0: each thread holds its at
 // most kGroups groups in registers between the two, as bf16 (the values are bf16 already); 0
@@ -105,33 +141,18 @@ __global__ void __launch_bounds__(kMaxRowThreads)
                         float* __restrict__ act_scales, int intermediate) {
   __shared__ float scratch[32];
   pdl_enter();
-  const bf16* in = gate_up + size_t(blockIdx.x) * 2 * intermediate;
-  bf16* row = act != nullptr ? act + size_t(blockIdx.x) * intermediate : nullptr;
-  uint8_t* out = codes + size_t(blockIdx.x) * intermediate;
-  const float rs = row_scales[blockIdx.x];
+  SiluRow r(gate_up, row_scales, act, codes, intermediate);
   Bf16x8 held[kGroups > 0 ? kGroups : 1];
-  float amax = 0.f;
-  auto first_pass = [&](int c) {
-    float o[8];
-    silu_group(in, col_scales, rs, c, intermediate, o);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(o[j]));
-    const Bf16x8 packed = from_float8(o);
-    if (row != nullptr) store8(row + c, packed);
-    return packed;
-  };
   if constexpr (kGroups > 0) {
 #pragma unroll
     for (int i = 0; i < kGroups; ++i) {
       const int c = (threadIdx.x + i * blockDim.x) * 8;
-      if (c < intermediate) held[i] = first_pass(c);
+      if (c < intermediate) held[i] = r.first_pass(col_scales, c);
     }
   } else {
-    for (int c = threadIdx.x * 8; c < intermediate; c += blockDim.x * 8) first_pass(c);
+    for (int c = threadIdx.x * 8; c < intermediate; c += blockDim.x * 8) r.first_pass(col_scales, c);
   }
-  amax = block_max_abs(amax, scratch);
-  const float scale = amax / kE4M3Max;
-  if (threadIdx.x == 0) act_scales[blockIdx.x] = scale;
+  const float scale = r.finish_amax(scratch, act_scales);
   float f[8];
   if constexpr (kGroups > 0) {
 #pragma unroll
@@ -139,12 +160,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       const int c = (threadIdx.x + i * blockDim.x) * 8;
       if (c >= intermediate) continue;
       to_float8(held[i], f);
-      store_codes8(f, amax, scale, out + c);
+      store_codes8(f, r.amax, scale, r.out + c);
     }
   } else {
     for (int c = threadIdx.x * 8; c < intermediate; c += blockDim.x * 8) {
-      silu_group(in, col_scales, rs, c, intermediate, f);
-      store_codes8(f, amax, scale, out + c);
+      silu_group(r.in, col_scales, r.rs, c, intermediate, f);
+      store_codes8(f, r.amax, scale, r.out + c);
     }
   }
 }
@@ -162,28 +183,15 @@ __global__ void __launch_bounds__(kSmemRowThreads, 5)
   extern __shared__ Bf16x8 held_s[];  // intermediate / 8
   __shared__ float scratch[32];
   pdl_enter();
-  const bf16* in = gate_up + size_t(blockIdx.x) * 2 * intermediate;
-  bf16* row = act != nullptr ? act + size_t(blockIdx.x) * intermediate : nullptr;
-  uint8_t* out = codes + size_t(blockIdx.x) * intermediate;
-  const float rs = row_scales[blockIdx.x];
+  SiluRow r(gate_up, row_scales, act, codes, intermediate);
   const int groups = intermediate / 8;
-  float amax = 0.f;
 #pragma unroll 1
-  for (int g = threadIdx.x; g < groups; g += blockDim.x) {
-    float o[8];
-    silu_group(in, col_scales, rs, 8 * g, intermediate, o);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(o[j]));
-    held_s[g] = from_float8(o);
-    if (row != nullptr) store8(row + 8 * g, held_s[g]);
-  }
-  amax = block_max_abs(amax, scratch);
-  const float scale = amax / kE4M3Max;
-  if (threadIdx.x == 0) act_scales[blockIdx.x] = scale;
+  for (int g = threadIdx.x; g < groups; g += blockDim.x) held_s[g] = r.first_pass(col_scales, 8 * g);
+  const float scale = r.finish_amax(scratch, act_scales);
   for (int g = threadIdx.x; g < groups; g += blockDim.x) {  // each thread reads back its own groups
     float f[8];
     to_float8(held_s[g], f);
-    store_codes8(f, amax, scale, out + 8 * g);
+    store_codes8(f, r.amax, scale, r.out + 8 * g);
   }
 }
 
