@@ -14,13 +14,6 @@
 namespace nvllm::kernels::test {
 namespace {
 
-int sm_count() {
-  int device = 0, n = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
-
 // The lowest index of the largest non-NaN value; 0 when every value is NaN.
 int host_argmax(const std::vector<float>& v) {
   int best = -1;

@@ -272,7 +272,8 @@ void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col
               "; needs a positive multiple of 8");
   // Four rows an SM or more (a prefill chunk): the shared-memory kernel, whose rows overlap.
   // Fewer (decode): a row's 1,024 threads spread the few rows' work over more of the GPU.
-  if (num_tokens >= 4 * device_sms()) {
+  static const int sms = device_sms();  // asked once, as gemv_fit's callers do (gemv_stream.cuh)
+  if (num_tokens >= 4 * sms) {
     const size_t smem = size_t(intermediate) * sizeof(bf16);
     CUDA_CHECK(cudaFuncSetAttribute(silu_mul_fp8_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     launch_pdl(silu_mul_fp8_smem_kernel, dim3(num_tokens), dim3(kSmemRowThreads), smem, stream, gate_up, row_scales,

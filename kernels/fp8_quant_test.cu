@@ -137,13 +137,6 @@ void check_silu_mul_fp8(int tokens, int inter) {
   CHECK(std::memcmp(d_scales.download().data(), scales_ref.data(), tokens * sizeof(float)) == 0);
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return sms;
-}
-
 }  // namespace
 
 TEST_CASE("gpu.kernels.silu_mul_fp8 equals scale_rows_cols, silu_mul and quantize_rows_fp8 bit for bit") {

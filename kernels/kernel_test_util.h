@@ -1,6 +1,6 @@
 // Shared pieces of the kernel tests: seeded random bf16 inputs, an RAII device buffer that can
 // be poisoned (0xFF bytes: every bf16 / fp32 element reads as NaN, so an element the kernel
-// never writes fails the comparison), the relative error ||out - ref|| / ||ref||, and the timing
+// never writes fails the comparison), the device's SM count, the relative error ||out - ref|| / ||ref||, and the timing
 // cases' graph replay (graph_median_us).
 #pragma once
 
@@ -20,6 +20,14 @@
 namespace nvllm::kernels::test {
 
 using bf16 = __nv_bfloat16;
+
+// The current device's SM count (launch rules that follow it are tested at their switch).
+inline int sm_count() {
+  int device = 0, n = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n;
+}
 
 inline float to_f(bf16 x) { return __bfloat162float(x); }
 inline bf16 to_bf(float x) { return __float2bfloat16(x); }
