@@ -195,11 +195,11 @@ __global__ void __launch_bounds__(kSmemRowThreads, 5)
   }
 }
 
-int device_sms() {
-  int device = 0, sms = 0;
+int device_attribute(cudaDeviceAttr attr) {
+  int device = 0, value = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
+  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+  return value;
 }
 
 // add_rmsnorm_fp8: add_rmsnorm's row (rmsnorm_row, as rmsnorm.cu runs it) on x scaled as
@@ -271,10 +271,13 @@ void silu_mul_fp8(const bf16* gate_up, const float* row_scales, const float* col
   NVLLM_CHECK(intermediate > 0 && intermediate % 8 == 0, "silu_mul_fp8: intermediate size ", intermediate,
               "; needs a positive multiple of 8");
   // Four rows an SM or more (a prefill chunk): the shared-memory kernel, whose rows overlap.
-  // Fewer (decode): a row's 1,024 threads spread the few rows' work over more of the GPU.
-  static const int sms = device_sms();  // asked once, as gemv_fit's callers do (gemv_stream.cuh)
-  if (num_tokens >= 4 * sms) {
-    const size_t smem = size_t(intermediate) * sizeof(bf16);
+  // Fewer (decode), or a row past a block's shared memory (an intermediate size over ~110,000):
+  // a row's 1,024 threads spread the few rows' work over more of the GPU.
+  // Asked once, as gemv_fit's callers do (gemv_stream.cuh).
+  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+  static const int max_smem = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  const size_t smem = size_t(intermediate) * sizeof(bf16);
+  if (num_tokens >= 4 * sms && smem + sizeof(float) * 32 <= size_t(max_smem)) {  // + its static scratch
     CUDA_CHECK(cudaFuncSetAttribute(silu_mul_fp8_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     launch_pdl(silu_mul_fp8_smem_kernel, dim3(num_tokens), dim3(kSmemRowThreads), smem, stream, gate_up, row_scales,
                col_scales, act, codes, act_scales, intermediate);
