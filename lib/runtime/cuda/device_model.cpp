@@ -127,6 +127,8 @@ DeviceModel::DeviceModel(const ModelConfig& config, const ModelWeights& w, int b
 
 void DeviceModel::allocate_activations(int tokens, int seqs, int max_model_len) {
   const size_t H = c_.hidden_size, T = tokens, S = seqs;
+  act_.tokens = tokens;
+  act_.seqs = seqs;
   act_.x = DeviceBuffer(T * H * sizeof(bf16));
   act_.residual = DeviceBuffer(T * H * sizeof(bf16));
   act_.qkv = DeviceBuffer(T * c_.qkv_size() * sizeof(bf16));
@@ -145,6 +147,10 @@ void DeviceModel::allocate_activations(int tokens, int seqs, int max_model_len) 
   }
   const size_t ws = kernels::attention_decode_workspace_bytes(seqs, c_.num_heads, c_.head_dim, max_model_len);
   act_.decode_ws = DeviceBuffer(std::max<size_t>(ws, 16));
+  // A GEMM may run past a step's rows to its bucket's top (Gemm, gemm_rows): the rows it reads
+  // there are whatever the buffers hold, zeros until a step writes them, never uninitialised.
+  for (DeviceBuffer* b : {&act_.x, &act_.attn, &act_.act, &act_.x_g, &act_.x8})
+    if (b->bytes() > 0) CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
 }
 
 bool DeviceModel::use_gemv(int m, int k) const {
@@ -156,14 +162,14 @@ void DeviceModel::linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, i
     if (use_gemv(m, k))
       kernels::gemv(x, w.w, y, m, n, k, stream);
     else
-      gemm_.matmul(x, w.w, y, m, n, k, false, stream);
+      gemm_.matmul(x, w.w, y, m, n, k, false, stream, act_.tokens);
   } else if (use_gemv(m, k)) {
     kernels::gemv_fp8(x, w.codes, w.scales, kernels::Fp8Scaling::kRow, y, m, n, k, stream);
   } else {
     uint8_t* x8 = act_.x8.as<uint8_t>();
     float* x_scales = act_.x8_scales.as<float>();
     kernels::quantize_rows_fp8(x, x8, x_scales, m, k, stream);
-    gemm_.matmul_fp8(x8, x_scales, w.codes, w.scales, y, m, n, k, stream);
+    gemm_.matmul_fp8(x8, x_scales, w.codes, w.scales, y, m, n, k, stream, true, act_.tokens);
   }
 }
 
@@ -209,7 +215,7 @@ void DeviceModel::lm_head(const bf16* x, int rows, cudaStream_t s) {
   else if (use_gemv(rows, H))
     kernels::gemv_f32(x, w_.lm_head, act_.logits.as<float>(), rows, c_.vocab_size, H, s);
   else
-    gemm_.matmul(x, w_.lm_head, act_.logits.get(), rows, c_.vocab_size, H, true, s);
+    gemm_.matmul(x, w_.lm_head, act_.logits.get(), rows, c_.vocab_size, H, true, s, act_.seqs);
 }
 
 void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
@@ -233,7 +239,8 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   // With fused_norm and no bias the FP8 product's scales go in with the RoPE (one pass less).
   const bool scales_in_rope = fused_norm && !w.qkv_bias;
   if (fused_norm)
-    gemm_.matmul_fp8(x8, x_scales, w.qkv.codes, w.qkv.scales, qkv, T, c_.qkv_size(), H, s, !scales_in_rope);
+    gemm_.matmul_fp8(x8, x_scales, w.qkv.codes, w.qkv.scales, qkv, T, c_.qkv_size(), H, s, !scales_in_rope,
+                     act_.tokens);
   else
     linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
   if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
@@ -269,7 +276,8 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   }
   if (fused_norm) {  // o_proj's product unscaled; its scales, the residual add, post_norm, gate_up's codes
     kernels::quantize_rows_fp8(attn, x8, x_scales, T, c_.q_size(), s);
-    gemm_.matmul_fp8(x8, x_scales, w.o_proj.codes, w.o_proj.scales, x, T, H, c_.q_size(), s, /*scale=*/false);
+    gemm_.matmul_fp8(x8, x_scales, w.o_proj.codes, w.o_proj.scales, x, T, H, c_.q_size(), s, /*scale=*/false,
+                     act_.tokens);
     kernels::add_rmsnorm_fp8(x, x_scales, w.o_proj.scales, res, w.post_norm, x8, x_scales, T, H, eps, s);
   } else {
     linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
@@ -299,15 +307,16 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
     float* x_scales = act_.x8_scales.as<float>();
     float* act_scales = act_.act8_scales.as<float>();
     if (!fused_norm) kernels::quantize_rows_fp8(x, x8, x_scales, T, H, s);
-    gemm_.matmul_fp8(x8, x_scales, w.gate_up.codes, w.gate_up.scales, gate_up, T, 2 * I, H, s, /*scale=*/false);
+    gemm_.matmul_fp8(x8, x_scales, w.gate_up.codes, w.gate_up.scales, gate_up, T, 2 * I, H, s, /*scale=*/false,
+                     act_.tokens);
     kernels::silu_mul_fp8(gate_up, x_scales, w.gate_up.scales, nullptr, x8, act_scales, T, I, s);
     if (fused_norm && next_norm != nullptr) {  // down's scales, the residual add, next_norm, qkv's codes
-      gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s, /*scale=*/false);
+      gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s, /*scale=*/false, act_.tokens);
       kernels::add_rmsnorm_fp8(x, act_scales, w.down.scales, act_.residual.as<bf16>(), next_norm, x8, x_scales, T,
                                H, static_cast<float>(c_.rms_norm_eps), s);
       return true;
     }
-    gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s);
+    gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s, true, act_.tokens);
     return false;
   }
   linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
@@ -320,7 +329,7 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   if (w.down.fp8())
     linear(act, w.down, x, T, H, I, s);
   else
-    gemm_.matmul(act, w.down.w, x, T, H, I, false, s);
+    gemm_.matmul(act, w.down.w, x, T, H, I, false, s, act_.tokens);
   return false;
 }
 

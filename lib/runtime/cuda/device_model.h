@@ -66,6 +66,7 @@ struct DeviceWeights {
 struct Activations {
   DeviceBuffer x, residual, qkv, attn, gate_up, act, x_g, residual_g, logits, decode_ws, logits_parts, x8, x8_scales,
       act8_scales;
+  int tokens = 0, seqs = 0;  // the rows they hold: per token, and per sampling sequence
 };
 
 // Per-layer K and V caches as the kernels take them: base pointers into one allocation (storage)

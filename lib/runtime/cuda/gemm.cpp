@@ -32,14 +32,24 @@ const char* Gemm::kind_name(Kind kind) {
   return "GEMM";
 }
 
-// Powers of two up to 32 and past 512, steps of 16 between. Every CUDA-graph size (1, 2, 4, 8,
-// 16, 24, 32, then multiples of 16) pads a batch within its bucket.
+namespace {
+constexpr int kFineFrom = 32, kFineTo = 512, kFineStep = 16;  // steps of 16 in (32, 512]
+constexpr int kWideTo = 2048, kWideStep = 64;                 // steps of 64 in (512, 2048]
+}  // namespace
+
+// Powers of two up to 32 and past 2,048, steps of 16 to 512 and of 64 to 2,048. Every CUDA-graph
+// size (1, 2, 4, 8, 16, 24, 32, then multiples of 16) pads a batch within its bucket.
 int gemm_bucket(int m) {
-  constexpr int kFineFrom = 32, kFineTo = 512, kStep = 16;
-  if (m > kFineFrom && m <= kFineTo) return (m + kStep - 1) / kStep * kStep;
+  if (m > kFineFrom && m <= kFineTo) return (m + kFineStep - 1) / kFineStep * kFineStep;
+  if (m > kFineTo && m <= kWideTo) return (m + kWideStep - 1) / kWideStep * kWideStep;
   int b = 1;
   while (b < m) b <<= 1;
   return b;
+}
+
+int gemm_rows(int m, int rows_cap) {
+  const int top = gemm_bucket(m);
+  return top <= kWideTo && top <= rows_cap ? top : m;
 }
 
 // cuBLASLt is column-major. A row-major [rows, cols] matrix is a column-major [cols, rows] one, so
@@ -103,19 +113,19 @@ cublasLtMatmulAlgo_t Gemm::bucket_algo(const Plan& p, int m, int n, int k, Kind 
 }
 
 void Gemm::matmul(const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, int m, int n, int k, bool out_f32,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, int rows_cap) {
   if (m <= 0) return;
-  const Plan& p = plan(m, n, k, out_f32 ? Kind::kBf16OutF32 : Kind::kBf16);
+  const Plan& p = plan(gemm_rows(m, rows_cap), n, k, out_f32 ? Kind::kBf16OutF32 : Kind::kBf16);
   const float alpha = 1.0f, beta = 0.0f;
   CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(),
                                 workspace_.bytes(), stream));
 }
 
 void Gemm::matmul_fp8(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, __nv_bfloat16* y,
-                      int m, int n, int k, cudaStream_t stream, bool scale) {
+                      int m, int n, int k, cudaStream_t stream, bool scale, int rows_cap) {
   if (m <= 0) return;
   NVLLM_CHECK(k % 16 == 0, "matmul_fp8: K = ", k, " must be a multiple of 16");
-  const Plan& p = plan(m, n, k, Kind::kFp8);
+  const Plan& p = plan(gemm_rows(m, rows_cap), n, k, Kind::kFp8);
   // cuBLASLt 13.1 on sm_90 offers FP8 kernels for scalar scales only (no outer-vector, 128-block or
   // alpha-vector modes: measured on the H100, bench/NOTES.md): the product of the codes in bf16,
   // then the scales of its rows and columns in one pass.
