@@ -14,8 +14,8 @@
 // many rows (`rows_cap`): the extra rows of x are whatever the buffer holds, their products are
 // written past row m and never read. An algorithm ran slower at m below the m it was chosen for
 // than at that m (Llama-3-8B's FP8 layer at m = 224: 125 us with m = 256's choice, 109 us at 256;
-// at m = 528 with m = 1,024's: 366 us, 200 with its own; twenty-seventh session), so the padding
-// costs nothing and every row of a bucket takes the same path. Plans are cached per
+// at m = 528 with m = 1,024's: 366 us, 200 with its own; twenty-seventh session), so running at
+// the top was never the slower where measured, and every row of a bucket takes the same path. Plans are cached per
 // (m, n, k, kind), so graph capture never calls the heuristic.
 #pragma once
 
