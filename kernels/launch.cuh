@@ -11,7 +11,8 @@
 //  - call pdl_launch_dependents() once it no longer needs SM room for itself. The separate
 //    kernels call it right after pdl_wait() (at most two kernels of the chain resident at a
 //    time); the fused batch-1 kernels call it just before, so that the next kernel's weight copy
-//    starts while this one waits (decode_fused.cu, wait_inputs).
+//    starts while this one waits (decode_fused.cu, wait_inputs); the pushed peer sum first thing
+//    (its few blocks are resident from the start; peer_reduce.cu).
 // Both are no-ops when the kernel was launched normally or on GPUs before sm_90.
 #pragma once
 

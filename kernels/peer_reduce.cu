@@ -183,9 +183,15 @@ __device__ __forceinline__ uint4 receive16(const uint64_t* p, uint32_t epoch, co
                     static_cast<uint32_t>(d));
 }
 
+// Its dependents may launch at once, before this kernel's own wait: its kPeerBlocks blocks are all
+// resident from the start, so the next projection's blocks take the free SM slots and issue their
+// first weight loads while the projection before this one ends and while this one waits for its
+// peers (a decode sum costs ~4-6 us, all of it on the step's path otherwise). Their own pdl_wait
+// still waits for this kernel to end (launch.cuh).
 template <bool kNorm>
 __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual,
                                         const bf16* __restrict__ weight, int tokens, int hidden, float eps) {
+  pdl_launch_dependents();
   pdl_wait();
   __shared__ float scratch[32];
   const uint32_t epoch = p.push_epochs[blockIdx.x] + 1;  // the same value in every thread
@@ -202,7 +208,6 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
         store_words(dst + 2, w2, w3);
       }
     }
-  pdl_launch_dependents();
   finish_rows<kNorm>(x, residual, weight, tokens, hidden, eps, p.ranks, scratch, [&](int r, size_t e) {
     return r == p.rank ? *reinterpret_cast<const uint4*>(x + e)
                        : receive16(p.inbox[p.rank] + inbox_word(epoch, r, e), epoch, p.abort);
