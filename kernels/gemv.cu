@@ -21,6 +21,7 @@
 #include "kernels/gemv_stream.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/peer_inbox.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -30,12 +31,14 @@ constexpr int kThreads = 128;
 __device__ __forceinline__ void store_out(bf16* y, float v) { *y = __float2bfloat16(v); }
 __device__ __forceinline__ void store_out(float* y, float v) { *y = v; }
 
-template <int kBatch, int kRows, typename OutT>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                                        OutT* __restrict__ y, int batch, int n, int k) {
-  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
-  __shared__ float partial[kThreads / 32][kRows][kBatch];
-  auto step = [&](float (&acc)[kRows][kBatch], int, int c, auto ready) {
+// A thread's step of the walk (gemv_stream): its chunk c of each of the group's rows against the
+// same chunk of every sequence's input.
+template <int kBatch, int kRows>
+struct Bf16Step {
+  const bf16* x;
+  int batch, k;
+  template <typename Ready>
+  __device__ __forceinline__ void operator()(float (&acc)[kRows][kBatch], int, int c, Ready ready) const {
     Bf16x8 xv[kBatch];  // the inputs' loads first: their latency runs beside the weights' wait
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
@@ -54,9 +57,43 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[r][b] = fmaf(xf[i], wf[r][i], acc[r][b]);
     }
-  };
-  gemv_stream<kThreads>(slots, partial, w, n, k * 2, batch, step,
+  }
+};
+
+template <int kBatch, int kRows, typename OutT>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                                        OutT* __restrict__ y, int batch, int n, int k) {
+  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ float partial[kThreads / 32][kRows][kBatch];
+  gemv_stream<kThreads>(slots, partial, w, n, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
                         [&](int row, int b, float v) { store_out(y + size_t(b) * n + row, v); });
+}
+
+// gemv_push: gemv_kernel's outputs, rounded as it stores them, gathered per group in shared memory
+// and sent as words of two rows (the inbox's element pairs: kRows is even) to every rank.
+template <int kBatch, int kRows>
+__global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                                             PeerReduce p, int batch, int n, int k) {
+  static_assert(kRows % 2 == 0 && kBatch * kRows / 2 <= kThreads);
+  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ float partial[kThreads / 32][kRows][kBatch];
+  __shared__ __nv_bfloat162 out[kBatch][kRows / 2];
+  gemv_stream<kThreads>(
+      slots, partial, w, n, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
+      [&](int row, int b, float v) {
+        __nv_bfloat16* pair = reinterpret_cast<__nv_bfloat16*>(&out[b][(row % kRows) / 2]);
+        pair[row % 2] = __float2bfloat16(v);
+      },
+      [&](int row0) {  // after the group's finish calls: this thread's word, to every rank
+        const int b = threadIdx.x / (kRows / 2), j = threadIdx.x % (kRows / 2);
+        const int row = row0 + 2 * j;
+        if (b >= batch || row >= n) return;
+        // The sum's call counter: written by the sum before, which ended before this kernel's wait.
+        const uint32_t epoch = p.push_epochs[b % kPeerBlocks] + 1;
+        const uint64_t word = flagged(reinterpret_cast<const uint32_t&>(out[b][j]), epoch);
+        const size_t at = inbox_word(epoch, p.rank, size_t(b) * n + row);
+        for (int q = 0; q < p.ranks; ++q) store_word(p.inbox[q] + at, word);
+      });
 }
 
 template <int kBatch, int kRows, typename OutT>
@@ -83,7 +120,27 @@ void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cu
     launch<8, 4>(x, w, y, batch, n, k, stream);
 }
 
+template <int kBatch, int kRows>
+void launch_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int n, int k, cudaStream_t stream) {
+  launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads, kRows>(n, stream, x, w, p, batch, n, k);
+}
+
 }  // namespace
+
+void gemv_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int n, int k, cudaStream_t stream) {
+  if (batch <= 0 || n <= 0) return;
+  NVLLM_CHECK(batch <= kGemvMaxBatch && k % 8 == 0 && n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_push: ",
+              batch, " x ", n, " (K ", k, ") is not a pushed sum's projection");
+  // gemv's rows a block by batch (dispatch above).
+  if (batch == 1)
+    launch_push<1, 2>(x, w, p, batch, n, k, stream);
+  else if (batch == 2)
+    launch_push<2, 2>(x, w, p, batch, n, k, stream);
+  else if (batch <= 4)
+    launch_push<4, 4>(x, w, p, batch, n, k, stream);
+  else
+    launch_push<8, 4>(x, w, p, batch, n, k, stream);
+}
 
 void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream) {
   dispatch(x, w, y, batch, n, k, stream);

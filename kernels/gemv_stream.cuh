@@ -79,15 +79,24 @@ struct GemvChunks {
   __device__ __forceinline__ const uint4& operator[](int r) const { return p[r * kThreads]; }
 };
 
+// What a walk does after a group's outputs by default: nothing.
+struct GemvNoGroupEnd {
+  __device__ void operator()(int) const {}
+};
+
 // The walk above for weights [n, row_bytes] (row_bytes % 16 == 0): step(acc, row0, c, ready) for
 // each of this thread's chunks c of the group at row0, where ready() waits for the step's weights
 // and returns their GemvChunks (call it after issuing the step's other loads, so that their
-// latency runs beside the wait); then finish(row, b, sum) for each output of the group. acc is
-// float[kRows][kBatch], zeroed per group.
-template <int kThreads, int kRows, int kBatch, int kStages, typename Step, typename Finish>
+// latency runs beside the wait); then finish(row, b, sum) for each output of the group, and
+// group_end(row0) in every thread once all of the group's finish calls are done (a barrier
+// between; the next group's finish calls come after another). acc is float[kRows][kBatch],
+// zeroed per group.
+template <int kThreads, int kRows, int kBatch, int kStages, typename Step, typename Finish,
+          typename GroupEnd = GemvNoGroupEnd>
 __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>& slots,
                                             float (&partial)[kThreads / 32][kRows][kBatch], const void* weights,
-                                            int n, int row_bytes, int batch, Step step, Finish finish) {
+                                            int n, int row_bytes, int batch, Step step, Finish finish,
+                                            GroupEnd group_end = {}) {
   const uint8_t* w = static_cast<const uint8_t*>(weights);
   const int chunks = row_bytes / 16;
   const int steps = (chunks + kThreads - 1) / kThreads;
@@ -135,6 +144,7 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
     gemv_block_sums<kThreads>(acc, partial, batch, n - row0,
                               [&](int r, int b, float v) { finish(row0 + r, b, v); });
     __syncthreads();  // the next group's sums rewrite partial
+    group_end(row0);
   }
 }
 

@@ -92,6 +92,13 @@ bool peer_reduce_fits(const PeerReduce& p, int tokens, int hidden);
 // NCCL's collectives.
 void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
                      float eps, cudaStream_t stream);
+// Whether [tokens, hidden] goes by pushes (inboxes set up, at most kPeerPushElems elements).
+bool peer_push_fits(const PeerReduce& p, int tokens, int hidden);
+// peer_all_reduce's pushed sum for partials that gemv_push already wrote into every rank's inbox
+// (this rank's own too): the same sums bit for bit, without waiting for the projection to end
+// first. Every rank calls it right after its gemv_push.
+void peer_reduce_pushed(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
+                        float eps, cudaStream_t stream);
 
 // On the fused projection output qkv [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]
 // (q heads, then k heads, then v heads), in place: per-head RMSNorm of q and k when q_norm /
@@ -120,6 +127,11 @@ constexpr int kGemvMaxBatch = 8;
 void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
 // The same with fp32 output: the LM head's logits.
 void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream);
+// gemv whose outputs, rounded to bf16 as gemv stores them, go as flagged words straight into every
+// rank's push inbox (this rank's too) for peer_reduce_pushed, each row group's as soon as its block
+// has it: a tensor-parallel row-parallel projection and its sum with no kernel boundary between
+// the last rows and the pushes. peer_push_fits(p, batch, n) and n % 8 == 0; y is not written.
+void gemv_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int n, int k, cudaStream_t stream);
 
 // How E4M3 weights [N, K] are scaled (value = code * scale): one scale for the tensor; one per
 // output row (compressed-tensors channel scales, --quantization fp8); one per 128 x 128 block,

@@ -24,6 +24,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/peer_inbox.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -146,18 +147,6 @@ __global__ void peer_reduce_kernel(PeerReduce p, bf16* x, bf16* __restrict__ res
 // after its epoch-e kernel (and its reads of half h) ended: kernels of one stream run in order,
 // and under PDL each waits for the one before it first (launch.cuh). Block b of every rank takes
 // the same rows and counts its calls in push_epochs[b], so the epochs agree.
-__device__ __forceinline__ size_t inbox_word(uint32_t epoch, int source, size_t element) {
-  return ((epoch & 1u) * kPeerMaxRanks + source) * size_t{kPeerPushElems / 2} + element / 2;
-}
-
-__device__ __forceinline__ uint64_t flagged(uint32_t data, uint32_t epoch) {
-  return (static_cast<uint64_t>(epoch) << 32) | data;
-}
-
-__device__ __forceinline__ void store_words(uint64_t* p, uint64_t a, uint64_t b) {
-  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};\n" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-
 __device__ __forceinline__ void load_words(const uint64_t* p, uint64_t& a, uint64_t& b) {
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];\n" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
@@ -216,6 +205,27 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
   if (threadIdx.x == 0) p.push_epochs[blockIdx.x] = epoch;
 }
 
+// The pushed sum whose partials the projection before it delivered (gemv_push: every rank's
+// rows, this rank's own too, are in this rank's inbox as flagged words), so no pushes here and no
+// wait for the projection to end before polling: the rows count from the moment the projection's
+// last block wrote them, not from its grid's end. Everything else this kernel touches (the
+// residual, its epochs) was written by kernels that ended before the projection passed its own
+// wait. Its wait comes last, so that it ends only after the projection has (the kernels after it
+// rely on each kernel's end implying its predecessors').
+template <bool kNorm>
+__global__ void peer_reduce_pushed_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual,
+                                          const bf16* __restrict__ weight, int tokens, int hidden, float eps) {
+  pdl_launch_dependents();
+  __shared__ float scratch[32];
+  const uint32_t epoch = p.push_epochs[blockIdx.x] + 1;
+  finish_rows<kNorm>(x, residual, weight, tokens, hidden, eps, p.ranks, scratch, [&](int r, size_t e) {
+    return receive16(p.inbox[p.rank] + inbox_word(epoch, r, e), epoch, p.abort);
+  });
+  __syncthreads();
+  if (threadIdx.x == 0) p.push_epochs[blockIdx.x] = epoch;
+  pdl_wait();
+}
+
 }  // namespace
 
 bool peer_reduce_fits(const PeerReduce& p, int tokens, int hidden) {
@@ -245,6 +255,25 @@ void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* w
   else
     launch_pdl(peer_reduce_kernel<false>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
                tokens, hidden, eps);
+}
+
+
+bool peer_push_fits(const PeerReduce& p, int tokens, int hidden) {
+  return p.ranks >= 2 && p.ranks <= kPeerMaxRanks && p.inbox[p.rank] != nullptr && hidden % 8 == 0 && tokens >= 0 &&
+         static_cast<size_t>(tokens) * hidden <= kPeerPushElems;
+}
+
+void peer_reduce_pushed(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
+                        float eps, cudaStream_t stream) {
+  NVLLM_CHECK(peer_push_fits(p, tokens, hidden), "peer_reduce_pushed: ", tokens, " x ", hidden,
+              " is not a pushed sum on ", p.ranks, " ranks");
+  const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 512);
+  if (weight != nullptr)
+    launch_pdl(peer_reduce_pushed_kernel<true>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
+               tokens, hidden, eps);
+  else
+    launch_pdl(peer_reduce_pushed_kernel<false>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual,
+               weight, tokens, hidden, eps);
 }
 
 }  // namespace nvllm::kernels

@@ -55,6 +55,12 @@ struct CudaTuning {
   // one-way trip) rather than the flag barrier and a read of the peers' rows (NVLLM_PEER_PUSH=0:
   // the barrier). Bit for bit the same sums.
   bool peer_push = true;
+  // Under tensor parallelism, at the gemv's batch sizes and where sums go by pushes, the two
+  // row-parallel projections (o_proj, down; bf16 weights) run on the gemv and push their own rows
+  // into every rank's inbox as each row group finishes, and the sum after them polls without
+  // waiting for their grid's end (TpComm::gemv_all_reduce_add_rmsnorm). NVLLM_GEMV_PUSH=0: the gemv
+  // (o_proj) or cuBLASLt (down), then the pushed sum. Bit for bit the same sums.
+  bool gemv_push = true;
   // NVLLM_FUSED_TRACE=FILE: the fused kernels' per-CTA timestamps of the latest batch-1 step,
   // rewritten to FILE after each one (scripts/fused_trace.py reads it). Empty: off. A timing
   // tool: it turns chaining off.

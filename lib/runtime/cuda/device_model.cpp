@@ -279,6 +279,8 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
     gemm_.matmul_fp8(x8, x_scales, w.o_proj.codes, w.o_proj.scales, x, T, H, c_.q_size(), s, /*scale=*/false,
                      act_.tokens);
     kernels::add_rmsnorm_fp8(x, x_scales, w.o_proj.scales, res, w.post_norm, x8, x_scales, T, H, eps, s);
+  } else if (pushes_from_gemv(w.o_proj, T, c_.q_size())) {
+    tp_.comm->gemv_all_reduce_add_rmsnorm(attn, w.o_proj.w, x, res, w.post_norm, T, H, c_.q_size(), eps, s);
   } else {
     linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
     reduce_add_rmsnorm(x, res, w.post_norm, T, s);
@@ -287,6 +289,10 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   // gather in forward()).
   const bf16* next_norm = l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr;
   if (!mlp(l, T, fused_norm, next_norm, s)) reduce_add_rmsnorm(x, res, next_norm, T, s);
+}
+
+bool DeviceModel::pushes_from_gemv(const DeviceLinear& w, int m, int k) const {
+  return tp_.comm != nullptr && !w.fp8() && use_gemv(m, k) && tp_.comm->pushes_from_gemv(m, c_.hidden_size);
 }
 
 bool DeviceModel::fp8_norm_fused(int tokens) const {
@@ -325,7 +331,16 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   // every two rows) streamed it at 30-56% of 3.03 TB/s at batch 1, cuBLASLt at 30-89%: faster on
   // four of the five shapes measured, by 0.8 ms a step on Llama-3-8B (bench/NOTES.md, twelfth
   // session). FP8 down goes where the other projections go (the FP8 gemv reads silu_mul's output).
+  // Under tensor parallelism at the gemv's batches it goes to the gemv that pushes its rows to
+  // every rank itself, as o_proj does (layer()): the sum then starts as the last rows land, and
+  // the chain stays in PDL (cuBLASLt's kernels do not take part): 4 x H200, TP 4 batch 1 4% faster,
+  // TP 2 even (bench/NOTES.md, twenty-eighth session).
   kernels::silu_mul(gate_up, act, T, I, s);
+  if (pushes_from_gemv(w.down, T, I)) {
+    tp_.comm->gemv_all_reduce_add_rmsnorm(act, w.down.w, x, act_.residual.as<bf16>(), next_norm, T, H, I,
+                                          static_cast<float>(c_.rms_norm_eps), s);
+    return true;
+  }
   if (w.down.fp8())
     linear(act, w.down, x, T, H, I, s);
   else

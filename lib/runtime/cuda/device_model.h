@@ -114,13 +114,18 @@ class DeviceModel {
   void layer(int l, const ForwardStep& step, cudaStream_t stream);
   // Whether an m-row projection with k inputs goes to the small-batch gemv.
   bool use_gemv(int m, int k) const;
+  // Whether a row-parallel projection (o_proj, down) of m rows with k inputs runs on the gemv
+  // that pushes its rows to every rank itself (TpComm::gemv_all_reduce_add_rmsnorm): tensor
+  // parallel, bf16 weights, the gemv's batches, a pushed sum.
+  bool pushes_from_gemv(const DeviceLinear& w, int m, int k) const;
   // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt; FP8 weights: the
   // FP8 gemv for small m, else x quantised per token and cuBLASLt's FP8 GEMM.
   void linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, int n, int k, cudaStream_t stream);
   // Layer l's MLP after its post-attention norm: gate_up, silu_mul, down (into act().x). Steps on
   // the FP8 GEMMs fuse gate_up's scales, the activation and down's input codes into one kernel;
   // with `fused_norm` (fp8_norm_fused) gate_up's input codes are ready, and down's scales, the
-  // residual add and `next_norm` are applied here when there is a next norm (returns true then).
+  // residual add and `next_norm` are applied here when there is a next norm (returns true then);
+  // under tensor parallelism, the sum and residual step when down pushes its rows itself (true).
   bool mlp(int l, int tokens, bool fused_norm, const bf16* next_norm, cudaStream_t stream);
   // FP8 weights on the GEMM path on one GPU: each residual add + RMSNorm before a projection also
   // applies the scales of the FP8 product before it and writes the codes of the one after it

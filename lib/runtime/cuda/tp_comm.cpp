@@ -22,7 +22,8 @@ constexpr size_t kPeerCapacity = size_t{1} << 18;
 
 }  // namespace
 
-std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, bool peer, bool push) {
+std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, bool peer, bool push,
+                                                    bool gemv_push) {
   std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), first_device);
   std::vector<ncclComm_t> comms(static_cast<size_t>(size), nullptr);
@@ -32,7 +33,10 @@ std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, 
          first_device + size - 1, ": ", nccl().GetErrorString(r), " (NCCL_DEBUG=INFO says more)");
   }
   std::vector<std::unique_ptr<TpComm>> out;
-  for (int i = 0; i < size; ++i) out.push_back(std::unique_ptr<TpComm>(new TpComm(comms[i], i, size)));
+  for (int i = 0; i < size; ++i) {
+    out.push_back(std::unique_ptr<TpComm>(new TpComm(comms[i], i, size)));
+    out.back()->gemv_push_ = gemv_push;
+  }
   if (peer) set_up_peer(out, first_device, push);
   return out;
 }
@@ -112,6 +116,20 @@ void TpComm::all_reduce_add_rmsnorm(__nv_bfloat16* x, __nv_bfloat16* residual, c
   }
   all_reduce_sum(x, static_cast<size_t>(tokens) * hidden, stream);
   if (weight != nullptr) kernels::add_rmsnorm(x, residual, weight, tokens, hidden, eps, stream);
+}
+
+bool TpComm::pushes_from_gemv(int tokens, int hidden) const {
+  return gemv_push_ && peer_.ranks > 0 && tokens <= kernels::kGemvMaxBatch && hidden % 8 == 0 &&
+         kernels::peer_push_fits(peer_, tokens, hidden);
+}
+
+void TpComm::gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const __nv_bfloat16* w, __nv_bfloat16* x,
+                                         __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens, int hidden,
+                                         int k, float eps, cudaStream_t stream) {
+  NVLLM_CHECK(pushes_from_gemv(tokens, hidden), "gemv_all_reduce_add_rmsnorm: ", tokens, " x ", hidden,
+              " does not go by pushes from the projection");
+  kernels::gemv_push(in, w, peer_, tokens, hidden, k, stream);
+  kernels::peer_reduce_pushed(peer_, x, residual, weight, tokens, hidden, eps, stream);
 }
 
 TpComm::~TpComm() {

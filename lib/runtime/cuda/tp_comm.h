@@ -28,7 +28,9 @@ class TpComm {
   // (ncclCommInitAll: one process holds them all). Throws nvllm::Error with NCCL's message.
   // `peer`: also set up the peer-memory sum where every pair of GPUs has peer access.
   // `push`: small peer sums by flagged pushes (kernels::PeerReduce::inbox) rather than the barrier.
-  static std::vector<std::unique_ptr<TpComm>> create(int first_device, int size, bool peer = true, bool push = true);
+  // `gemv_push`: projections on the gemv push their outputs themselves (pushes_from_gemv).
+  static std::vector<std::unique_ptr<TpComm>> create(int first_device, int size, bool peer = true, bool push = true,
+                                                     bool gemv_push = true);
   ~TpComm();  // ncclCommDestroy; call with every rank's at once (each on its rank's thread)
   TpComm(const TpComm&) = delete;
   TpComm& operator=(const TpComm&) = delete;
@@ -42,6 +44,16 @@ class TpComm {
   // add_rmsnorm). Every rank gets the same values either way.
   void all_reduce_add_rmsnorm(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens,
                               int hidden, float eps, cudaStream_t stream);
+  // Whether a row-parallel projection of `tokens` rows on the gemv can push its outputs straight
+  // into the ranks' inboxes (gemv_all_reduce_add_rmsnorm): pushed sums, bf16 weights, the switch on.
+  bool pushes_from_gemv(int tokens, int hidden) const;
+  // x [tokens, hidden] = the sum over the ranks of in [tokens, k] . w [hidden, k]^T, then the residual
+  // step as all_reduce_add_rmsnorm: the projection (kernels::gemv_push) sends each row group to every
+  // rank as it finishes, and the sum (kernels::peer_reduce_pushed) does not wait for its grid's end.
+  // The same bits as kernels::gemv then all_reduce_add_rmsnorm.
+  void gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const __nv_bfloat16* w, __nv_bfloat16* x,
+                                   __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens, int hidden, int k,
+                                   float eps, cudaStream_t stream);
   // Whether sums of [tokens, hidden] go through peer memory.
   bool uses_peer(int tokens, int hidden) const;
   // buf[r * count, (r + 1) * count) = rank r's part, for every r; this rank's part is already at
@@ -60,6 +72,7 @@ class TpComm {
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   bool aborted_ = false;
+  bool gemv_push_ = false;
   DeviceBuffer scratch_;  // min_over_ranks' one int
   // The peer-memory sum (ranks == 0: not set up): this rank's staging, signals and epochs on its
   // GPU, and the host flag that abort() raises, shared by all ranks.

@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/kernels.h"
 #include "runtime/cuda/tp_comm.h"
 #include "runtime/cuda/tp_runner.h"
 
@@ -263,6 +264,113 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
               REQUIRE(std::abs(x - ref.x[i]) <= tol_sum);
           }
           CHECK(off == 0);
+        }
+      }
+    }
+    threads.run([&](int r) { comms[r].reset(); }, abort_all);
+  }
+}
+
+// A row-parallel projection that pushes its own rows (gemv_push, then the sum that does not wait
+// for its grid) against the gemv, then the pushed sum: the same bits, on every rank, in every
+// call (the two alternate, so their shared call counters and inbox halves interleave), eager and
+// replayed from a graph; shapes at and past the push's limit.
+TEST_CASE("gpu.tp_comm a projection that pushes its rows equals the gemv then the pushed sum, bit for bit") {
+  const int gpus = gpu_count();
+  if (gpus < 2) {
+    MESSAGE("skipped: needs 2 GPUs");
+    return;
+  }
+  for (const int n : {2, 4}) {
+    if (n > gpus) {
+      MESSAGE("4 ranks skipped: ", gpus, " GPUs");
+      continue;
+    }
+    auto comms = TpComm::create(0, n, true, true, true);
+    if (!comms[0]->uses_peer(1, 4096)) {
+      MESSAGE("skipped: no peer access between the GPUs (NCCL only)");
+      return;
+    }
+    CHECK(comms[0]->pushes_from_gemv(8, 8192));        // exactly kPeerPushElems
+    CHECK_FALSE(comms[0]->pushes_from_gemv(9, 4096));  // past the gemv's batch
+    CHECK_FALSE(comms[0]->pushes_from_gemv(8, 8200));  // past kPeerPushElems
+    CHECK_FALSE(comms[0]->pushes_from_gemv(1, 4100));  // hidden % 8 != 0
+    CHECK_FALSE(TpComm::create(0, n, true, true, false)[0]->pushes_from_gemv(1, 4096));
+    RankThreads threads(n);
+    const std::function<void()> abort_all = [&] {
+      for (auto& c : comms) c->abort();
+    };
+    const float eps = 1e-6f;
+    struct Shape {
+      int tokens, hidden, k;
+    };
+    for (const Shape shape : {Shape{1, 4096, 1024}, Shape{2, 1024, 512}, Shape{3, 2048, 768}, Shape{8, 8192, 256}}) {
+      const int T = shape.tokens, H = shape.hidden, K = shape.k;
+      const size_t count = static_cast<size_t>(T) * H;
+      for (const bool norm : {true, false}) {
+        INFO(n, " ranks, ", T, " x ", H, " (K ", K, ")", norm ? " with" : " without", " the norm");
+        constexpr int kCalls = 4;  // two eager, then two replays of a graph of both
+        std::vector<std::vector<std::vector<uint16_t>>> got(kCalls, std::vector<std::vector<uint16_t>>(n * 4));
+        threads.run(
+            [&](int r) {
+              CUDA_CHECK(cudaSetDevice(r));
+              cudaStream_t s = nullptr;
+              CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+              std::vector<uint16_t> in(static_cast<size_t>(T) * K), w(static_cast<size_t>(H) * K), nw(H), res(count);
+              for (size_t i = 0; i < in.size(); ++i) in[i] = test_value(10 + r, i);
+              for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(bf16_to_f32(test_value(20 + r, i)) / 64.f);
+              for (int i = 0; i < H; ++i) nw[i] = test_value(999, i);
+              for (size_t i = 0; i < count; ++i) res[i] = test_value(50, i);  // the same on every rank
+              DeviceBuffer din(in.size() * 2), dw(w.size() * 2), dn(H * 2), xa(count * 2), ra(count * 2),
+                  xb(count * 2), rb(count * 2);
+              CUDA_CHECK(cudaMemcpy(din.get(), in.data(), din.bytes(), cudaMemcpyHostToDevice));
+              CUDA_CHECK(cudaMemcpy(dw.get(), w.data(), dw.bytes(), cudaMemcpyHostToDevice));
+              CUDA_CHECK(cudaMemcpy(dn.get(), nw.data(), dn.bytes(), cudaMemcpyHostToDevice));
+              CUDA_CHECK(cudaMemcpy(ra.get(), res.data(), ra.bytes(), cudaMemcpyHostToDevice));
+              CUDA_CHECK(cudaMemcpy(rb.get(), res.data(), rb.bytes(), cudaMemcpyHostToDevice));
+              const bf16* weight = norm ? dn.as<bf16>() : nullptr;
+              const auto both = [&] {
+                comms[r]->gemv_all_reduce_add_rmsnorm(din.as<bf16>(), dw.as<bf16>(), xa.as<bf16>(), ra.as<bf16>(),
+                                                      weight, T, H, K, eps, s);
+                kernels::gemv(din.as<bf16>(), dw.as<bf16>(), xb.as<bf16>(), T, H, K, s);
+                comms[r]->all_reduce_add_rmsnorm(xb.as<bf16>(), rb.as<bf16>(), weight, T, H, eps, s);
+              };
+              cudaGraphExec_t exec = nullptr;
+              for (int c = 0; c < kCalls; ++c) {
+                if (c < 2) {
+                  both();
+                } else {
+                  if (!exec) {
+                    cudaGraph_t g = nullptr;
+                    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                    both();
+                    CUDA_CHECK(cudaStreamEndCapture(s, &g));
+                    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+                    CUDA_CHECK(cudaGraphDestroy(g));
+                  }
+                  CUDA_CHECK(cudaGraphLaunch(exec, s));
+                }
+                int i = 0;
+                for (DeviceBuffer* b : {&xa, &ra, &xb, &rb}) {
+                  auto& out = got[c][r * 4 + i++];
+                  out.resize(count);
+                  CUDA_CHECK(cudaMemcpyAsync(out.data(), b->get(), b->bytes(), cudaMemcpyDeviceToHost, s));
+                }
+                CUDA_CHECK(cudaStreamSynchronize(s));
+              }
+              if (exec) CUDA_CHECK(cudaGraphExecDestroy(exec));
+              CUDA_CHECK(cudaStreamDestroy(s));
+            },
+            abort_all);
+        for (int c = 0; c < kCalls; ++c) {
+          INFO("call ", c);
+          for (int r = 0; r < n; ++r) {
+            CHECK(got[c][r * 4 + 0] == got[c][r * 4 + 2]);  // x: pushed by the gemv == gemv, then the sum
+            CHECK(got[c][r * 4 + 1] == got[c][r * 4 + 3]);  // the residual
+            CHECK(got[c][r * 4 + 0] == got[c][0]);          // every rank the same
+          }
+          // The residual moved (the call did run): it is the sum added to the last call's.
+          if (norm && c > 0) CHECK(got[c][1] != got[c - 1][1]);
         }
       }
     }

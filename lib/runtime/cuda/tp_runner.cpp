@@ -149,7 +149,8 @@ TpRunner::TpRunner(const ModelConfig& config, const ModelWeights& weights, const
     shard.vocab_rows.push_back(split.back().vocab);
     shard.vocab_pad = std::max(shard.vocab_pad, split.back().vocab);
   }
-  comms_ = TpComm::create(options.device, n, options.tuning.peer_all_reduce, options.tuning.peer_push);
+  comms_ = TpComm::create(options.device, n, options.tuning.peer_all_reduce, options.tuning.peer_push,
+                          options.tuning.gemv_push);
   ranks_.resize(n);
   outs_.resize(n);
   on_every_rank([&](int r) {
