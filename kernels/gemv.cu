@@ -7,7 +7,9 @@
 // coming through a shared-memory ring kept full by cp.async ahead of the math, the first steps
 // issued before the PDL wait. Each chunk of x is loaded once per thread and used for all kRows
 // rows, keeping L1 traffic for x at batch / kRows of the weight traffic. A row's sum runs in the
-// same order at every batch size. Variant: fp32 output (the LM head's logits).
+// same order at every batch size. Variants: fp32 output (the LM head's logits); gemv_push, whose
+// outputs go as flagged words into every tensor-parallel rank's inbox (peer_inbox.cuh) for the sum
+// after a row-parallel projection.
 //
 // Measured against a tensor-core design (bench/NOTES.md, twelfth session): warps of 16-32 rows
 // whose lanes hold mma fragments read 64 bytes of 8 rows per load instruction, and streamed at
