@@ -98,9 +98,20 @@ __global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restr
       });
 }
 
-template <int kBatch, int kRows, typename OutT>
-void launch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {
-  launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads, kRows>(n, stream, x, w, y, batch, n, k);
+// Rows per block by batch, as measured on the H100 (bench.gemv): two for batch 1-2 (more blocks
+// and fewer registers: 590 us per 0.6B decode step vs 638 with four rows), four for batch 3-8
+// (x reused across four rows: 902 / 1303 us at batch 4 / 8 vs 986 / 1491 with two). Calls
+// launch.operator()<kBatch, kRows>() for the batch.
+template <typename Launch>
+void by_batch(int batch, Launch launch) {
+  if (batch == 1)
+    launch.template operator()<1, 2>();
+  else if (batch == 2)
+    launch.template operator()<2, 2>();
+  else if (batch <= 4)
+    launch.template operator()<4, 4>();
+  else
+    launch.template operator()<8, 4>();
 }
 
 template <typename OutT>
@@ -109,22 +120,9 @@ void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cu
   NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv: batch ", batch, " is over ", kGemvMaxBatch,
               "; use the GEMM path");
   NVLLM_CHECK(k % 8 == 0, "gemv: K = ", k, " must be a multiple of 8 (16-byte rows)");
-  // Rows per block, as measured on the H100 (bench.gemv): two for batch 1-2 (more blocks and
-  // fewer registers: 590 us per 0.6B decode step vs 638 with four rows), four for batch 3-8
-  // (x reused across four rows: 902 / 1303 us at batch 4 / 8 vs 986 / 1491 with two).
-  if (batch == 1)
-    launch<1, 2>(x, w, y, batch, n, k, stream);
-  else if (batch == 2)
-    launch<2, 2>(x, w, y, batch, n, k, stream);
-  else if (batch <= 4)
-    launch<4, 4>(x, w, y, batch, n, k, stream);
-  else
-    launch<8, 4>(x, w, y, batch, n, k, stream);
-}
-
-template <int kBatch, int kRows>
-void launch_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int n, int k, cudaStream_t stream) {
-  launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads, kRows>(n, stream, x, w, p, batch, n, k);
+  by_batch(batch, [&]<int kBatch, int kRows>() {
+    launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads, kRows>(n, stream, x, w, y, batch, n, k);
+  });
 }
 
 }  // namespace
@@ -133,15 +131,9 @@ void gemv_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int
   if (batch <= 0 || n <= 0) return;
   NVLLM_CHECK(batch <= kGemvMaxBatch && k % 8 == 0 && n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_push: ",
               batch, " x ", n, " (K ", k, ") is not a pushed sum's projection");
-  // gemv's rows a block by batch (dispatch above).
-  if (batch == 1)
-    launch_push<1, 2>(x, w, p, batch, n, k, stream);
-  else if (batch == 2)
-    launch_push<2, 2>(x, w, p, batch, n, k, stream);
-  else if (batch <= 4)
-    launch_push<4, 4>(x, w, p, batch, n, k, stream);
-  else
-    launch_push<8, 4>(x, w, p, batch, n, k, stream);
+  by_batch(batch, [&]<int kBatch, int kRows>() {
+    launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads, kRows>(n, stream, x, w, p, batch, n, k);
+  });
 }
 
 void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream) {

@@ -81,6 +81,19 @@ float graph_replay_ms(cudaStream_t s, int reps, const std::function<void()>& cal
          }) / 1e3);
 }
 
+// `call` on s from a CUDA graph: captured at the first use (exec null), replayed after.
+void graph_call(cudaStream_t s, cudaGraphExec_t& exec, const std::function<void()>& call) {
+  if (!exec) {
+    cudaGraph_t g = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    call();
+    CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  CUDA_CHECK(cudaGraphLaunch(exec, s));
+}
+
 // One rank's stream and buffer on its device.
 struct RankBuffers {
   cudaStream_t stream = nullptr;
@@ -207,19 +220,10 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
                 }
                 CUDA_CHECK(cudaMemcpyAsync(dx.get(), x.data(), dx.bytes(), cudaMemcpyHostToDevice, s));
                 CUDA_CHECK(cudaMemcpyAsync(dres.get(), res.data(), dres.bytes(), cudaMemcpyHostToDevice, s));
-                if (c < 3) {
+                if (c < 3)
                   call();
-                } else {
-                  if (!exec) {
-                    cudaGraph_t g = nullptr;
-                    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                    call();
-                    CUDA_CHECK(cudaStreamEndCapture(s, &g));
-                    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-                    CUDA_CHECK(cudaGraphDestroy(g));
-                  }
-                  CUDA_CHECK(cudaGraphLaunch(exec, s));
-                }
+                else
+                  graph_call(s, exec, call);
                 got_x[c][r].resize(count);
                 got_res[c][r].resize(count);
                 CUDA_CHECK(cudaMemcpyAsync(got_x[c][r].data(), dx.get(), dx.bytes(), cudaMemcpyDeviceToHost, s));
@@ -337,19 +341,10 @@ TEST_CASE("gpu.tp_comm a projection that pushes its rows equals the gemv then th
               };
               cudaGraphExec_t exec = nullptr;
               for (int c = 0; c < kCalls; ++c) {
-                if (c < 2) {
+                if (c < 2)
                   both();
-                } else {
-                  if (!exec) {
-                    cudaGraph_t g = nullptr;
-                    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                    both();
-                    CUDA_CHECK(cudaStreamEndCapture(s, &g));
-                    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-                    CUDA_CHECK(cudaGraphDestroy(g));
-                  }
-                  CUDA_CHECK(cudaGraphLaunch(exec, s));
-                }
+                else
+                  graph_call(s, exec, both);
                 int i = 0;
                 for (DeviceBuffer* b : {&xa, &ra, &xb, &rb}) {
                   auto& out = got[c][r * 4 + i++];
