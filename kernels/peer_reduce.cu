@@ -4,7 +4,9 @@
 // add + RMSNorm after it is a second launch. Two kernels, the same sums bit for bit:
 //  - pushed (sums of at most kPeerPushElems elements, peer_reduce_push_kernel): each rank stores
 //    its rows into every peer's inbox as words that carry their own flag, then polls its own
-//    inbox: one one-way trip. 1 x 4,096 on 2 H200s: 3.8 us against the barrier's 5.8.
+//    inbox: one one-way trip. 1 x 4,096 on 2 H200s: 3.8 us against the barrier's 5.8. Where the
+//    projection before it pushed its rows itself (gemv.cu's gemv_push), peer_reduce_pushed_kernel
+//    only polls.
 //  - the barrier (larger sums, or no inboxes): copy in, one flag round trip over NVLink, read the
 //    peers' rows: a one-way trip and a read round trip, but the data's bytes only once.
 //
@@ -256,7 +258,6 @@ void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* w
     launch_pdl(peer_reduce_kernel<false>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
                tokens, hidden, eps);
 }
-
 
 bool peer_push_fits(const PeerReduce& p, int tokens, int hidden) {
   return p.ranks >= 2 && p.ranks <= kPeerMaxRanks && p.inbox[p.rank] != nullptr && hidden % 8 == 0 && tokens >= 0 &&
