@@ -22,3 +22,11 @@
       ::nvllm::fail("cuBLAS error ", cublasGetStatusString(st_), " in ", #call, " at ",     \
                     __FILE__, ":", __LINE__);                                               \
   } while (0)
+
+// An attribute of the current device (cudaDeviceGetAttribute, checked).
+inline int device_attribute(cudaDeviceAttr attr) {
+  int device = 0, value = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+  return value;
+}

@@ -669,13 +669,11 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
     return no("FP8 weights with a hidden or intermediate size not a multiple of 64");
   if (s.block_size < 1) return no("block size below 1");
   if (max_batch < 1 || max_batch > kFusedMaxBatch) return no("more sequences a step than the mma's 8 columns");
-  int device = 0, major = 0, max_smem = 0, sm_smem = 0, reserved = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int major = device_attribute(cudaDevAttrComputeCapabilityMajor),
+            max_smem = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin),
+            sm_smem = device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
+            reserved = device_attribute(cudaDevAttrReservedSharedMemoryPerBlock),
+            sms = device_attribute(cudaDevAttrMultiProcessorCount);
   if (major < 9) return no("needs sm_90 or newer (clusters, TMA)");
   p.grid = std::min(sms, kFusedSsParts);
   const int H = s.hidden, I = s.intermediate, D = s.head_dim, q_size = s.num_heads * D;

@@ -195,13 +195,6 @@ __global__ void __launch_bounds__(kSmemRowThreads, 5)
   }
 }
 
-int device_attribute(cudaDeviceAttr attr) {
-  int device = 0, value = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
-  return value;
-}
-
 // add_rmsnorm_fp8: add_rmsnorm's row (rmsnorm_row, as rmsnorm.cu runs it) on x scaled as
 // scale_rows_cols when row_scales is given, then the normalised row's codes as quantize_rows_fp8
 // (its block_max_abs orders the row's stores before the codes read them back). row_scales and

@@ -156,9 +156,7 @@ TEST_CASE("gpu.kernels.silu_mul_fp8 over a prefill chunk's rows equals the passe
     for (const int inter : {2040, 8200, 14336}) check_silu_mul_fp8(tokens, inter);
   // A row one group past what a block's shared memory holds (with the kernel's 128-byte scratch)
   // takes the 1,024-thread kernel even at four rows an SM.
-  int device = 0, max_smem = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int max_smem = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   check_silu_mul_fp8(at, (max_smem - 128) / 2 / 8 * 8 + 8);
 }
 

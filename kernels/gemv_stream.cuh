@@ -157,10 +157,8 @@ struct GemvFit {
 };
 template <typename Kernel>
 GemvFit gemv_fit(Kernel kernel, int threads) {
-  int device = 0;
   GemvFit f;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
+  f.sms = device_attribute(cudaDevAttrMultiProcessorCount);
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.per_sm, kernel, threads, 0));
   f.per_sm = std::max(1, f.per_sm);
   return f;

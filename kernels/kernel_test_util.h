@@ -22,12 +22,7 @@ namespace nvllm::kernels::test {
 using bf16 = __nv_bfloat16;
 
 // The current device's SM count (launch rules that follow it are tested at their switch).
-inline int sm_count() {
-  int device = 0, n = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
+inline int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
 
 inline float to_f(bf16 x) { return __bfloat162float(x); }
 inline bf16 to_bf(float x) { return __float2bfloat16(x); }

@@ -13,6 +13,10 @@
 //    time); the fused batch-1 kernels call it just before, so that the next kernel's weight copy
 //    starts while this one waits (decode_fused.cu, wait_inputs); the pushed peer sum first thing
 //    (its few blocks are resident from the start; peer_reduce.cu).
+// One kernel waits last instead of first: peer_reduce_pushed_kernel (peer_reduce.cu) reads rows
+// that the gemv before it pushed as flagged words, and everything else it reads or writes was
+// last touched by kernels that ended before that gemv passed its own wait; its wait at the end
+// keeps "a kernel's end implies its predecessors' ends" true.
 // Both are no-ops when the kernel was launched normally or on GPUs before sm_90.
 #pragma once
 

@@ -228,6 +228,17 @@ __global__ void peer_reduce_pushed_kernel(PeerReduce p, bf16* x, bf16* __restric
   pdl_wait();
 }
 
+// A sum kernel's instance with the norm (weight given) or without, on every call's kPeerBlocks
+// blocks (each block's epoch must advance with every call, even for fewer rows, for each kernel's
+// arithmetic above), a thread per 8 elements up to 512.
+using SumKernel = void (*)(PeerReduce, bf16*, bf16*, const bf16*, int, int, float);
+void launch_sum(SumKernel with_norm, SumKernel sum_only, const PeerReduce& p, bf16* x, bf16* residual,
+                const bf16* weight, int tokens, int hidden, float eps, cudaStream_t stream) {
+  const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 512);
+  launch_pdl(weight != nullptr ? with_norm : sum_only, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual,
+             weight, tokens, hidden, eps);
+}
+
 }  // namespace
 
 bool peer_reduce_fits(const PeerReduce& p, int tokens, int hidden) {
@@ -235,46 +246,29 @@ bool peer_reduce_fits(const PeerReduce& p, int tokens, int hidden) {
          static_cast<size_t>(tokens) * hidden <= p.capacity;
 }
 
+bool peer_push_fits(const PeerReduce& p, int tokens, int hidden) {
+  return peer_reduce_fits(p, tokens, hidden) && p.inbox[p.rank] != nullptr &&
+         static_cast<size_t>(tokens) * hidden <= kPeerPushElems;
+}
+
 void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
                      float eps, cudaStream_t stream) {
   NVLLM_CHECK(peer_reduce_fits(p, tokens, hidden), "peer_all_reduce: ", tokens, " x ", hidden,
                      " does not fit the staging of ", p.capacity, " elements on ", p.ranks, " ranks");
-  // Every call launches all kPeerBlocks blocks, even for fewer rows: each block's epoch must
-  // advance with every call for either kernel's arithmetic (above).
-  const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 512);
-  if (p.inbox[p.rank] != nullptr && static_cast<size_t>(tokens) * hidden <= kPeerPushElems) {
-    if (weight != nullptr)
-      launch_pdl(peer_reduce_push_kernel<true>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
-                 tokens, hidden, eps);
-    else
-      launch_pdl(peer_reduce_push_kernel<false>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
-                 tokens, hidden, eps);
-    return;
-  }
-  if (weight != nullptr)
-    launch_pdl(peer_reduce_kernel<true>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight, tokens,
-               hidden, eps);
+  if (peer_push_fits(p, tokens, hidden))
+    launch_sum(peer_reduce_push_kernel<true>, peer_reduce_push_kernel<false>, p, x, residual, weight, tokens, hidden,
+               eps, stream);
   else
-    launch_pdl(peer_reduce_kernel<false>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
-               tokens, hidden, eps);
-}
-
-bool peer_push_fits(const PeerReduce& p, int tokens, int hidden) {
-  return p.ranks >= 2 && p.ranks <= kPeerMaxRanks && p.inbox[p.rank] != nullptr && hidden % 8 == 0 && tokens >= 0 &&
-         static_cast<size_t>(tokens) * hidden <= kPeerPushElems;
+    launch_sum(peer_reduce_kernel<true>, peer_reduce_kernel<false>, p, x, residual, weight, tokens, hidden, eps,
+               stream);
 }
 
 void peer_reduce_pushed(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
                         float eps, cudaStream_t stream) {
   NVLLM_CHECK(peer_push_fits(p, tokens, hidden), "peer_reduce_pushed: ", tokens, " x ", hidden,
               " is not a pushed sum on ", p.ranks, " ranks");
-  const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 512);
-  if (weight != nullptr)
-    launch_pdl(peer_reduce_pushed_kernel<true>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual, weight,
-               tokens, hidden, eps);
-  else
-    launch_pdl(peer_reduce_pushed_kernel<false>, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual,
-               weight, tokens, hidden, eps);
+  launch_sum(peer_reduce_pushed_kernel<true>, peer_reduce_pushed_kernel<false>, p, x, residual, weight, tokens,
+             hidden, eps, stream);
 }
 
 }  // namespace nvllm::kernels

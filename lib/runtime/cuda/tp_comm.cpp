@@ -119,8 +119,7 @@ void TpComm::all_reduce_add_rmsnorm(__nv_bfloat16* x, __nv_bfloat16* residual, c
 }
 
 bool TpComm::pushes_from_gemv(int tokens, int hidden) const {
-  return gemv_push_ && peer_.ranks > 0 && tokens <= kernels::kGemvMaxBatch && hidden % 8 == 0 &&
-         kernels::peer_push_fits(peer_, tokens, hidden);
+  return gemv_push_ && tokens <= kernels::kGemvMaxBatch && kernels::peer_push_fits(peer_, tokens, hidden);
 }
 
 void TpComm::gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const __nv_bfloat16* w, __nv_bfloat16* x,
