@@ -82,6 +82,20 @@ struct PeerReduce {
   uint64_t* inbox[kPeerMaxRanks] = {};
   uint32_t* push_epochs = nullptr;
   int rank = 0, ranks = 0;
+  // A timing tool (CudaTuning::peer_trace; null: off): this rank's %globaltimer stamps of its
+  // pushed sums, [kPeerTraceCalls][kPeerTraceFields] indexed by the call's push epoch, the slots
+  // below. Stamped by block 0's thread 0 (row 0), the projection's by each block's last group.
+  unsigned long long* trace = nullptr;
+};
+inline constexpr int kPeerTraceCalls = 2048, kPeerTraceFields = 8;
+enum PeerTraceSlot : int {
+  kPeerTraceKind = 0,      // 1: peer_reduce_push_kernel, 2: peer_reduce_pushed_kernel (after gemv_push)
+  kPeerTraceEntry = 1,     // the sum kernel's first instruction
+  kPeerTraceWaited = 2,    // past its PDL wait: the projection before it has ended (push kernel)
+  kPeerTraceReady = 3,     // row 0's first chunk received from every rank
+  kPeerTraceEnd = 4,       // the sum and norm of block 0's rows written
+  kPeerTraceGemvLast = 5,  // the latest of this rank's gemv_push blocks' pushes (atomicMax)
+  kPeerTraceTokens = 6,
 };
 // Whether peer_all_reduce takes [tokens, hidden] (staging capacity, hidden % 8 == 0).
 bool peer_reduce_fits(const PeerReduce& p, int tokens, int hidden);

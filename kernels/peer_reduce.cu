@@ -47,6 +47,13 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
+// The trace's row for a pushed call (PeerReduce::trace), or null: stamps by block 0's thread 0.
+__device__ __forceinline__ unsigned long long* trace_row(const PeerReduce& p, uint32_t epoch) {
+  return p.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0
+             ? p.trace + size_t(epoch % kPeerTraceCalls) * kPeerTraceFields
+             : nullptr;
+}
+
 // Waits until the slot holds `epoch` or a later one (wrap-safe), or the host sets `abort`
 // (a rank failed and will never arrive; the results are then discarded with the run). The
 // abort flag lives in host memory: read only once a wait has lasted 50 us.
@@ -182,10 +189,18 @@ __device__ __forceinline__ uint4 receive16(const uint64_t* p, uint32_t epoch, co
 template <bool kNorm>
 __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual,
                                         const bf16* __restrict__ weight, int tokens, int hidden, float eps) {
+  const uint64_t entered = global_ns();
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float scratch[32];
   const uint32_t epoch = p.push_epochs[blockIdx.x] + 1;  // the same value in every thread
+  unsigned long long* trace = trace_row(p, epoch);
+  if (trace) {
+    trace[kPeerTraceKind] = 1;
+    trace[kPeerTraceEntry] = entered;
+    trace[kPeerTraceWaited] = global_ns();
+    trace[kPeerTraceTokens] = tokens;
+  }
   for (int row = blockIdx.x; row < tokens; row += gridDim.x)
     for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
       const size_t e = static_cast<size_t>(row) * hidden + i;
@@ -200,9 +215,12 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
       }
     }
   finish_rows<kNorm>(x, residual, weight, tokens, hidden, eps, p.ranks, scratch, [&](int r, size_t e) {
-    return r == p.rank ? *reinterpret_cast<const uint4*>(x + e)
-                       : receive16(p.inbox[p.rank] + inbox_word(epoch, r, e), epoch, p.abort);
+    const uint4 v = r == p.rank ? *reinterpret_cast<const uint4*>(x + e)
+                                : receive16(p.inbox[p.rank] + inbox_word(epoch, r, e), epoch, p.abort);
+    if (trace && e == 0 && r == p.ranks - 1) trace[kPeerTraceReady] = global_ns();
+    return v;
   });
+  if (trace) trace[kPeerTraceEnd] = global_ns();
   __syncthreads();  // every thread has read the epoch
   if (threadIdx.x == 0) p.push_epochs[blockIdx.x] = epoch;
 }
@@ -217,12 +235,23 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
 template <bool kNorm>
 __global__ void peer_reduce_pushed_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual,
                                           const bf16* __restrict__ weight, int tokens, int hidden, float eps) {
+  const uint64_t entered = global_ns();
   pdl_launch_dependents();
   __shared__ float scratch[32];
   const uint32_t epoch = p.push_epochs[blockIdx.x] + 1;
+  unsigned long long* trace = trace_row(p, epoch);
+  if (trace) {
+    trace[kPeerTraceKind] = 2;
+    trace[kPeerTraceEntry] = entered;
+    trace[kPeerTraceWaited] = 0;
+    trace[kPeerTraceTokens] = tokens;
+  }
   finish_rows<kNorm>(x, residual, weight, tokens, hidden, eps, p.ranks, scratch, [&](int r, size_t e) {
-    return receive16(p.inbox[p.rank] + inbox_word(epoch, r, e), epoch, p.abort);
+    const uint4 v = receive16(p.inbox[p.rank] + inbox_word(epoch, r, e), epoch, p.abort);
+    if (trace && e == 0 && r == p.ranks - 1) trace[kPeerTraceReady] = global_ns();
+    return v;
   });
+  if (trace) trace[kPeerTraceEnd] = global_ns();
   __syncthreads();
   if (threadIdx.x == 0) p.push_epochs[blockIdx.x] = epoch;
   pdl_wait();

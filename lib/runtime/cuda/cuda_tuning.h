@@ -65,6 +65,10 @@ struct CudaTuning {
   // rewritten to FILE after each one (scripts/fused_trace.py reads it). Empty: off. A timing
   // tool: it turns chaining off.
   std::string fused_trace;
+  // NVLLM_PEER_TRACE=FILE: each tensor-parallel rank's %globaltimer stamps of its last 2,048
+  // pushed sums (kernels.h, PeerTraceSlot), written to FILE.rank<r> when the run ends
+  // (scripts/peer_trace.py reads them). Empty: off. A timing tool.
+  std::string peer_trace;
 };
 
 }  // namespace nvllm

@@ -1,8 +1,10 @@
 #include "runtime/cuda/tp_comm.h"
 
+#include <cstdio>
 #include <numeric>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/cuda_check.h"
 #include "runtime/cuda/nccl_api.h"
 
@@ -23,7 +25,8 @@ constexpr size_t kPeerCapacity = size_t{1} << 18;
 }  // namespace
 
 std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, bool peer, bool push,
-                                                    bool gemv_push) {
+                                                    bool gemv_push,
+                                                    const std::string& trace) {
   std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), first_device);
   std::vector<ncclComm_t> comms(static_cast<size_t>(size), nullptr);
@@ -38,6 +41,17 @@ std::vector<std::unique_ptr<TpComm>> TpComm::create(int first_device, int size, 
     out.back()->gemv_push_ = gemv_push;
   }
   if (peer) set_up_peer(out, first_device, push);
+  if (!trace.empty() && out[0]->peer_.inbox[0] != nullptr) {
+    for (int i = 0; i < size; ++i) {
+      TpComm& c = *out[i];
+      CUDA_CHECK(cudaSetDevice(first_device + i));
+      c.trace_ = DeviceBuffer(sizeof(unsigned long long) * kernels::kPeerTraceCalls * kernels::kPeerTraceFields);
+      CUDA_CHECK(cudaMemset(c.trace_.get(), 0, c.trace_.bytes()));
+      c.peer_.trace = c.trace_.as<unsigned long long>();
+      c.trace_path_ = str_cat(trace, ".rank", i);
+    }
+    CUDA_CHECK(cudaSetDevice(first_device));
+  }
   return out;
 }
 
@@ -133,6 +147,26 @@ void TpComm::gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const __nv_bfl
 
 TpComm::~TpComm() {
   if (!aborted_) nccl().CommDestroy(comm_);
+  if (!trace_path_.empty() && !aborted_) write_trace();
+}
+
+// One line a traced call: epoch, then the PeerTraceSlot fields (absolute %globaltimer ns; 0: not stamped).
+void TpComm::write_trace() {
+  std::vector<unsigned long long> t(trace_.bytes() / sizeof(unsigned long long));
+  if (cudaMemcpy(t.data(), trace_.get(), trace_.bytes(), cudaMemcpyDeviceToHost) != cudaSuccess) return;
+  std::FILE* f = std::fopen(trace_path_.c_str(), "w");
+  if (f == nullptr) {
+    log_warn("NVLLM_PEER_TRACE: cannot write ", trace_path_);
+    return;
+  }
+  for (int call = 0; call < kernels::kPeerTraceCalls; ++call) {
+    const unsigned long long* e = t.data() + size_t(call) * kernels::kPeerTraceFields;
+    if (e[kernels::kPeerTraceKind] == 0) continue;
+    std::fprintf(f, "%d", call);
+    for (int i = 0; i < kernels::kPeerTraceFields; ++i) std::fprintf(f, " %llu", e[i]);
+    std::fprintf(f, "\n");
+  }
+  std::fclose(f);
 }
 
 void TpComm::all_reduce_sum(__nv_bfloat16* x, size_t count, cudaStream_t stream) {

@@ -15,6 +15,7 @@
 #include <nccl.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -29,9 +30,10 @@ class TpComm {
   // `peer`: also set up the peer-memory sum where every pair of GPUs has peer access.
   // `push`: small peer sums by flagged pushes (kernels::PeerReduce::inbox) rather than the barrier.
   // `gemv_push`: projections on the gemv push their outputs themselves (pushes_from_gemv).
+  // `trace`: CudaTuning::peer_trace (empty: off).
   static std::vector<std::unique_ptr<TpComm>> create(int first_device, int size, bool peer = true, bool push = true,
-                                                     bool gemv_push = true);
-  ~TpComm();  // ncclCommDestroy; call with every rank's at once (each on its rank's thread)
+                                                     bool gemv_push = true, const std::string& trace = {});
+  ~TpComm();  // ncclCommDestroy (and the trace's file); call with every rank's at once (each on its rank's thread)
   TpComm(const TpComm&) = delete;
   TpComm& operator=(const TpComm&) = delete;
 
@@ -78,6 +80,9 @@ class TpComm {
   // GPU, and the host flag that abort() raises, shared by all ranks.
   kernels::PeerReduce peer_;
   DeviceBuffer staging_, signals_, epochs_, inbox_, push_epochs_;
+  DeviceBuffer trace_;        // CudaTuning::peer_trace's stamps, written to trace_path_ at the end
+  std::string trace_path_;
+  void write_trace();
   std::shared_ptr<PinnedBuffer> abort_flag_;
 };
 

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/dtype.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernel_test_util.h"
@@ -370,6 +372,59 @@ TEST_CASE("gpu.tp_comm a projection that pushes its rows equals the gemv then th
       }
     }
     threads.run([&](int r) { comms[r].reset(); }, abort_all);
+  }
+}
+
+// NVLLM_PEER_TRACE's files: one line per pushed sum on every rank, kind 2 for a projection that
+// pushed its rows, kind 1 for the pushed sum alone, each with its stamps in order.
+TEST_CASE("gpu.tp_comm the peer trace stamps both pushed sums on every rank") {
+  if (gpu_count() < 2) {
+    MESSAGE("skipped: needs 2 GPUs");
+    return;
+  }
+  const std::string prefix = str_cat("/tmp/nvllm_peer_trace_test_", getpid());
+  auto comms = TpComm::create(0, 2, true, true, true, prefix);
+  if (!comms[0]->pushes_from_gemv(1, 1024)) {
+    MESSAGE("skipped: no peer access between the GPUs (NCCL only)");
+    return;
+  }
+  RankThreads threads(2);
+  const std::function<void()> abort_all = [&] {
+    for (auto& c : comms) c->abort();
+  };
+  const int H = 1024, K = 256;
+  threads.run(
+      [&](int r) {
+        CUDA_CHECK(cudaSetDevice(r));
+        DeviceBuffer in(K * 2), w(size_t(H) * K * 2), x(H * 2), res(H * 2), norm(H * 2);
+        for (DeviceBuffer* b : {&in, &w, &x, &res, &norm}) CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
+        comms[r]->gemv_all_reduce_add_rmsnorm(in.as<bf16>(), w.as<bf16>(), x.as<bf16>(), res.as<bf16>(),
+                                              norm.as<bf16>(), 1, H, K, 1e-6f, nullptr);
+        comms[r]->all_reduce_add_rmsnorm(x.as<bf16>(), res.as<bf16>(), norm.as<bf16>(), 1, H, 1e-6f, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        comms[r].reset();  // writes the file
+      },
+      abort_all);
+  for (int r = 0; r < 2; ++r) {
+    const std::string path = str_cat(prefix, ".rank", r);
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    REQUIRE(f != nullptr);
+    std::vector<int> kinds;
+    int slot = 0;
+    unsigned long long v[8];
+    while (std::fscanf(f, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &slot, &v[0], &v[1], &v[2], &v[3], &v[4],
+                       &v[5], &v[6], &v[7]) == 9) {
+      INFO("rank ", r, " slot ", slot);
+      kinds.push_back(static_cast<int>(v[0]));
+      CHECK(v[6] == 1);                        // tokens
+      CHECK(v[1] <= v[3]);                     // entry <= ready
+      CHECK(v[3] <= v[4]);                     // ready <= end
+      if (v[0] == 1) CHECK(v[1] <= v[2]);      // entry <= past the wait
+      if (v[0] == 2) CHECK(v[5] > 0);          // the projection's last push
+    }
+    std::fclose(f);
+    std::remove(path.c_str());
+    CHECK(kinds == std::vector<int>{2, 1});  // call 1 then call 2 (slots by epoch)
   }
 }
 

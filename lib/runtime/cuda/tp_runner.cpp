@@ -150,7 +150,7 @@ TpRunner::TpRunner(const ModelConfig& config, const ModelWeights& weights, const
     shard.vocab_pad = std::max(shard.vocab_pad, split.back().vocab);
   }
   comms_ = TpComm::create(options.device, n, options.tuning.peer_all_reduce, options.tuning.peer_push,
-                          options.tuning.gemv_push);
+                          options.tuning.gemv_push, options.tuning.peer_trace);
   ranks_.resize(n);
   outs_.resize(n);
   on_every_rank([&](int r) {
