@@ -15,12 +15,11 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "core/dtype.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernel_test_util.h"
 #include "kernels/kernels.h"
+#include "model/test_util.h"
 #include "runtime/cuda/tp_comm.h"
 #include "runtime/cuda/tp_runner.h"
 
@@ -382,7 +381,8 @@ TEST_CASE("gpu.tp_comm the peer trace stamps both pushed sums on every rank") {
     MESSAGE("skipped: needs 2 GPUs");
     return;
   }
-  const std::string prefix = str_cat("/tmp/nvllm_peer_trace_test_", getpid());
+  const testing::ScratchDir dir;  // the trace files, removed with it
+  const std::string prefix = (dir / "peer_trace").string();
   auto comms = TpComm::create(0, 2, true, true, true, prefix);
   if (!comms[0]->pushes_from_gemv(1, 1024)) {
     MESSAGE("skipped: no peer access between the GPUs (NCCL only)");
@@ -423,7 +423,6 @@ TEST_CASE("gpu.tp_comm the peer trace stamps both pushed sums on every rank") {
       if (v[0] == 2) CHECK(v[5] > 0);          // the projection's last push
     }
     std::fclose(f);
-    std::remove(path.c_str());
     CHECK(kinds == std::vector<int>{2, 1});  // call 1 then call 2 (slots by epoch)
   }
 }
