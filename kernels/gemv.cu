@@ -95,11 +95,8 @@ __global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restr
         const uint64_t word = flagged(reinterpret_cast<const uint32_t&>(out[b][j]), epoch);
         const size_t at = inbox_word(epoch, p.rank, size_t(b) * n + row);
         for (int q = 0; q < p.ranks; ++q) store_word(p.inbox[q] + at, word);
-        if (p.trace != nullptr && threadIdx.x == 0) {  // a timing tool (PeerReduce::trace)
-          unsigned long long now;
-          asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
-          atomicMax(p.trace + size_t(epoch % kPeerTraceCalls) * kPeerTraceFields + kPeerTraceGemvLast, now);
-        }
+        if (p.trace != nullptr && threadIdx.x == 0)  // a timing tool (PeerReduce::trace)
+          atomicMax(trace_call(p, epoch) + kPeerTraceGemvLast, static_cast<unsigned long long>(global_ns()));
       });
 }
 

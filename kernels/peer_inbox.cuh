@@ -29,4 +29,16 @@ __device__ __forceinline__ void store_words(uint64_t* p, uint64_t a, uint64_t b)
   asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};\n" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
 
+// The GPU's clock, ns (the sums' waits and PeerReduce::trace's stamps).
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// PeerReduce::trace's row for the call of `epoch` (p.trace set).
+__device__ __forceinline__ unsigned long long* trace_call(const PeerReduce& p, uint32_t epoch) {
+  return p.trace + size_t(epoch % kPeerTraceCalls) * kPeerTraceFields;
+}
+
 }  // namespace nvllm::kernels

@@ -41,17 +41,9 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   return v;
 }
 
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
-
 // The trace's row for a pushed call (PeerReduce::trace), or null: stamps by block 0's thread 0.
 __device__ __forceinline__ unsigned long long* trace_row(const PeerReduce& p, uint32_t epoch) {
-  return p.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0
-             ? p.trace + size_t(epoch % kPeerTraceCalls) * kPeerTraceFields
-             : nullptr;
+  return p.trace != nullptr && blockIdx.x == 0 && threadIdx.x == 0 ? trace_call(p, epoch) : nullptr;
 }
 
 // Waits until the slot holds `epoch` or a later one (wrap-safe), or the host sets `abort`
