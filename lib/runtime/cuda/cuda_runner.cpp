@@ -66,10 +66,13 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   sampler_.warn_top_clamp(b);
   const GraphCache::Hit graph = pick_path(b);
   const PackedStep packed = stage_and_launch(b, graph);
-  if (graph && opt_.tuning.chain_decode && !fused_.tracing() && fused_.head(b.decode_only, graph.size, graph.bound)) {
-    chain_.next(b, packed, graph, slot_, graphs_, io_,
-                [this](const Batch& n, const PackedStep& p, int slot, size_t from, GraphCache::Hit g) {
-                  enqueue(n, p, slot, from, g);
+  if (graph && opt_.tuning.chain_decode && !fused_.tracing()) {
+    // The token the chained step decodes: written into the staging by the fused head, else the
+    // sampler's argmax (the separate kernels, tensor parallelism), copied there on the device.
+    const bool head = fused_.head(b.decode_only, graph.size, graph.bound);
+    chain_.next(b, packed, graph, slot_, graphs_, io_, head,
+                [this, head](const Batch& n, const PackedStep& p, int slot, size_t from, GraphCache::Hit g) {
+                  enqueue(n, p, slot, from, g, head ? nullptr : sampler_.out_tokens());
                 });
   }
   io_.wait(slot_);
@@ -112,11 +115,13 @@ PackedStep CudaRunner::stage_and_launch(const Batch& b, GraphCache::Hit graph) {
   return packed;
 }
 
-void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, GraphCache::Hit graph) {
+void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, GraphCache::Hit graph,
+                         const int32_t* device_token) {
   cudaStream_t st = stream_.get();
   const int S = b.num_seqs(), T = b.num_tokens();
   const int R = static_cast<int>(packed.sampled_seqs.size());
   io_.begin(slot, from, packed.layout.bytes, st);
+  if (device_token != nullptr) io_.copy_token(packed.layout.token_ids, device_token, st);
   if (graph)
     CUDA_CHECK(cudaGraphLaunch(graph.exec, st));
   else

@@ -51,8 +51,10 @@ class CudaRunner final : public Runner {
   // The step in slot_: the chained one when it matches `b`, else `b` packed and enqueued.
   PackedStep stage_and_launch(const Batch& b, GraphCache::Hit graph);
   // Copies the slot's inputs in (from byte `from`), runs the graph or the forward pass, samples,
-  // and copies the outputs back.
-  void enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, GraphCache::Hit graph);
+  // and copies the outputs back. `device_token`: a chained step's token, copied on the device into
+  // its staging (the step before sampled it with the argmax); null where the inputs are all there.
+  void enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, GraphCache::Hit graph,
+               const int32_t* device_token = nullptr);
   void forward(const ForwardStep& step);
   void read_back(const Batch& b, const PackedStep& packed, bool use_graph, StepOutput& out);
   void size_kv_cache();

@@ -403,13 +403,17 @@ inline RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_ea
 // The greedy tokens of one sequence (a 20-token prompt, then `decodes` decode steps) on the CUDA
 // runner with chain_decode on or off. At the steps in `swap_at` the next input is not the sampled
 // token but vocab - 1 - token, so a chained step (which decodes the sampled one) must be dropped.
+// `fused`: the fused decode kernels (whose head writes the token into the next step's inputs);
+// off, the separate kernels (the sampler's argmax copied there). `tp`: tensor-parallel ranks.
 inline std::vector<int32_t> chained_run(const ModelConfig& c, bool chain, int decodes, const std::set<int>& swap_at,
-                                 int* chained) {
+                                        int* chained, bool fused = true, int tp = 1) {
   ModelWeights wf = test::random_weights(c, 5), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
   CudaRunnerOptions opt = OneSequence::options();
   opt.tuning.chain_decode = chain;
+  opt.tuning.fused_decode = fused;
+  opt.tensor_parallel_size = tp;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
   OneSequence seq(c, 9);
   seq.greedy.max_tokens = decodes + 1;  // the last step chains nothing

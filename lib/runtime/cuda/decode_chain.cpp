@@ -32,7 +32,7 @@ PackedStep DecodeChain::take() {
 // The step after `b` for one greedy sequence: the next position, its slot (in a block the
 // sequence already holds), context + 1, the same table; the token comes from the device.
 void DecodeChain::next(const Batch& b, const PackedStep& packed, GraphCache::Hit hit, int slot,
-                       const GraphCache& graphs, StepIo& io, const Enqueue& enqueue) {
+                       const GraphCache& graphs, StepIo& io, bool advanced, const Enqueue& enqueue) {
   if (b.num_seqs() != 1 || !packed.all_greedy_plain || packed.sampled_seqs.size() != 1) return;
   // Not after the sequence's last token by max_tokens or the context limit (the engine stops it
   // there): a step that is dropped costs a whole step of GPU time.
@@ -53,9 +53,9 @@ void DecodeChain::next(const Batch& b, const PackedStep& packed, GraphCache::Hit
   SamplerExtras extras;
   PackedStep p = pack_step(n, 1, width, true, kMaxTopLogprobs, host.get(), host.bytes(), extras);
   if (!p.all_greedy_plain || !extras.empty()) return;
-  // On the same graph the device staging already holds these inputs (decode_head advanced it);
-  // on another (a wider block table) every input but the token, which the device has.
-  enqueue(n, p, other, next.bound == hit.bound ? p.layout.bytes : p.layout.positions, next);
+  // On the same graph after decode_head the device staging already holds these inputs (it
+  // advanced them); otherwise every input but the token, which the device has.
+  enqueue(n, p, other, advanced && next.bound == hit.bound ? p.layout.bytes : p.layout.positions, next);
   pending_ = true;
   slot_ = other;
   packed_ = std::move(p);

@@ -1,7 +1,9 @@
 // DecodeChain: chained batch-1 decode (CudaTuning::chain_decode). Before waiting for a greedy
 // one-sequence decode step, the step after it is enqueued with the inputs it will have (the
-// next position, slot and context; the token is the one this step's last kernel writes into
-// the device staging), so the GPU runs on while the host finishes the step. The next execute()
+// next position, slot and context; the token is the one this step leaves on the device: the
+// fused head writes it into the device staging, or the sampler's argmax is copied there), so the
+// GPU runs on while the host finishes the step (and, under tensor parallelism, the ranks' host
+// threads no longer start each step apart). The next execute()
 // uses it when its batch packs to the same inputs, and otherwise waits for it and drops it (its
 // only effect is the cache write at the sequence's next slot, in a block that only that sequence
 // holds, which the real step would write the same way or not at all).
@@ -37,9 +39,11 @@ class DecodeChain {
   void drop() { pending_ = false; }
   // After `b` was enqueued in `slot` on graph `hit`: enqueues the step after it in the other
   // slot when it qualifies (one greedy sequence, not past max_tokens, the context limit or its
-  // last block).
+  // last block). `advanced`: the step's last kernel (decode_head) also moved the device staging's
+  // position, slot and context on, so on the same graph nothing is copied in; otherwise every
+  // input but the token is.
   void next(const Batch& b, const PackedStep& packed, GraphCache::Hit hit, int slot, const GraphCache& graphs,
-            StepIo& io, const Enqueue& enqueue);
+            StepIo& io, bool advanced, const Enqueue& enqueue);
   // The pending step decodes the token the current step sampled.
   void set_token(int32_t token) { token_ = token; }
 

@@ -21,6 +21,11 @@ void StepIo::copy_in(int slot, size_t from, size_t bytes, cudaStream_t stream) {
                                bytes - from, cudaMemcpyHostToDevice, stream));
 }
 
+void StepIo::copy_token(size_t offset, const int32_t* token, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemcpyAsync(staging_dev_.as<std::byte>() + offset, token, sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                             stream));
+}
+
 void StepIo::end(int slot, const DeviceBuffer& out_dev, size_t bytes, cudaStream_t stream) {
   if (bytes > 0)
     CUDA_CHECK(cudaMemcpyAsync(out_host_[slot].get(), out_dev.get(), bytes, cudaMemcpyDeviceToHost, stream));
