@@ -161,42 +161,15 @@ TEST_CASE("gpu.cuda_runner chained batch-1 decode steps give the tokens of uncha
   // step's last kernel leaves on the device; when the next batch is not the predicted one (a
   // swapped token), it is dropped and the batch runs as usual.
   for (Arch arch : {Arch::kQwen3, Arch::kLlama}) {
-    ModelConfig c = gpu_tiny_config(arch);
-    c.hidden_size = 256;
-    c.intermediate_size = 384;
-    c.head_dim = 128;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
     INFO((arch == Arch::kQwen3 ? "qwen3" : "llama"));
-    int chained_off = 0, chained_on = 0;
-    const std::set<int> swap_at{10, 11, 30};
-    const std::vector<int32_t> plain = chained_run(c, false, 80, swap_at, &chained_off);
-    const std::vector<int32_t> chained = chained_run(c, true, 80, swap_at, &chained_on);
-    CHECK(plain == chained);
-    CHECK(chained_off == 0);
-    // Every decode step after the first, except the three after a swap.
-    MESSAGE("chained steps: ", chained_on, " of 80 decode steps");
-    CHECK(chained_on == 80 - 1 - 3);
+    check_chained_matches_unchained(arch, true, 1);
   }
 }
 
 TEST_CASE("gpu.cuda_runner chained batch-1 decode on the separate kernels: the argmax's token") {
   // No fused head: the chained step's token is the sampler's argmax, copied into its inputs on the
   // device, and the other inputs come from the host (gpu.tp_runner has the same on 2 ranks).
-  ModelConfig c = gpu_tiny_config(Arch::kQwen3);
-  c.hidden_size = 256;
-  c.intermediate_size = 384;
-  c.head_dim = 128;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  const std::set<int> swap_at{10, 11, 30};
-  int chained_off = 0, chained_on = 0;
-  const std::vector<int32_t> plain = chained_run(c, false, 80, swap_at, &chained_off, false);
-  const std::vector<int32_t> chained = chained_run(c, true, 80, swap_at, &chained_on, false);
-  CHECK(plain == chained);
-  CHECK(chained_off == 0);
-  MESSAGE("chained steps: ", chained_on, " of 80 decode steps");
-  CHECK(chained_on == 80 - 1 - 3);  // every decode step after the first but the three after a swap
+  check_chained_matches_unchained(Arch::kQwen3, false, 1);
 }
 
 TEST_CASE("gpu.cuda_runner matches the CPU runner, graphs on and off") {

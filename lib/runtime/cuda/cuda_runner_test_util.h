@@ -428,4 +428,24 @@ inline std::vector<int32_t> chained_run(const ModelConfig& c, bool chain, int de
   return sampled;
 }
 
+// The chained cases' check on a small `arch` model (group 2, head_dim 128): chained_run's tokens
+// with the chain on equal those with it off, off chains nothing, and on chains every decode step
+// after the first but the three after a swap (at steps 10, 11 and 30).
+inline void check_chained_matches_unchained(Arch arch, bool fused, int tp) {
+  ModelConfig c = gpu_tiny_config(arch);
+  c.hidden_size = 256;
+  c.intermediate_size = 384;
+  c.head_dim = 128;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  const std::set<int> swap_at{10, 11, 30};
+  int chained_off = 0, chained_on = 0;
+  const std::vector<int32_t> plain = chained_run(c, false, 80, swap_at, &chained_off, fused, tp);
+  const std::vector<int32_t> chained = chained_run(c, true, 80, swap_at, &chained_on, fused, tp);
+  CHECK(plain == chained);
+  CHECK(chained_off == 0);
+  MESSAGE("chained steps (", tp, " rank(s), fused ", fused, "): ", chained_on, " of 80 decode steps");
+  CHECK(chained_on == 80 - 1 - 3);
+}
+
 }  // namespace nvllm::cuda_runner_test

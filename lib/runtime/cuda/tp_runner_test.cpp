@@ -117,20 +117,7 @@ TEST_CASE("gpu.tp_runner chained batch-1 decode on 2 ranks gives the tokens of u
     MESSAGE("skipped: tensor parallelism needs 2 GPUs");
     return;
   }
-  ModelConfig c = gpu_tiny_config(Arch::kQwen3);
-  c.hidden_size = 256;
-  c.intermediate_size = 384;
-  c.head_dim = 128;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  const std::set<int> swap_at{10, 11, 30};
-  int chained_off = 0, chained_on = 0;
-  const std::vector<int32_t> plain = chained_run(c, false, 80, swap_at, &chained_off, true, 2);
-  const std::vector<int32_t> chained = chained_run(c, true, 80, swap_at, &chained_on, true, 2);
-  CHECK(plain == chained);
-  CHECK(chained_off == 0);
-  MESSAGE("chained steps on 2 ranks: ", chained_on, " of 80 decode steps");
-  CHECK(chained_on == 80 - 1 - 3);  // every decode step after the first but the three after a swap
+  check_chained_matches_unchained(Arch::kQwen3, true, 2);
 }
 
 TEST_CASE("gpu.tp_runner refuses a model that does not divide among the ranks, naming the flag") {
