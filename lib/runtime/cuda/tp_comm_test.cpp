@@ -409,18 +409,20 @@ TEST_CASE("gpu.tp_comm the peer trace stamps both pushed sums on every rank") {
     const std::string path = str_cat(prefix, ".rank", r);
     std::FILE* f = std::fopen(path.c_str(), "r");
     REQUIRE(f != nullptr);
+    using namespace kernels;
+    static_assert(kPeerTraceFields == 8, "the fscanf below reads 8 fields a line");
     std::vector<int> kinds;
     int slot = 0;
-    unsigned long long v[8];
+    unsigned long long v[kPeerTraceFields];
     while (std::fscanf(f, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &slot, &v[0], &v[1], &v[2], &v[3], &v[4],
-                       &v[5], &v[6], &v[7]) == 9) {
+                       &v[5], &v[6], &v[7]) == 1 + kPeerTraceFields) {
       INFO("rank ", r, " slot ", slot);
-      kinds.push_back(static_cast<int>(v[0]));
-      CHECK(v[6] == 1);                        // tokens
-      CHECK(v[1] <= v[3]);                     // entry <= ready
-      CHECK(v[3] <= v[4]);                     // ready <= end
-      if (v[0] == 1) CHECK(v[1] <= v[2]);      // entry <= past the wait
-      if (v[0] == 2) CHECK(v[5] > 0);          // the projection's last push
+      kinds.push_back(static_cast<int>(v[kPeerTraceKind]));
+      CHECK(v[kPeerTraceTokens] == 1);
+      CHECK(v[kPeerTraceEntry] <= v[kPeerTraceReady]);
+      CHECK(v[kPeerTraceReady] <= v[kPeerTraceEnd]);
+      if (v[kPeerTraceKind] == 1) CHECK(v[kPeerTraceEntry] <= v[kPeerTraceWaited]);
+      if (v[kPeerTraceKind] == 2) CHECK(v[kPeerTraceGemvLast] > 0);
     }
     std::fclose(f);
     CHECK(kinds == std::vector<int>{2, 1});  // call 1 then call 2 (slots by epoch)
