@@ -250,19 +250,28 @@ struct DecodeChoice {
 // 52 / 55 / 55 / 35; at 2 (Qwen3-0.6B) bf16 92 / 94 / 92 / 78 against 91 / 92 / 87 / 77, FP8
 // 88 / 86 / 85 / 70 against 86 / 85 / 85 / 64 (bench/NOTES.md, seventeenth session). A group
 // of 1 (unmeasured) would use one mma column in 8; it stays on the CUDA cores, as do groups over 8.
-DecodeChoice decode_choice(int num_heads, int num_kv_heads, bool fp8, DecodeKernel kernel) {
+// Small steps (set_decode_small_step_ctas): a step of at most kDecodeSmallStep sequences on the
+// tensor cores splits each context into parts of at least kMinPartition tokens, up to ctas / kv
+// heads of them. num_seqs 0: the policy of large steps.
+DecodeChoice decode_choice(int num_heads, int num_kv_heads, bool fp8, DecodeKernel kernel, int num_seqs) {
   const int group = num_heads / num_kv_heads;
   const bool tensor_cores = kernel == DecodeKernel::kTensorCores ||
                             (kernel == DecodeKernel::kAuto && group >= 2 && group <= kTcMaxGroup);
   const int heads_per_cta = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
-  return {tensor_cores, tensor_cores ? kTcSplits : fp8 ? kFp8Splits : kBf16Splits, heads_per_cta,
+  SplitPolicy tc = kTcSplits;
+  if (const int ctas = decode_small_step_ctas();
+      ctas > num_kv_heads && num_seqs >= 1 && num_seqs <= kDecodeSmallStep)
+    tc = SplitPolicy{kMinPartition, std::min(ctas / num_kv_heads, kMaxSplits), kTcSplits.max_partition};
+  return {tensor_cores, tensor_cores ? tc : fp8 ? kFp8Splits : kBf16Splits, heads_per_cta,
           tensor_cores ? num_kv_heads : num_kv_heads * (group / heads_per_cta)};
 }
 
 }  // namespace
 
 int attention_decode_ctas(int num_seqs, int context_len, int num_heads, int num_kv_heads, bool fp8_cache) {
-  const DecodeChoice k = decode_choice(num_heads, num_kv_heads, fp8_cache, DecodeKernel::kAuto);
+  // The large steps' policy: the fused path's rule (FusedDecode::separate_starves) was measured
+  // against it.
+  const DecodeChoice k = decode_choice(num_heads, num_kv_heads, fp8_cache, DecodeKernel::kAuto, 0);
   return num_seqs * k.blocks_x * splits_for(std::max(context_len, 1), k.split);
 }
 
@@ -286,7 +295,7 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   const bool fp8 = cache.dtype == KvDtype::kFp8E4M3;
   NVLLM_CHECK(!fp8 || (cache.k_scale != nullptr && cache.v_scale != nullptr),
               "attention_decode: an FP8 cache needs scales");
-  const DecodeChoice choice = decode_choice(num_heads, num_kv_heads, fp8, kernel);
+  const DecodeChoice choice = decode_choice(num_heads, num_kv_heads, fp8, kernel, batch.num_seqs);
   const bool tensor_cores = choice.tensor_cores;
   const int heads_per_cta = choice.heads_per_cta, blocks_x = choice.blocks_x;
 

@@ -33,6 +33,7 @@ constexpr SplitPolicy kBf16Splits{128, 4, 512};  // the CUDA cores, bf16
 constexpr SplitPolicy kFp8Splits{512, 1, 2048};  // the CUDA cores, FP8
 constexpr SplitPolicy kTcSplits{512, 1, 2048};   // the tensor cores, both
 constexpr int kMaxSplits = 32;       // bounds the workspace; at most a warp (the reduce's weights)
+int decode_small_step_ctas();        // kernels.h: set_decode_small_step_ctas (launch.cu)
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct DecodeParams {
@@ -53,7 +54,7 @@ struct DecodeParams {
   int block_shift;      // log2(block_size)
   float scale_log2;     // softmax scale * log2(e): scores go straight into exp2
   int num_splits;       // grid z and the workspace stride; each sequence uses splits_for(ctx, split)
-  SplitPolicy split;    // the kernel's and cache type's (kBf16Splits, kFp8Splits or kTcSplits)
+  SplitPolicy split;    // the kernel's and cache type's (kBf16Splits, kFp8Splits, kTcSplits or small steps')
 };
 
 // How a sequence of `ctx` tokens is split. It depends on the sequence (and the cache type) alone,

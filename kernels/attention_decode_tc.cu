@@ -192,8 +192,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   const int kvh = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
   const int head0 = kvh * group;
   const int ctx = p.context_lens[s];
-  constexpr SplitPolicy kSplit = kTcSplits;  // (p.split, as a constant)
-  const int partition = partition_for(ctx, kSplit), used = splits_for(ctx, kSplit);
+  const int partition = partition_for(ctx, p.split), used = splits_for(ctx, p.split);
   if (split >= used) return;  // the reduce reads only the sequence's own splits
   const int start = split * partition, end = min(ctx, start + partition);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;

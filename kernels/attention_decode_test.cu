@@ -117,6 +117,48 @@ TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
   run_case(32, 2, 128, 8, {16, 47, 1500}, 10);  // group 16: past the mma's columns, the CUDA cores
 }
 
+TEST_CASE("gpu.kernels.attention_decode splits small steps' contexts into parts (set_decode_small_step_ctas)") {
+  // Steps of at most kDecodeSmallStep (4) sequences on the tensor cores: parts of at least 64
+  // tokens, up to ctas / kv heads of them (132 / 8 = 16; 132 / 2 = 66, capped at 32): contexts on
+  // each side of the part edges (64, 128, 1,024 = 16 x 64, 2,048 = 32 x 64) and of the widest
+  // parts' growth past them; then a step of 5, which keeps the one policy of larger steps.
+  static_assert(kDecodeSmallStep == 4);
+  set_decode_small_step_ctas(132);
+  for (const bool fp8 : {false, true}) {
+    run_case(16, 8, 128, 16, {1, 63, 64, 65}, 21, false, fp8, DecodeKernel::kTensorCores);
+    run_case(16, 8, 128, 16, {129, 1000, 1025, 2500}, 22, false, fp8, DecodeKernel::kTensorCores);
+    run_case(32, 8, 64, 1, {5, 700}, 23, false, fp8, DecodeKernel::kTensorCores);
+    run_case(8, 2, 128, 16, {2047, 2048, 2049}, 24, false, fp8, DecodeKernel::kTensorCores);  // a TP 4 rank's heads
+    run_case(16, 8, 128, 16, {1, 2, 3, 4, 900}, 25, false, fp8, DecodeKernel::kTensorCores);
+  }
+  // Where the policy shows: a 100-token context is two parts (it needs the workspace) in a step of
+  // up to 4 sequences, one split (none needed) without the parts or in a step of 5.
+  std::mt19937 rng(26);
+  auto needs_workspace = [&](int num_seqs) {
+    const std::vector<int> ctx(num_seqs, 100);
+    PagedCache c = make_cache(rng, ctx, 8, 128, 16);
+    DeviceBuffer<bf16> q(random_bf16(rng, size_t(num_seqs) * 16 * 128, -2.f, 2.f)), k(c.k), v(c.v);
+    DeviceBuffer<bf16> out(size_t(num_seqs) * 16 * 128);
+    std::vector<int32_t> qs(num_seqs + 1);
+    std::iota(qs.begin(), qs.end(), 0);
+    DeviceBuffer<int32_t> d_qs(qs), d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
+    AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, 100};
+    try {
+      attention_decode(q.get(), 16 * 128, KvCache{k.get(), v.get()}, batch, out.get(), 16, 8, 128, 16, 0.088f,
+                       nullptr, 0, nullptr, DecodeKernel::kTensorCores);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return false;
+    } catch (const nvllm::Error&) {
+      return true;
+    }
+  };
+  CHECK(needs_workspace(1));
+  CHECK(needs_workspace(4));
+  CHECK_FALSE(needs_workspace(5));
+  set_decode_small_step_ctas(0);
+  CHECK_FALSE(needs_workspace(1));
+}
+
 TEST_CASE("gpu.kernels.attention_decode over an FP8 cache matches the CPU reference on its codes") {
   // The tensor cores: the group's q heads as the mma's columns, those past it zero, tiles of 16
   // tokens ending inside a context.
@@ -158,9 +200,13 @@ TEST_CASE("gpu.kernels.attention_decode refuses an FP8 cache without scales") {
 // A sequence's output must not depend on what it is decoded with: alone (its own length as
 // the bound) and in a batch whose bound is a CUDA graph's (8192), bit for bit.
 TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
+  // Also with small steps' parts (set_decode_small_step_ctas): the batch of 4 and each sequence
+  // alone are both small steps.
+  for (const int small_ctas : {0, 132})
   for (const bool fp8 : {false, true})
   for (const int heads : {8, 16, 32}) {  // groups 1, 2, 4: the CUDA cores, then the tensor cores
-  INFO((fp8 ? "fp8" : "bf16"), " heads=", heads);
+  set_decode_small_step_ctas(small_ctas);
+  INFO((fp8 ? "fp8" : "bf16"), " heads=", heads, " small-step ctas=", small_ctas);
   const int kv_heads = 8, d = 128, bs = 16;
   const std::vector<int> ctx = {300, 1000, 5000, 1};
   std::mt19937 rng(11);
@@ -196,6 +242,7 @@ TEST_CASE("gpu.kernels.attention_decode is batch invariant") {
     CHECK(std::memcmp(one.data(), together.data() + size_t(s) * heads * d, one.size() * sizeof(bf16)) == 0);
   }
   }
+  set_decode_small_step_ctas(0);
 }
 
 namespace {

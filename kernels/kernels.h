@@ -30,6 +30,18 @@ void set_pdl(bool on);
 constexpr int kGemvDefaultBlocksPerSm = 0;
 void set_gemv_blocks_per_sm(int blocks);
 
+// Decode steps of at most kDecodeSmallStep sequences on the tensor-core decode attention split
+// each context into up to ctas / kv heads parts of at least 64 tokens (at most 32), so that a
+// single sequence runs about `ctas` CTAs instead of one a kv head (and its tiles one warp after
+// another); 0 (the kernels' default): the one policy of every batch (a split up to 2,048 tokens).
+// Within each side of the threshold a sequence's result does not depend on the batch; across it,
+// it agrees to rounding (as across the fused path's threshold). Process-wide, as set_pdl; the
+// CUDA runner sets the device's SM count (CudaTuning::decode_small_step_parts). Measured on the
+// H100 (bench/NOTES.md, thirty-third session): Llama-3-8B batch 1 -1.7% a step, with FP8 weights
+// -3.4%, a tensor-parallel-4 rank's shape -4.7%, batch 4 -1%; batch 8 +0.6%, hence 4.
+constexpr int kDecodeSmallStep = 4;
+void set_decode_small_step_ctas(int ctas);
+
 // The element type of a KV cache: bf16 values, or FP8 E4M3 codes (one byte) with one scale per
 // KV head for K and one for V: x is stored as e4m3(x / scale) (round to nearest even, saturating
 // at +-448) and read as code * scale, as the CPU runner's FP8 cache (lib/runtime/cpu_ops.h).

@@ -35,6 +35,8 @@ const ModelConfig& checked(const ModelConfig& c, const ModelWeights& w, const Cu
               "CUDA runner: --max-num-seqs, --max-num-batched-tokens, --max-model-len and --block-size must be positive");
   kernels::set_pdl(opt.tuning.pdl);
   kernels::set_gemv_blocks_per_sm(opt.tuning.gemv_blocks_per_sm);
+  kernels::set_decode_small_step_ctas(
+      opt.tuning.decode_small_step_parts ? device_attribute(cudaDevAttrMultiProcessorCount) : 0);
   return c;
 }
 

@@ -61,6 +61,11 @@ struct CudaTuning {
   // waiting for their grid's end (TpComm::gemv_all_reduce_add_rmsnorm). NVLLM_GEMV_PUSH=0: the gemv
   // (o_proj) or cuBLASLt (down), then the pushed sum. Bit for bit the same sums.
   bool gemv_push = true;
+  // Decode steps of at most kernels::kDecodeSmallStep sequences on the tensor-core decode
+  // attention split each context into parts so that one sequence runs about one CTA an SM
+  // (kernels::set_decode_small_step_ctas with the SM count). NVLLM_DECODE_SMALL_PARTS=0: the one
+  // split policy of every batch.
+  bool decode_small_step_parts = true;
   // NVLLM_FUSED_TRACE=FILE: the fused kernels' per-CTA timestamps of the latest batch-1 step,
   // rewritten to FILE after each one (scripts/fused_trace.py reads it). Empty: off. A timing
   // tool: it turns chaining off.
