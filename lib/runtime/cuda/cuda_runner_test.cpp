@@ -55,7 +55,11 @@ TEST_CASE("gpu.cuda_runner batch-1 decode: the fused kernels match the CPU runne
                 ", separate kernels ", rel_s, "; between them ", worst_between, "; tokens checked against the CPU ",
                 checked_f);
         CHECK(checked_f >= 75);  // the rest are near-ties of the reference
-        CHECK(worst_between < 1e-2);
+        // Two bf16 paths, each within its tolerance of the float32 CPU runner (run_single): they
+        // must be closer to each other than the farther of them is to the CPU. (A fixed 1e-2 read
+        // 0.0103 on the llama head_dim 128 model once the separate attention split small steps
+        // into parts, each path 0.0144-0.0146 from the CPU: bench/NOTES.md, thirty-third session.)
+        CHECK(worst_between < std::max(rel_f, rel_s));
       }
     }
 }
