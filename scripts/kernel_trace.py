@@ -4,7 +4,8 @@
     python3 scripts/kernel_trace.py trace.csv [--steps N] [--step-kernel SUBSTRING]
 
 Steps begin at each kernel whose name holds --step-kernel (default "embedding": every forward pass
-starts with the token lookup). Of the last N whole steps (default 20) it prints each kernel kind's
+starts with the token lookup). Of the last N whole steps (default 20) with the run's most common
+kernel count (its decode steps) it prints each kernel kind's
 calls a step, its mean duration (start to end) and its share of the step: the step's end-to-end time
 split by kernel in start order, each kernel owning the time from the previous kernel's end (or its own
 start, if later) to its own end. With PDL a kernel starts before the one ahead of it ends, so its
@@ -64,7 +65,11 @@ def main():
     starts = [i for i, r in enumerate(rows) if args.step_kernel in short[r[2]]]
     if len(starts) < 2:
         sys.exit(f"fewer than two kernels named like '{args.step_kernel}': no whole step")
-    steps = list(zip(starts[:-1], starts[1:]))[-args.steps:]
+    # The steps of the run's most common kernel count (decode steps; prompt steps launch others),
+    # the last N of them.
+    all_steps = list(zip(starts[:-1], starts[1:]))
+    modal = collections.Counter(b - a for a, b in all_steps).most_common(1)[0][0]
+    steps = [(a, b) for a, b in all_steps if b - a == modal][-args.steps:]
     calls = collections.Counter()
     duration = collections.defaultdict(float)
     share = collections.defaultdict(float)
