@@ -1,8 +1,8 @@
 // Does a cuBLASLt GEMM honour a programmatic (PDL) edge?
 //
 // Build (here, no GPU needed):
-//   nvcc -O2 -std=c++20 -gencode arch=compute_90a,code=sm_90a -o cublaslt_pdl_probe \
-//        bench/probes/cublaslt_pdl_probe.cu -lcublasLt
+//   nvcc -O2 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I. -Ilib -o cublaslt_pdl_probe \
+//        bench/probes/cublaslt_pdl_probe.cu -lcublasLt -lcublas
 //
 // A producer kernel triggers its dependents at once, spins ~50 us, then writes x; the
 // GEMM y = x w^T follows on an edge made programmatic at capture
@@ -21,22 +21,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t err_ = (x);                                                               \
-    if (err_ != cudaSuccess) {                                                          \
-      std::printf("CUDA %s at %s:%d\n", cudaGetErrorString(err_), __FILE__, __LINE__);    \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-#define CB(x)                                                                          \
-  do {                                                                                 \
-    cublasStatus_t st_ = (x);                                                            \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                \
-      std::printf("cuBLAS %d at %s:%d\n", int(st_), __FILE__, __LINE__);                 \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "kernels/cuda_check.h"  // CUDA_CHECK, CUBLAS_CHECK (failures throw nvllm::Error)
 
 using bf16 = __nv_bfloat16;
 
@@ -55,28 +40,28 @@ struct Lt {
   void* ws;
   size_t ws_bytes = 32 << 20;
   Lt() {
-    CB(cublasLtCreate(&h));
-    CK(cudaMalloc(&ws, ws_bytes));
+    CUBLAS_CHECK(cublasLtCreate(&h));
+    CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
   }
   // y [m, n] = x [m, k] w [n, k]^T, the runner's TN form.
   void mm(const bf16* x, const bf16* w, bf16* y, int m, int n, int k, cudaStream_t s) {
     cublasLtMatmulDesc_t op;
-    CB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     cublasLtMatrixLayout_t a, b, c;
-    CB(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k));
-    CB(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k));
-    CB(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n));
     cublasLtMatmulPreference_t pref;
-    CB(cublasLtMatmulPreferenceCreate(&pref));
-    CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
     cublasLtMatmulHeuristicResult_t r{};
     int found = 0;
-    CB(cublasLtMatmulAlgoGetHeuristic(h, op, a, b, c, c, pref, 1, &r, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op, a, b, c, c, pref, 1, &r, &found));
     const float alpha = 1.f, beta = 0.f;
-    CB(cublasLtMatmul(h, op, &alpha, w, a, x, b, &beta, y, c, y, c, &r.algo, ws, ws_bytes, s));
+    CUBLAS_CHECK(cublasLtMatmul(h, op, &alpha, w, a, x, b, &beta, y, c, y, c, &r.algo, ws, ws_bytes, s));
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(a);
     cublasLtMatrixLayoutDestroy(b);
@@ -96,7 +81,7 @@ void launch_pdl(void (*k)(A...), int grid, int block, cudaStream_t s, A... args)
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = at;
   cfg.numAttrs = 1;
-  CK(cudaLaunchKernelEx(&cfg, k, args...));
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, args...));
 }
 
 // While capturing: make the edges from the current capture frontier (the last kernel) to the next
@@ -106,7 +91,7 @@ void next_edge_programmatic(cudaStream_t s) {
   const cudaGraphNode_t* deps = nullptr;
   const cudaGraphEdgeData* data = nullptr;
   size_t n = 0;
-  CK(cudaStreamGetCaptureInfo(s, &st, nullptr, nullptr, &deps, &data, &n));
+  CUDA_CHECK(cudaStreamGetCaptureInfo(s, &st, nullptr, nullptr, &deps, &data, &n));
   std::vector<cudaGraphNode_t> d(deps, deps + n);
   std::vector<cudaGraphEdgeData> e(n);
   for (auto& x : e) {
@@ -114,12 +99,12 @@ void next_edge_programmatic(cudaStream_t s) {
     x.from_port = cudaGraphKernelNodePortProgrammatic;
     x.type = cudaGraphDependencyTypeProgrammatic;
   }
-  CK(cudaStreamUpdateCaptureDependencies(s, d.data(), e.data(), n, cudaStreamSetCaptureDependencies));
+  CUDA_CHECK(cudaStreamUpdateCaptureDependencies(s, d.data(), e.data(), n, cudaStreamSetCaptureDependencies));
 }
 
 std::vector<float> to_host(const bf16* p, size_t n) {
   std::vector<bf16> h(n);
-  CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
   return f;
@@ -131,30 +116,30 @@ void fill(bf16* p, size_t n, unsigned seed) {
     seed = seed * 1664525u + 1013904223u;
     h[i] = __float2bfloat16(float(int(seed >> 9) % 2001 - 1000) / 16000.f);
   }
-  CK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
 }
 
 int safety(Lt& lt, cudaStream_t s, int m, int n, int k, bool programmatic) {
   bf16 *x, *w, *y;
-  CK(cudaMalloc(&x, size_t(m) * k * 2));
-  CK(cudaMalloc(&w, size_t(n) * k * 2));
-  CK(cudaMalloc(&y, size_t(m) * n * 2));
+  CUDA_CHECK(cudaMalloc(&x, size_t(m) * k * 2));
+  CUDA_CHECK(cudaMalloc(&w, size_t(n) * k * 2));
+  CUDA_CHECK(cudaMalloc(&y, size_t(m) * n * 2));
   fill(w, size_t(n) * k, 1);
   std::vector<float> ref;
   int bad = 0;
   for (int pass = 0; pass < 2; ++pass) {  // pass 0: ordinary edge (the reference), 1: as asked
-    CK(cudaMemset(x, 0, size_t(m) * k * 2));
-    CK(cudaMemset(y, 0, size_t(m) * n * 2));
+    CUDA_CHECK(cudaMemset(x, 0, size_t(m) * k * 2));
+    CUDA_CHECK(cudaMemset(y, 0, size_t(m) * n * 2));
     cudaGraph_t g;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     launch_pdl(producer, 1, 256, s, x, m * k, 100000LL);  // ~55 us at 1.8 GHz
     if (pass == 1 && programmatic) next_edge_programmatic(s);
     lt.mm(x, w, y, m, n, k, s);
-    CK(cudaStreamEndCapture(s, &g));
+    CUDA_CHECK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t ge;
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    CUDA_CHECK(cudaGraphLaunch(ge, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
     auto out = to_host(y, size_t(m) * n);
     if (pass == 0) {
       ref = out;
@@ -162,10 +147,10 @@ int safety(Lt& lt, cudaStream_t s, int m, int n, int k, bool programmatic) {
       for (size_t i = 0; i < out.size(); ++i) bad += out[i] != ref[i];
     }
     size_t nodes = 0;
-    CK(cudaGraphGetNodes(g, nullptr, &nodes));
+    CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
     if (pass == 1) std::printf("  graph nodes %zu\n", nodes);
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
+    CUDA_CHECK(cudaGraphExecDestroy(ge));
+    CUDA_CHECK(cudaGraphDestroy(g));
   }
   double sum = 0;
   for (float v : ref) sum += std::fabs(v);
@@ -179,11 +164,11 @@ int safety(Lt& lt, cudaStream_t s, int m, int n, int k, bool programmatic) {
 
 int main() {
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s\n", prop.name);
   Lt lt;
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int bad = 0;
   const int shapes[][2] = {{4096, 1024}, {1024, 3072}, {6144, 4096}, {4096, 14336}};
   for (int m : {16, 64, 128, 256})
