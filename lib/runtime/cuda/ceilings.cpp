@@ -39,6 +39,10 @@ GpuCeilings measure_gpu_ceilings(int index) {
   CUDA_CHECK(cudaGetDevice(&previous));
   CUDA_CHECK(cudaSetDevice(index));
   GpuCeilings c;
+  // The card idle first: bench measures after its run, and work the run left queued (a chained
+  // decode step enqueued before the previous one was waited for) would share the card with the
+  // measurement on another stream.
+  CUDA_CHECK(cudaDeviceSynchronize());
   {
     cudaStream_t stream = nullptr;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -61,11 +65,14 @@ GpuCeilings measure_gpu_ceilings(int index) {
     }
     // Copy: 256 MiB, five times the largest L2 (50 MB), read + write counted, as a plain
     // cudaMemcpyAsync (an SM copy kernel; a copy captured in a graph may go to a slower engine).
+    // The fastest of 100 after 10 (~20 ms of copies on an H100): the fastest of 20 after 5 (~5 ms)
+    // still read 5% and 16% low in 2 of 17 bench runs on an H100 (bench/NOTES.md, thirty-fourth
+    // session), a slow spell outlasting the window.
     {
       const size_t bytes = size_t{256} << 20;
       DeviceBuffer a(bytes), b(bytes);
       CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, stream));
-      const double s = fastest_seconds(stream, 5, 20, [&] {
+      const double s = fastest_seconds(stream, 10, 100, [&] {
         CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream));
       });
       c.copy_bytes_per_s = 2.0 * bytes / s;
