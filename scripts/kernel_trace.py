@@ -10,7 +10,9 @@ calls a step, its mean duration (start to end) and its share of the step: the st
 split by kernel in start order, each kernel owning the time from the previous kernel's end (or its own
 start, if later) to its own end. With PDL a kernel starts before the one ahead of it ends, so its
 duration overlaps its neighbour's; its share does not, and the shares add up to the step. "idle" is
-time inside a step with no kernel running.
+time inside a step with no kernel running. A share is not what removing the kernel would save: while a
+small kernel (a norm, RoPE) runs, the next projection's blocks are already streaming their weights
+(bench/NOTES.md, thirty-fourth session: releasing them later cost 2-4% of the step).
 """
 import argparse
 import collections

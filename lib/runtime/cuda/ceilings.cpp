@@ -66,8 +66,9 @@ GpuCeilings measure_gpu_ceilings(int index) {
     // Copy: 256 MiB, five times the largest L2 (50 MB), read + write counted, as a plain
     // cudaMemcpyAsync (an SM copy kernel; a copy captured in a graph may go to a slower engine).
     // The fastest of 100 after 10 (~20 ms of copies on an H100): the fastest of 20 after 5 (~5 ms)
-    // still read 5% and 16% low in 2 of 22 bench runs on an H100 (bench/NOTES.md, thirty-fourth
-    // session), a slow spell outlasting the window.
+    // read 5% and 16% low in 2 of 22 bench runs on an H100 (bench/NOTES.md, thirty-fourth
+    // session; both runs of one experimental binary, cause not found). The wider window is a
+    // precaution against a slow spell outlasting the narrow one.
     {
       const size_t bytes = size_t{256} << 20;
       DeviceBuffer a(bytes), b(bytes);
