@@ -67,6 +67,20 @@ void embedding(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens,
 void embedding_slice(const int32_t* ids, const bf16* embed, bf16* out, int num_tokens, int hidden, int first,
                      int rows, cudaStream_t stream);
 
+// Weights a small kernel asks L2 for on behalf of a later kernel (the next projection of a decode
+// step): [p, p + bytes), p 16-byte aligned, bytes a multiple of 16; empty: nothing. Blocks added
+// past the kernel's own (l2_ahead_blocks) let the next kernel launch, ask for a share each in
+// 16 KB bulk prefetches (the weights are constants, so before the PDL wait), wait and end: the
+// card reads weights while the step runs its latency-bound kernels (norms, RoPE, attention, SiLU),
+// and the projection finds its first rows in L2. Only a little pays: asked for more, the step's
+// latency-bound loads queue behind the prefetches (bench/NOTES.md, thirty-fifth session).
+struct L2Ahead {
+  const void* p = nullptr;
+  size_t bytes = 0;
+};
+// The blocks a kernel adds to its grid for `a` (64 KB a block, at most one an SM); 0 when empty.
+int l2_ahead_blocks(const L2Ahead& a);
+
 // out = rmsnorm(x) * weight, per row of `hidden` (fp32 statistics).
 void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int num_tokens, int hidden, float eps,
              cudaStream_t stream);
@@ -74,7 +88,7 @@ void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int num_tokens, int h
 // The fused residual step between sublayers: residual += x (rounded to bf16, as Hugging Face
 // does), then x = rmsnorm(residual) * weight. Both in place.
 void add_rmsnorm(bf16* x, bf16* residual, const bf16* weight, int num_tokens, int hidden, float eps,
-                 cudaStream_t stream);
+                 cudaStream_t stream, L2Ahead ahead = {});
 
 // The tensor-parallel sum over peer memory (peer_reduce.cu): the ranks of one process, one GPU
 // each, every GPU able to read the others' memory. Rank r's staging buffer and signals live on
@@ -139,10 +153,11 @@ void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot
                         const bf16* q_norm, const bf16* k_norm, float eps, const float* inv_freq,
                         const KvCache& cache, int num_tokens, int num_heads, int num_kv_heads,
                         int head_dim, int block_size, cudaStream_t stream, const float* row_scales = nullptr,
-                        const float* col_scales = nullptr);
+                        const float* col_scales = nullptr, L2Ahead ahead = {});
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i].
-void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, cudaStream_t stream);
+void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, cudaStream_t stream,
+              L2Ahead ahead = {});
 
 // Small-batch linear layer: y[b, n] = sum_k x[b, k] * w[n, k] for b < batch, 1 <= batch <= 8
 // (decode steps of few sequences; gemv.cu says where it beats cuBLASLt and where not).

@@ -1,8 +1,10 @@
 // The process-wide launch switches. pdl_enabled(): PDL needs sm_90; set_pdl(false) turns it off
 // to measure what it buys (CudaTuning::pdl, set by the runner; NVLLM_PDL=0 in the CLI and the GPU
 // test binary). gemv_blocks_per_sm(): the small-batch projections' grid (CudaTuning).
+#include <algorithm>
 #include <atomic>
 
+#include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 
@@ -20,6 +22,12 @@ void set_decode_small_step_ctas(int ctas) { small_step_ctas.store(ctas, std::mem
 namespace decode_detail {
 int decode_small_step_ctas() { return small_step_ctas.load(std::memory_order_relaxed); }
 }  // namespace decode_detail
+
+int l2_ahead_blocks(const L2Ahead& a) {
+  if (a.p == nullptr || a.bytes == 0) return 0;
+  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+  return int(std::min<size_t>(size_t(sms), (a.bytes + 65535) / 65536));
+}
 
 bool pdl_enabled() {
   // The device's capability, asked once (a property of the machine, not a switch).

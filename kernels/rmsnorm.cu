@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/rmsnorm.cuh"
+#include "kernels/tma.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -17,7 +18,8 @@ namespace {
 // hence no __restrict__ on them.
 template <int kWidth, bool kAdd>
 __global__ void rmsnorm_kernel(const bf16* x_in, bf16* __restrict__ residual, const bf16* __restrict__ weight,
-                               bf16* out, int hidden, float eps) {
+                               bf16* out, int rows, int hidden, float eps, L2Ahead ahead) {
+  if (int(blockIdx.x) >= rows) return l2_ahead_block(ahead, int(blockIdx.x) - rows, int(gridDim.x) - rows);
   pdl_enter();
   __shared__ float scratch[32];
   const size_t row = size_t(blockIdx.x) * hidden;
@@ -28,14 +30,15 @@ __global__ void rmsnorm_kernel(const bf16* x_in, bf16* __restrict__ residual, co
 
 template <bool kAdd>
 void launch(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int num_tokens, int hidden,
-            float eps, cudaStream_t stream) {
+            float eps, cudaStream_t stream, L2Ahead ahead = {}) {
   if (num_tokens <= 0) return;
   const bool vec = hidden % 8 == 0;
   const int per_thread = vec ? 8 : 1;
   // One thread per 8-element group, whole warps, at most 1024 threads (larger rows loop).
   const int threads = std::clamp((hidden / per_thread + 31) / 32 * 32, 32, 1024);
-  launch_pdl(vec ? rmsnorm_kernel<8, kAdd> : rmsnorm_kernel<1, kAdd>, dim3(num_tokens), dim3(threads), 0, stream,
-             x, residual, weight, out, hidden, eps);
+  launch_pdl(vec ? rmsnorm_kernel<8, kAdd> : rmsnorm_kernel<1, kAdd>,
+             dim3(num_tokens + l2_ahead_blocks(ahead)), dim3(threads), 0, stream, x, residual, weight, out,
+             num_tokens, hidden, eps, ahead);
 }
 
 }  // namespace
@@ -46,8 +49,8 @@ void rmsnorm(const bf16* x, const bf16* weight, bf16* out, int num_tokens, int h
 }
 
 void add_rmsnorm(bf16* x, bf16* residual, const bf16* weight, int num_tokens, int hidden, float eps,
-                 cudaStream_t stream) {
-  launch<true>(x, residual, weight, x, num_tokens, hidden, eps, stream);
+                 cudaStream_t stream, L2Ahead ahead) {
+  launch<true>(x, residual, weight, x, num_tokens, hidden, eps, stream, ahead);
 }
 
 }  // namespace nvllm::kernels

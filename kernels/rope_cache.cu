@@ -17,6 +17,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/tma.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -47,9 +48,13 @@ __global__ void __launch_bounds__(kThreads)
                               const bf16* __restrict__ k_norm, float eps, const float* __restrict__ inv_freq,
                               T* __restrict__ k_cache, T* __restrict__ v_cache, const float* __restrict__ k_scale,
                               const float* __restrict__ v_scale, int num_heads, int num_kv_heads,
-                              const float* __restrict__ row_scales, const float* __restrict__ col_scales) {
+                              const float* __restrict__ row_scales, const float* __restrict__ col_scales,
+                              int num_tokens, L2Ahead ahead) {
   constexpr int kHalf = D / 2, kLanes = D / 16;  // a head's lanes: two 8-value pieces each
   __shared__ float cos_s[kHalf], sin_s[kHalf];
+  if (int(blockIdx.x) >= num_tokens)
+    return l2_ahead_block(ahead, (int(blockIdx.x) - num_tokens) * int(gridDim.y) + int(blockIdx.y),
+                          (int(gridDim.x) - num_tokens) * int(gridDim.y));
   pdl_enter();
   const int t = blockIdx.x, heads = num_heads + 2 * num_kv_heads;
   const int head = (blockIdx.y * blockDim.x + threadIdx.x) / kLanes;
@@ -132,19 +137,20 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 void launch(bf16* qkv, const int32_t* positions, const int32_t* slot_mapping, const bf16* q_norm, const bf16* k_norm,
             float eps, const float* inv_freq, const KvCache& cache, int num_tokens, int num_heads, int num_kv_heads,
-            cudaStream_t stream, const float* row_scales, const float* col_scales) {
+            cudaStream_t stream, const float* row_scales, const float* col_scales, L2Ahead ahead) {
   const int lanes = (num_heads + 2 * num_kv_heads) * (D / 16);
   const int threads = std::min(kThreads, (lanes + 31) / 32 * 32);
-  const dim3 grid(num_tokens, ceil_div(lanes, threads)), block(threads);
+  const int y = ceil_div(lanes, threads);
+  const dim3 grid(num_tokens + ceil_div(l2_ahead_blocks(ahead), y), y), block(threads);
   if (cache.dtype == KvDtype::kFp8E4M3) {
     NVLLM_CHECK(cache.k_scale != nullptr && cache.v_scale != nullptr, "qk_norm_rope_cache: an FP8 cache needs scales");
     launch_pdl(qk_norm_rope_cache_kernel<fp8_e4m3, D>, grid, block, 0, stream, qkv, positions, slot_mapping, q_norm,
                k_norm, eps, inv_freq, static_cast<fp8_e4m3*>(cache.k), static_cast<fp8_e4m3*>(cache.v),
-               cache.k_scale, cache.v_scale, num_heads, num_kv_heads, row_scales, col_scales);
+               cache.k_scale, cache.v_scale, num_heads, num_kv_heads, row_scales, col_scales, num_tokens, ahead);
   } else {
     launch_pdl(qk_norm_rope_cache_kernel<bf16, D>, grid, block, 0, stream, qkv, positions, slot_mapping, q_norm,
                k_norm, eps, inv_freq, static_cast<bf16*>(cache.k), static_cast<bf16*>(cache.v), cache.k_scale,
-               cache.v_scale, num_heads, num_kv_heads, row_scales, col_scales);
+               cache.v_scale, num_heads, num_kv_heads, row_scales, col_scales, num_tokens, ahead);
   }
 }
 
@@ -154,7 +160,7 @@ void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot
                         const bf16* q_norm, const bf16* k_norm, float eps, const float* inv_freq,
                         const KvCache& cache, int num_tokens, int num_heads, int num_kv_heads,
                         int head_dim, int block_size, cudaStream_t stream, const float* row_scales,
-                        const float* col_scales) {
+                        const float* col_scales, L2Ahead ahead) {
   if (num_tokens <= 0) return;
   NVLLM_CHECK((row_scales == nullptr) == (col_scales == nullptr),
               "qk_norm_rope_cache: an FP8 product's row and column scales come together");
@@ -164,10 +170,10 @@ void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot
   // viewed as [num_blocks * block_size, KVH, D].
   if (head_dim == 128)
     launch<128>(qkv, positions, slot_mapping, q_norm, k_norm, eps, inv_freq, cache, num_tokens, num_heads,
-                num_kv_heads, stream, row_scales, col_scales);
+                num_kv_heads, stream, row_scales, col_scales, ahead);
   else
     launch<64>(qkv, positions, slot_mapping, q_norm, k_norm, eps, inv_freq, cache, num_tokens, num_heads,
-               num_kv_heads, stream, row_scales, col_scales);
+               num_kv_heads, stream, row_scales, col_scales, ahead);
 }
 
 }  // namespace nvllm::kernels

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/launch.cuh"
 
 namespace nvllm::kernels {
 
@@ -89,6 +90,28 @@ __device__ __forceinline__ void prefetch_l2_bytes(const void* p, unsigned bytes)
   for (unsigned o = 0; o < bytes; o += 128)
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(p) + o));
 #endif
+}
+
+// kernels::L2Ahead's request, spread in pieces of 16 KB over `count` blocks (this one is
+// `index` of them): piece i goes to block i % count, so that every SM asks for a share (an SM
+// issues bulk prefetches at a limited rate: the whole request from one block made each small
+// kernel last ~20 us per 8 MB).
+template <typename Ahead>
+__device__ __forceinline__ void l2_ahead(const Ahead& a, int index, int count) {
+  constexpr size_t kPiece = 16384;
+  const size_t pieces = (a.bytes + kPiece - 1) / kPiece;
+  for (size_t i = size_t(index) + size_t(count) * threadIdx.x; i < pieces; i += size_t(count) * blockDim.x)
+    prefetch_l2_bytes(static_cast<const char*>(a.p) + i * kPiece, unsigned(min(kPiece, a.bytes - i * kPiece)));
+}
+
+// The body of a block that a small kernel adds past its own work only to ask L2 for the next
+// projection's weights (kernels::L2Ahead, l2_ahead above): it lets the next kernel launch
+// first (an asking block must not hold it back), asks, and waits like every block.
+template <typename Ahead>
+__device__ __forceinline__ void l2_ahead_block(const Ahead& a, int index, int count) {
+  pdl_launch_dependents();
+  l2_ahead(a, index, count);
+  pdl_wait();
 }
 
 // --- Pushes into another CTA's shared memory within a cluster, counted on its mbarrier ---

@@ -66,6 +66,12 @@ struct CudaTuning {
   // (kernels::set_decode_small_step_ctas with the SM count). NVLLM_DECODE_SMALL_PARTS=0: the one
   // split policy of every batch.
   bool decode_small_step_parts = true;
+  // Decode steps of up to 16 tokens: the small kernels before each projection (the norms, RoPE +
+  // cache write, SiLU) ask L2 for the first this many bytes of its weights, so that the weight
+  // stream runs on through them (kernels::L2Ahead; DeviceModel::set_l2_ahead). NVLLM_L2_AHEAD_KB
+  // (0: off). 2 MB measured best on the H100's 8B steps; 8 MB was slower than none (bench/NOTES.md,
+  // thirty-fifth session).
+  size_t l2_ahead_bytes = size_t(2) << 20;
   // NVLLM_FUSED_TRACE=FILE: the fused kernels' per-CTA timestamps of the latest batch-1 step,
   // rewritten to FILE after each one (scripts/fused_trace.py reads it). Empty: off. A timing
   // tool: it turns chaining off.

@@ -191,7 +191,7 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
     kernels::add_rmsnorm_fp8(x, nullptr, nullptr, res, w_.layers[0].input_norm, act_.x8.as<uint8_t>(),
                              act_.x8_scales.as<float>(), T, H, eps, s);
   else
-    reduce_add_rmsnorm(x, res, w_.layers[0].input_norm, T, s);
+    reduce_add_rmsnorm(x, res, w_.layers[0].input_norm, T, s, ahead(w_.layers[0].qkv, c_.qkv_size(), H, T));
   for (int l = 0; l < c_.num_layers; ++l) layer(l, st, s);
   // Final norm and LM head only over the rows that sample.
   bf16 *fx = x, *fr = res;
@@ -204,7 +204,8 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
     fx = act_.x_g.as<bf16>();
     fr = act_.residual_g.as<bf16>();
   }
-  kernels::add_rmsnorm(fx, fr, w_.final_norm, rows, H, eps, s);
+  kernels::add_rmsnorm(fx, fr, w_.final_norm, rows, H, eps, s,
+                       tp_.comm ? kernels::L2Ahead{} : ahead(w_.lm_head, c_.vocab_size, H, rows));
   lm_head(fx, rows, s);
 }
 
@@ -248,7 +249,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   kernels::qk_norm_rope_cache(qkv, st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), w.q_norm, w.k_norm, eps,
                               w_.inv_freq.as<float>(), cache, T, c_.num_heads, c_.num_kv_heads, c_.head_dim,
                               block_size_, s, scales_in_rope ? x_scales : nullptr,
-                              scales_in_rope ? w.qkv.scales : nullptr);
+                              scales_in_rope ? w.qkv.scales : nullptr, ahead(w.o_proj, H, c_.q_size(), T));
   // Sequences with one query token (the decodes, which the scheduler puts first) take the decode
   // kernel, which splits long contexts and reads a KV head once for its query heads; the rest
   // (prompt chunks) the prefill kernel, its sequences and rows offset past the decodes. A mixed
@@ -283,12 +284,14 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
     tp_.comm->gemv_all_reduce_add_rmsnorm(attn, w.o_proj.w, x, res, w.post_norm, T, H, c_.q_size(), eps, s);
   } else {
     linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
-    reduce_add_rmsnorm(x, res, w.post_norm, T, s);
+    reduce_add_rmsnorm(x, res, w.post_norm, T, s, ahead(w.gate_up, 2 * c_.intermediate_size, H, T));
   }
   // The next layer's input norm; after the last, only the sum (the final norm follows the rows'
   // gather in forward()).
   const bf16* next_norm = l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr;
-  if (!mlp(l, T, fused_norm, next_norm, s)) reduce_add_rmsnorm(x, res, next_norm, T, s);
+  if (!mlp(l, T, fused_norm, next_norm, s))
+    reduce_add_rmsnorm(x, res, next_norm, T, s,
+                       l + 1 < c_.num_layers ? ahead(w_.layers[l + 1].qkv, c_.qkv_size(), H, T) : kernels::L2Ahead{});
 }
 
 bool DeviceModel::pushes_from_gemv(const DeviceLinear& w, int m, int k) const {
@@ -335,7 +338,7 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   // every rank itself, as o_proj does (layer()): the sum then starts as the last rows land, and
   // the chain stays in PDL (cuBLASLt's kernels do not take part): 4 x H200, TP 4 batch 1 4% faster,
   // TP 2 even (bench/NOTES.md, twenty-eighth session).
-  kernels::silu_mul(gate_up, act, T, I, s);
+  kernels::silu_mul(gate_up, act, T, I, s, ahead(w.down, H, I, T));
   if (pushes_from_gemv(w.down, T, I)) {
     tp_.comm->gemv_all_reduce_add_rmsnorm(act, w.down.w, x, act_.residual.as<bf16>(), next_norm, T, H, I,
                                           static_cast<float>(c_.rms_norm_eps), s);
@@ -350,12 +353,24 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
 
 int DeviceModel::tp_rank() const { return tp_.comm ? tp_.comm->rank() : 0; }
 
-void DeviceModel::reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, int tokens, cudaStream_t s) {
+void DeviceModel::reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, int tokens, cudaStream_t s,
+                                     kernels::L2Ahead next) {
   const float eps = static_cast<float>(c_.rms_norm_eps);
   if (tp_.comm)
     tp_.comm->all_reduce_add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s);
   else if (norm != nullptr)
-    kernels::add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s);
+    kernels::add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s, next);
+}
+
+kernels::L2Ahead DeviceModel::ahead(const DeviceLinear& w, int n, int k, int tokens) const {
+  if (!w.fp8()) return ahead(w.w, n, k, tokens);
+  if (l2_ahead_ == 0 || tokens > kL2AheadMaxTokens) return {};
+  return {w.codes, std::min(l2_ahead_, size_t(n) * size_t(k)) / 16 * 16};
+}
+
+kernels::L2Ahead DeviceModel::ahead(const bf16* w, int n, int k, int tokens) const {
+  if (l2_ahead_ == 0 || tokens > kL2AheadMaxTokens) return {};
+  return {w, std::min(l2_ahead_, size_t(n) * size_t(k) * sizeof(bf16)) / 16 * 16};
 }
 
 // Each rank writes its [rows, vocab_pad] logits at its place in logits_parts and gathers the

@@ -99,6 +99,11 @@ class DeviceModel {
   // act().logits = the LM head of `rows` normalised rows x (gemv or cuBLASLt by the batch).
   void lm_head(const bf16* x, int rows, cudaStream_t stream);
 
+  // Decode steps of at most kL2AheadMaxTokens tokens have their small kernels ask L2 for up to
+  // `bytes` of the next projection's weights (kernels::L2Ahead; CudaTuning::l2_ahead_bytes); 0: off.
+  static constexpr int kL2AheadMaxTokens = 16;
+  void set_l2_ahead(size_t bytes) { l2_ahead_ = bytes; }
+
   const ModelConfig& config() const { return c_; }  // the rank's share under tensor parallelism
   int vocab() const { return tp_.comm ? tp_.vocab : c_.vocab_size; }  // the width of act().logits
   bool tensor_parallel() const { return tp_.comm != nullptr; }
@@ -133,14 +138,21 @@ class DeviceModel {
   bool fp8_norm_fused(int tokens) const;
   // The residual step after a sublayer: x (each rank's partial output under tensor parallelism)
   // summed over the ranks, then residual += x and x = rmsnorm(residual) * norm (add_rmsnorm);
-  // norm == nullptr: the sum only. One kernel over peer memory where TpComm can.
-  void reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, int tokens, cudaStream_t stream);
+  // norm == nullptr: the sum only. One kernel over peer memory where TpComm can. On one GPU the
+  // add_rmsnorm asks L2 for `ahead` (the next projection's first weights); the TP sums do not.
+  void reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, int tokens, cudaStream_t stream,
+                          kernels::L2Ahead ahead = {});
+  // The first bytes of an [n, k] projection's weights (or of a bf16 [n, k] matrix) for the kernel
+  // before it to ask L2 for, in a step of `tokens` tokens (empty where set_l2_ahead is off).
+  kernels::L2Ahead ahead(const DeviceLinear& w, int n, int k, int tokens) const;
+  kernels::L2Ahead ahead(const bf16* w, int n, int k, int tokens) const;
   // Tensor parallel: this rank's vocabulary slice of the logits of `rows` rows of x, gathered
   // from every rank into act().logits [rows, vocab].
   void lm_head_parallel(const bf16* x, int rows, cudaStream_t stream);
 
   ModelConfig c_;
   int block_size_ = 0, gemv_max_batch_ = 0;
+  size_t l2_ahead_ = 0;
   Gemm gemm_;
   DeviceWeights w_;
   Activations act_;
