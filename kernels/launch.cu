@@ -1,6 +1,7 @@
 // The process-wide launch switches. pdl_enabled(): PDL needs sm_90; set_pdl(false) turns it off
 // to measure what it buys (CudaTuning::pdl, set by the runner; NVLLM_PDL=0 in the CLI and the GPU
-// test binary). gemv_blocks_per_sm(): the small-batch projections' grid (CudaTuning).
+// test binary). gemv_blocks_per_sm(): the small-batch projections' grid (CudaTuning). And
+// l2_ahead_blocks(), the blocks a small kernel adds for an L2 look-ahead (kernels.h, L2Ahead).
 #include <algorithm>
 #include <atomic>
 

@@ -12,7 +12,8 @@
 //    kernels call it right after pdl_wait() (at most two kernels of the chain resident at a
 //    time); the fused batch-1 kernels call it just before, so that the next kernel's weight copy
 //    starts while this one waits (decode_fused.cu, wait_inputs); the pushed peer sum first thing
-//    (its few blocks are resident from the start; peer_reduce.cu).
+//    (its few blocks are resident from the start; peer_reduce.cu); and the blocks a small kernel
+//    adds only to ask L2 for the next projection's weights (tma.cuh, l2_ahead_block) first too.
 // One kernel waits last instead of first: peer_reduce_pushed_kernel (peer_reduce.cu) reads rows
 // that the gemv before it pushed as flagged words, and everything else it reads or writes was
 // last touched by kernels that ended before that gemv passed its own wait; its wait at the end
