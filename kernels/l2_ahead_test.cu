@@ -68,8 +68,11 @@ TEST_CASE("gpu.kernels.add_rmsnorm with an L2 look-ahead gives the same bits") {
 
 TEST_CASE("gpu.kernels.silu_mul with an L2 look-ahead gives the same bits") {
   const Requests requests;
-  // 14,336: 7 work blocks a token; 16 tokens: 112; 300 x 1,000: the grid's cap of 132 x 16.
-  for (auto [tokens, intermediate] : {std::pair{1, 14336}, {16, 14336}, {300, 1000}, {2, 100}}) {
+  // 14,336: 7 work blocks a token; 16 tokens: 112; 300 x 1,000: 147; 512 x 14,336: past the grid's
+  // cap of 132 x 16, so the work blocks loop (their stride must leave the asking blocks out);
+  // 2 x 100: the one-element path.
+  for (auto [tokens, intermediate] :
+       {std::pair{1, 14336}, {16, 14336}, {300, 1000}, {512, 14336}, {2, 100}}) {
     std::mt19937 rng(tokens + intermediate);
     auto gate_up = random_bf16(rng, size_t(tokens) * 2 * intermediate, -4.f, 4.f);
     DeviceBuffer<bf16> d_in(gate_up), base(size_t(tokens + 1) * intermediate);
@@ -88,7 +91,8 @@ TEST_CASE("gpu.kernels.silu_mul with an L2 look-ahead gives the same bits") {
 
 TEST_CASE("gpu.kernels.qk_norm_rope_cache with an L2 look-ahead gives the same bits") {
   const Requests requests;
-  // (q heads, kv heads, head_dim): 48 x 16 lanes in two rows of blocks, 32 x 8 lanes in one.
+  // (q heads, kv heads, head_dim): (32 + 16) heads x 8 lanes in three rows of 128-thread blocks,
+  // (16 + 16) x 4 lanes in one.
   for (auto [heads, kv_heads, head_dim] : {std::tuple{32, 8, 128}, {16, 8, 64}})
     for (int tokens : {1, 3}) {
       std::mt19937 rng(heads * 7 + tokens);

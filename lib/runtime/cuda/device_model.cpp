@@ -205,7 +205,7 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
     fr = act_.residual_g.as<bf16>();
   }
   kernels::add_rmsnorm(fx, fr, w_.final_norm, rows, H, eps, s,
-                       tp_.comm ? kernels::L2Ahead{} : ahead(w_.lm_head, c_.vocab_size, H, rows));
+                       tp_.comm ? kernels::L2Ahead{} : ahead(DeviceLinear{w_.lm_head}, c_.vocab_size, H, rows));
   lm_head(fx, rows, s);
 }
 
@@ -363,14 +363,9 @@ void DeviceModel::reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, 
 }
 
 kernels::L2Ahead DeviceModel::ahead(const DeviceLinear& w, int n, int k, int tokens) const {
-  if (!w.fp8()) return ahead(w.w, n, k, tokens);
   if (l2_ahead_ == 0 || tokens > kL2AheadMaxTokens) return {};
-  return {w.codes, std::min(l2_ahead_, size_t(n) * size_t(k)) / 16 * 16};
-}
-
-kernels::L2Ahead DeviceModel::ahead(const bf16* w, int n, int k, int tokens) const {
-  if (l2_ahead_ == 0 || tokens > kL2AheadMaxTokens) return {};
-  return {w, std::min(l2_ahead_, size_t(n) * size_t(k) * sizeof(bf16)) / 16 * 16};
+  const size_t bytes = size_t(n) * size_t(k) * (w.fp8() ? 1 : sizeof(bf16));
+  return {w.fp8() ? static_cast<const void*>(w.codes) : w.w, std::min(l2_ahead_, bytes) / 16 * 16};
 }
 
 // Each rank writes its [rows, vocab_pad] logits at its place in logits_parts and gathers the

@@ -142,10 +142,9 @@ class DeviceModel {
   // add_rmsnorm asks L2 for `ahead` (the next projection's first weights); the TP sums do not.
   void reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, int tokens, cudaStream_t stream,
                           kernels::L2Ahead ahead = {});
-  // The first bytes of an [n, k] projection's weights (or of a bf16 [n, k] matrix) for the kernel
-  // before it to ask L2 for, in a step of `tokens` tokens (empty where set_l2_ahead is off).
+  // The first bytes of an [n, k] projection's weights (bf16 or E4M3) for the kernel before it to
+  // ask L2 for, in a step of `tokens` tokens (empty where set_l2_ahead is off).
   kernels::L2Ahead ahead(const DeviceLinear& w, int n, int k, int tokens) const;
-  kernels::L2Ahead ahead(const bf16* w, int n, int k, int tokens) const;
   // Tensor parallel: this rank's vocabulary slice of the logits of `rows` rows of x, gathered
   // from every rank into act().logits [rows, vocab].
   void lm_head_parallel(const bf16* x, int rows, cudaStream_t stream);
