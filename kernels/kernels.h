@@ -131,14 +131,14 @@ bool peer_reduce_fits(const PeerReduce& p, int tokens, int hidden);
 // add_rmsnorm computes it. Every rank calls it with the same sizes, in the same order, as with
 // NCCL's collectives.
 void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
-                     float eps, cudaStream_t stream);
+                     float eps, cudaStream_t stream, L2Ahead ahead = {});
 // Whether [tokens, hidden] goes by pushes (inboxes set up, at most kPeerPushElems elements).
 bool peer_push_fits(const PeerReduce& p, int tokens, int hidden);
 // peer_all_reduce's pushed sum for partials that gemv_push already wrote into every rank's inbox
 // (this rank's own too): the same sums bit for bit, without waiting for the projection to end
 // first. Every rank calls it right after its gemv_push.
 void peer_reduce_pushed(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
-                        float eps, cudaStream_t stream);
+                        float eps, cudaStream_t stream, L2Ahead ahead = {});
 
 // On the fused projection output qkv [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]
 // (q heads, then k heads, then v heads), in place: per-head RMSNorm of q and k when q_norm /

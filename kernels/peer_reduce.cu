@@ -11,7 +11,8 @@
 //    peers' rows: a one-way trip and a read round trip, but the data's bytes only once.
 //
 // The barrier's synchronisation (kernels.h, PeerReduce): block b of every rank stages the same
-// rows (the grid is always kPeerBlocks and the rows are split alike), then stores its epoch in
+// rows (every call's sum blocks are kPeerBlocks, the rows split alike; blocks past them only ask
+// L2 for the next projection's weights, kernels::L2Ahead), then stores its epoch in
 // block b's slot of every rank's signals (release, system scope) and waits until every rank's
 // epoch has reached its own (acquire), so the rows it then reads are written. The staging alternates between two
 // halves by epoch parity: a rank can write half p again (epoch e + 2) only after passing epoch
@@ -26,6 +27,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/tma.cuh"
 #include "kernels/peer_inbox.cuh"
 
 namespace nvllm::kernels {
@@ -64,14 +66,14 @@ __device__ __forceinline__ void add8(float (&acc)[8], uint4 raw) {
   for (int j = 0; j < 8; ++j) acc[j] += v[j];
 }
 
-// The block's rows r = blockIdx.x, + gridDim.x, ... of x [tokens, hidden] once every rank's part
+// The block's rows r = blockIdx.x, + kPeerBlocks, ... of x [tokens, hidden] once every rank's part
 // can be read: chunk(r, e) gives rank r's 16 bytes at element e. Summed in rank order on every
 // rank (identical results everywhere), then as all-reduce and add_rmsnorm compute it, or the sum
 // alone (no norm).
 template <bool kNorm, typename Chunk>
 __device__ __forceinline__ void finish_rows(bf16* x, bf16* __restrict__ residual, const bf16* __restrict__ weight,
                                             int tokens, int hidden, float eps, int ranks, float* scratch, Chunk chunk) {
-  for (int row = blockIdx.x; row < tokens; row += gridDim.x) {
+  for (int row = blockIdx.x; row < tokens; row += kPeerBlocks) {
     const size_t base = static_cast<size_t>(row) * hidden;
     float sum_sq = 0.f;
     for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
@@ -105,10 +107,12 @@ __device__ __forceinline__ void finish_rows(bf16* x, bf16* __restrict__ residual
   }
 }
 
-// The barrier sum. Rows r = blockIdx.x, + gridDim.x, ... of x [tokens, hidden] (hidden % 8 == 0).
+// The barrier sum. Rows r = blockIdx.x, + kPeerBlocks, ... of x [tokens, hidden] (hidden % 8 == 0).
 template <bool kNorm>
 __global__ void peer_reduce_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual, const bf16* __restrict__ weight,
-                                   int tokens, int hidden, float eps) {
+                                   int tokens, int hidden, float eps, L2Ahead ahead) {
+  if (int(blockIdx.x) >= kPeerBlocks)  // a block that only asks L2
+    return l2_ahead_block(ahead, int(blockIdx.x) - kPeerBlocks, int(gridDim.x) - kPeerBlocks);
   pdl_wait();
   __shared__ float scratch[32];
   __shared__ uint32_t epoch_shared;
@@ -117,7 +121,7 @@ __global__ void peer_reduce_kernel(PeerReduce p, bf16* x, bf16* __restrict__ res
   const uint32_t epoch = epoch_shared;
   const size_t half = (epoch & 1u) * p.capacity;
   bf16* mine = p.buffers[p.rank] + half;
-  for (int row = blockIdx.x; row < tokens; row += gridDim.x) {
+  for (int row = blockIdx.x; row < tokens; row += kPeerBlocks) {
     const size_t base = static_cast<size_t>(row) * hidden;
     for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) store8(mine + base + i, load8(x + base + i));
   }
@@ -180,7 +184,9 @@ __device__ __forceinline__ uint4 receive16(const uint64_t* p, uint32_t epoch, co
 // still waits for this kernel to end (launch.cuh).
 template <bool kNorm>
 __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual,
-                                        const bf16* __restrict__ weight, int tokens, int hidden, float eps) {
+                                        const bf16* __restrict__ weight, int tokens, int hidden, float eps, L2Ahead ahead) {
+  if (int(blockIdx.x) >= kPeerBlocks)  // a block that only asks L2
+    return l2_ahead_block(ahead, int(blockIdx.x) - kPeerBlocks, int(gridDim.x) - kPeerBlocks);
   const uint64_t entered = global_ns();
   pdl_launch_dependents();
   pdl_wait();
@@ -193,7 +199,7 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
     trace[kPeerTraceWaited] = global_ns();
     trace[kPeerTraceTokens] = tokens;
   }
-  for (int row = blockIdx.x; row < tokens; row += gridDim.x)
+  for (int row = blockIdx.x; row < tokens; row += kPeerBlocks)
     for (int i = threadIdx.x * 8; i < hidden; i += blockDim.x * 8) {
       const size_t e = static_cast<size_t>(row) * hidden + i;
       const uint4 v = *reinterpret_cast<const uint4*>(x + e);
@@ -226,7 +232,9 @@ __global__ void peer_reduce_push_kernel(PeerReduce p, bf16* x, bf16* __restrict_
 // rely on each kernel's end implying its predecessors').
 template <bool kNorm>
 __global__ void peer_reduce_pushed_kernel(PeerReduce p, bf16* x, bf16* __restrict__ residual,
-                                          const bf16* __restrict__ weight, int tokens, int hidden, float eps) {
+                                          const bf16* __restrict__ weight, int tokens, int hidden, float eps, L2Ahead ahead) {
+  if (int(blockIdx.x) >= kPeerBlocks)  // a block that only asks L2
+    return l2_ahead_block(ahead, int(blockIdx.x) - kPeerBlocks, int(gridDim.x) - kPeerBlocks);
   const uint64_t entered = global_ns();
   pdl_launch_dependents();
   __shared__ float scratch[32];
@@ -252,12 +260,12 @@ __global__ void peer_reduce_pushed_kernel(PeerReduce p, bf16* x, bf16* __restric
 // A sum kernel's instance with the norm (weight given) or without, on every call's kPeerBlocks
 // blocks (each block's epoch must advance with every call, even for fewer rows, for each kernel's
 // arithmetic above), a thread per 8 elements up to 512.
-using SumKernel = void (*)(PeerReduce, bf16*, bf16*, const bf16*, int, int, float);
+using SumKernel = void (*)(PeerReduce, bf16*, bf16*, const bf16*, int, int, float, L2Ahead);
 void launch_sum(SumKernel with_norm, SumKernel sum_only, const PeerReduce& p, bf16* x, bf16* residual,
-                const bf16* weight, int tokens, int hidden, float eps, cudaStream_t stream) {
+                const bf16* weight, int tokens, int hidden, float eps, cudaStream_t stream, L2Ahead ahead) {
   const int threads = std::clamp((hidden / 8 + 31) / 32 * 32, 32, 512);
-  launch_pdl(weight != nullptr ? with_norm : sum_only, dim3(kPeerBlocks), dim3(threads), 0, stream, p, x, residual,
-             weight, tokens, hidden, eps);
+  launch_pdl(weight != nullptr ? with_norm : sum_only, dim3(kPeerBlocks + l2_ahead_blocks(ahead)), dim3(threads), 0,
+             stream, p, x, residual, weight, tokens, hidden, eps, ahead);
 }
 
 }  // namespace
@@ -273,23 +281,23 @@ bool peer_push_fits(const PeerReduce& p, int tokens, int hidden) {
 }
 
 void peer_all_reduce(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
-                     float eps, cudaStream_t stream) {
+                     float eps, cudaStream_t stream, L2Ahead ahead) {
   NVLLM_CHECK(peer_reduce_fits(p, tokens, hidden), "peer_all_reduce: ", tokens, " x ", hidden,
                      " does not fit the staging of ", p.capacity, " elements on ", p.ranks, " ranks");
   if (peer_push_fits(p, tokens, hidden))
     launch_sum(peer_reduce_push_kernel<true>, peer_reduce_push_kernel<false>, p, x, residual, weight, tokens, hidden,
-               eps, stream);
+               eps, stream, ahead);
   else
     launch_sum(peer_reduce_kernel<true>, peer_reduce_kernel<false>, p, x, residual, weight, tokens, hidden, eps,
-               stream);
+               stream, ahead);
 }
 
 void peer_reduce_pushed(const PeerReduce& p, bf16* x, bf16* residual, const bf16* weight, int tokens, int hidden,
-                        float eps, cudaStream_t stream) {
+                        float eps, cudaStream_t stream, L2Ahead ahead) {
   NVLLM_CHECK(peer_push_fits(p, tokens, hidden), "peer_reduce_pushed: ", tokens, " x ", hidden,
               " is not a pushed sum on ", p.ranks, " ranks");
   launch_sum(peer_reduce_pushed_kernel<true>, peer_reduce_pushed_kernel<false>, p, x, residual, weight, tokens,
-             hidden, eps, stream);
+             hidden, eps, stream, ahead);
 }
 
 }  // namespace nvllm::kernels

@@ -205,7 +205,7 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
     fr = act_.residual_g.as<bf16>();
   }
   kernels::add_rmsnorm(fx, fr, w_.final_norm, rows, H, eps, s,
-                       tp_.comm ? kernels::L2Ahead{} : ahead(DeviceLinear{w_.lm_head}, c_.vocab_size, H, rows));
+                       ahead(DeviceLinear{w_.lm_head}, tp_.comm ? tp_.vocab_pad : c_.vocab_size, H, rows));
   lm_head(fx, rows, s);
 }
 
@@ -281,7 +281,8 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
                      act_.tokens);
     kernels::add_rmsnorm_fp8(x, x_scales, w.o_proj.scales, res, w.post_norm, x8, x_scales, T, H, eps, s);
   } else if (pushes_from_gemv(w.o_proj, T, c_.q_size())) {
-    tp_.comm->gemv_all_reduce_add_rmsnorm(attn, w.o_proj.w, x, res, w.post_norm, T, H, c_.q_size(), eps, s);
+    tp_.comm->gemv_all_reduce_add_rmsnorm(attn, w.o_proj.w, x, res, w.post_norm, T, H, c_.q_size(), eps, s,
+                                          ahead(w.gate_up, 2 * c_.intermediate_size, H, T));
   } else {
     linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
     reduce_add_rmsnorm(x, res, w.post_norm, T, s, ahead(w.gate_up, 2 * c_.intermediate_size, H, T));
@@ -340,8 +341,9 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   // TP 2 even (bench/NOTES.md, twenty-eighth session).
   kernels::silu_mul(gate_up, act, T, I, s, ahead(w.down, H, I, T));
   if (pushes_from_gemv(w.down, T, I)) {
-    tp_.comm->gemv_all_reduce_add_rmsnorm(act, w.down.w, x, act_.residual.as<bf16>(), next_norm, T, H, I,
-                                          static_cast<float>(c_.rms_norm_eps), s);
+    tp_.comm->gemv_all_reduce_add_rmsnorm(
+        act, w.down.w, x, act_.residual.as<bf16>(), next_norm, T, H, I, static_cast<float>(c_.rms_norm_eps), s,
+        l + 1 < c_.num_layers ? ahead(w_.layers[l + 1].qkv, c_.qkv_size(), H, T) : kernels::L2Ahead{});
     return true;
   }
   if (w.down.fp8())
@@ -357,7 +359,7 @@ void DeviceModel::reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, 
                                      kernels::L2Ahead next) {
   const float eps = static_cast<float>(c_.rms_norm_eps);
   if (tp_.comm)
-    tp_.comm->all_reduce_add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s);
+    tp_.comm->all_reduce_add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s, next);
   else if (norm != nullptr)
     kernels::add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s, next);
 }

@@ -138,8 +138,8 @@ class DeviceModel {
   bool fp8_norm_fused(int tokens) const;
   // The residual step after a sublayer: x (each rank's partial output under tensor parallelism)
   // summed over the ranks, then residual += x and x = rmsnorm(residual) * norm (add_rmsnorm);
-  // norm == nullptr: the sum only. One kernel over peer memory where TpComm can. On one GPU the
-  // add_rmsnorm asks L2 for `ahead` (the next projection's first weights); the TP sums do not.
+  // norm == nullptr: the sum only. One kernel over peer memory where TpComm can. That kernel, or
+  // the add_rmsnorm on one GPU, asks L2 for `ahead` (the next projection's first weights).
   void reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, int tokens, cudaStream_t stream,
                           kernels::L2Ahead ahead = {});
   // The first bytes of an [n, k] projection's weights (bf16 or E4M3) for the kernel before it to

@@ -123,9 +123,9 @@ bool TpComm::uses_peer(int tokens, int hidden) const {
 }
 
 void TpComm::all_reduce_add_rmsnorm(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight,
-                                    int tokens, int hidden, float eps, cudaStream_t stream) {
+                                    int tokens, int hidden, float eps, cudaStream_t stream, kernels::L2Ahead ahead) {
   if (uses_peer(tokens, hidden)) {
-    kernels::peer_all_reduce(peer_, x, residual, weight, tokens, hidden, eps, stream);
+    kernels::peer_all_reduce(peer_, x, residual, weight, tokens, hidden, eps, stream, ahead);
     return;
   }
   all_reduce_sum(x, static_cast<size_t>(tokens) * hidden, stream);
@@ -138,11 +138,11 @@ bool TpComm::pushes_from_gemv(int tokens, int hidden) const {
 
 void TpComm::gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const __nv_bfloat16* w, __nv_bfloat16* x,
                                          __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens, int hidden,
-                                         int k, float eps, cudaStream_t stream) {
+                                         int k, float eps, cudaStream_t stream, kernels::L2Ahead ahead) {
   NVLLM_CHECK(pushes_from_gemv(tokens, hidden), "gemv_all_reduce_add_rmsnorm: ", tokens, " x ", hidden,
               " does not go by pushes from the projection");
   kernels::gemv_push(in, w, peer_, tokens, hidden, k, stream);
-  kernels::peer_reduce_pushed(peer_, x, residual, weight, tokens, hidden, eps, stream);
+  kernels::peer_reduce_pushed(peer_, x, residual, weight, tokens, hidden, eps, stream, ahead);
 }
 
 TpComm::~TpComm() {

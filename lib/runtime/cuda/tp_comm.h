@@ -44,8 +44,10 @@ class TpComm {
   // x [tokens, hidden] = the sum of every rank's x; with `weight`, then kernels::add_rmsnorm's
   // residual step on it. Through peer memory where it fits (one kernel), else NCCL (and
   // add_rmsnorm). Every rank gets the same values either way.
+  // `ahead`: the peer-memory sum's added blocks ask L2 for the next projection's weights
+  // (kernels::L2Ahead); NCCL's path does not.
   void all_reduce_add_rmsnorm(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens,
-                              int hidden, float eps, cudaStream_t stream);
+                              int hidden, float eps, cudaStream_t stream, kernels::L2Ahead ahead = {});
   // Whether a row-parallel projection of `tokens` rows on the gemv can push its outputs straight
   // into the ranks' inboxes (gemv_all_reduce_add_rmsnorm): pushed sums, bf16 weights, the switch on.
   bool pushes_from_gemv(int tokens, int hidden) const;
@@ -55,7 +57,7 @@ class TpComm {
   // The same bits as kernels::gemv then all_reduce_add_rmsnorm.
   void gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const __nv_bfloat16* w, __nv_bfloat16* x,
                                    __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens, int hidden, int k,
-                                   float eps, cudaStream_t stream);
+                                   float eps, cudaStream_t stream, kernels::L2Ahead ahead = {});
   // Whether sums of [tokens, hidden] go through peer memory.
   bool uses_peer(int tokens, int hidden) const;
   // buf[r * count, (r + 1) * count) = rank r's part, for every r; this rank's part is already at
