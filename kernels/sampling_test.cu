@@ -166,6 +166,40 @@ TEST_CASE("gpu.sampling.argmax_rows matches the CPU argmax, lowest id on ties") 
   }
 }
 
+TEST_CASE("gpu.sampling.sample_rows never draws a token of negligible probability over a large vocabulary") {
+  // As the CPU sampler's test: token 7 holds all but ~1e-21 of the mass, the other 131,071 are
+  // kept with q ~ 8.7e-27 each; a uniform reaching 1 would hand ~0.8% of the draws to one of them.
+  const int vocab = 131072, rows = 1000;
+  std::vector<float> logits(vocab, -60.0f);
+  logits[7] = 0.0f;
+  std::vector<SampleRow> params(rows);
+  for (int r = 0; r < rows; ++r) {
+    params[r] = SampleRow{};
+    params[r].logits_row = 0;  // every draw from the one row
+    params[r].temperature = 1.0f;
+    params[r].top_p = 1.0f;  // no filter: every token stays kept
+    params[r].repetition_penalty = 1.0f;
+    params[r].seed = sequence_seed(99, r);
+    params[r].step = static_cast<uint32_t>(r);
+    params[r].counts_row = -1;
+  }
+  float* d_logits = to_device(logits);
+  SampleRow* d_params = to_device(params);
+  int32_t* d_suppress = to_device(std::vector<int32_t>{});
+  int32_t* d_ids = to_device(std::vector<int32_t>(rows, -1));
+  float* d_lp = to_device(std::vector<float>(rows));
+  int32_t* d_top_ids = to_device(std::vector<int32_t>(rows));
+  float* d_top_lp = to_device(std::vector<float>(rows));
+  kernels::sample_rows(d_logits, vocab, d_params, rows, nullptr, d_suppress, 1, d_ids, d_lp, d_top_ids, d_top_lp,
+                       nullptr);
+  const auto ids = to_host(d_ids, rows);
+  CHECK(std::count(ids.begin(), ids.end(), 7) == rows);
+  for (void* d : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_suppress),
+                  static_cast<void*>(d_ids), static_cast<void*>(d_lp), static_cast<void*>(d_top_ids),
+                  static_cast<void*>(d_top_lp)})
+    cudaFree(d);
+}
+
 TEST_CASE("gpu.sampling.sample_rows matches the spec's CPU reference") {
   const int vocab = 3001, max_top = 5;
   struct Case {

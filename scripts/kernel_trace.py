@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Where a step's time goes, from bench/tools/kernel_trace.cpp's CSV (every kernel's GPU start and end).
 
-    python3 scripts/kernel_trace.py trace.csv [--steps N] [--step-kernel SUBSTRING]
+    python3 scripts/kernel_trace.py trace.csv [--steps N] [--step-kernel SUBSTRING] [--device D]
 
 Steps begin at each kernel whose name holds --step-kernel (default "embedding": every forward pass
 starts with the token lookup). Of the last N whole steps (default 20) with the run's most common
-kernel count (its decode steps) it prints each kernel kind's
+kernel count (its decode steps) on one device (--device, default the first kernel's: a tensor-
+parallel run's ranks are its devices) it prints each kernel kind's
 calls a step, its mean duration (start to end) and its share of the step: the step's end-to-end time
 split by kernel in start order, each kernel owning the time from the previous kernel's end (or its own
 start, if later) to its own end. With PDL a kernel starts before the one ahead of it ends, so its
@@ -55,11 +56,16 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--step-kernel", default="embedding")
+    ap.add_argument("--device", type=int, default=None)
     args = ap.parse_args()
     rows = []
     with open(args.csv) as f:
         for r in csv.DictReader(f):
-            rows.append((int(r["start_ns"]), int(r["end_ns"]), r["name"]))
+            device = int(r.get("device", 0))
+            if args.device is None:
+                args.device = device
+            if device == args.device:
+                rows.append((int(r["start_ns"]), int(r["end_ns"]), r["name"]))
     if not rows:
         sys.exit("no kernels in the trace")
     rows.sort()

@@ -10,8 +10,9 @@
 // Run:
 //   CUDA_INJECTION64_PATH=$PWD/libkernel_trace.so KERNEL_TRACE_OUT=trace.csv nvllm bench latency ...
 //   python3 scripts/kernel_trace.py trace.csv
-// Output: one line a kernel, "start_ns,end_ns,stream,graph_node,grid,block,name" (times from
-// CUPTI's clock, names mangled), in the order CUPTI delivers them (not sorted).
+// Output: one line a kernel, "start_ns,end_ns,device,stream,graph_node,grid,block,name" (times
+// from CUPTI's clock, names mangled), in the order CUPTI delivers them (not sorted). A tensor-
+// parallel run's ranks are told apart by the device.
 //
 // This is a measuring tool; nvllm itself never loads it (the environment variables are read by
 // the driver and by this library, not by nvllm).
@@ -41,8 +42,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
     if (out != nullptr)
-      std::fprintf(out, "%llu,%llu,%u,%llu,%d,%d,%s\n", static_cast<unsigned long long>(k->start),
-                   static_cast<unsigned long long>(k->end), k->streamId,
+      std::fprintf(out, "%llu,%llu,%u,%u,%llu,%d,%d,%s\n", static_cast<unsigned long long>(k->start),
+                   static_cast<unsigned long long>(k->end), k->deviceId, k->streamId,
                    static_cast<unsigned long long>(k->graphNodeId), k->gridX * k->gridY * k->gridZ,
                    k->blockX * k->blockY * k->blockZ, k->name != nullptr ? k->name : "?");
   }
@@ -62,7 +63,7 @@ extern "C" int InitializeInjection() {
   const char* path = std::getenv("KERNEL_TRACE_OUT");
   out = std::fopen(path != nullptr ? path : "kernel_trace.csv", "w");
   if (out == nullptr) return 0;
-  std::fprintf(out, "start_ns,end_ns,stream,graph_node,grid,block,name\n");
+  std::fprintf(out, "start_ns,end_ns,device,stream,graph_node,grid,block,name\n");
   if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
     std::fprintf(stderr, "kernel_trace: CUPTI refused the kernel activity records\n");

@@ -29,10 +29,17 @@ NVLLM_HOST_DEVICE uint64_t sequence_seed(uint64_t request_seed, uint32_t index) 
   return splitmix64(request_seed ^ (0x632be59bd9b4e019ull * (index + 1ull)));
 }
 
-// Uniform in (0, 1] for token `token` at output step `step` of a sequence seeded `seed`.
+// The midpoint of bin `k` of 2^23 equal bins of (0, 1): (k + 0.5) / 2^23, exact in float (24
+// significant bits), from 2^-24 to 1 - 2^-24. Never 0 and never 1: at u = 1, -log u = 0 would
+// give its token an infinite score in the race whatever its probability.
+NVLLM_HOST_DEVICE float uniform_from_bits(uint32_t k23) {
+  return (static_cast<float>(k23 & 0x7fffffu) + 0.5f) * (1.0f / 8388608.0f);
+}
+
+// Uniform in (0, 1) for token `token` at output step `step` of a sequence seeded `seed`.
 NVLLM_HOST_DEVICE float sample_uniform(uint64_t seed, uint32_t step, uint32_t token) {
   const uint64_t h = splitmix64(seed ^ splitmix64((static_cast<uint64_t>(step) << 32) | token));
-  return (static_cast<float>(h >> 40) + 1.0f) * (1.0f / 16777216.0f);  // 24 bits, never 0
+  return uniform_from_bits(static_cast<uint32_t>(h >> 41));
 }
 
 }  // namespace nvllm

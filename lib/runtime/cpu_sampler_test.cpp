@@ -230,6 +230,29 @@ TEST_CASE("cpu_sampler: draws follow the softmax; logprobs are log_softmax") {
   CHECK(chi_square(counts, {0.0, 4.0 / 7, 0.0, 3.0 / 7}, n) < 16.0);  // 1 dof: P(> 16) < 1e-4
 }
 
+TEST_CASE("sampling_rng: the race's uniform stays inside (0, 1) at both ends of its bits") {
+  const float lo = uniform_from_bits(0), hi = uniform_from_bits(0x7fffffu);
+  CHECK(lo == std::ldexp(1.0f, -24));
+  CHECK(hi == 1.0f - std::ldexp(1.0f, -24));
+  CHECK(hi < 1.0f);
+  CHECK(-std::log(hi) > 0.0f);  // a finite score for the token that draws it
+  CHECK(uniform_from_bits(0x7fffffu) - uniform_from_bits(0x7ffffeu) == std::ldexp(1.0f, -23));
+}
+
+TEST_CASE("cpu_sampler: the race never picks a token of negligible probability over a large vocabulary") {
+  // One token holds all but ~1e-21 of the mass; the other 131,071 are kept (no top-k / top-p)
+  // with q ~ 8.7e-27 each. A uniform that can reach 1 gives -log u = 0, a score of +inf for
+  // whichever token draws it, whatever its q: 131,071 x 2^-24 = 0.8% of the draws, ~8 of these
+  // 1,000. Correct draws pick token 7 every time (the others' total chance is ~1e-18).
+  std::vector<float> l(131072, -60.0f);
+  l[7] = 0.0f;
+  SamplingParams p;
+  p.temperature = 1.0f;
+  int others = 0;
+  for (int s = 0; s < 1000; ++s) others += draw(l, p, sequence_seed(99, s), s).token_id != 7;
+  CHECK(others == 0);
+}
+
 TEST_CASE("cpu_sampler: a seeded request draws the same alone and in a batch of 32") {
   const ModelConfig c = test::tiny_config(Arch::kQwen3, 2);
   SamplingParams p;

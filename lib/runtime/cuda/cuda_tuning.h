@@ -67,7 +67,7 @@ struct CudaTuning {
   // split policy of every batch.
   bool decode_small_step_parts = true;
   // Decode steps of up to 16 tokens: the small kernels before each projection (the norms, RoPE +
-  // cache write, SiLU) ask L2 for the first this many bytes of its weights, so that the weight
+  // cache write, SiLU; under tensor parallelism the peer sums) ask L2 for the first this many bytes of its weights, so that the weight
   // stream runs on through them (kernels::L2Ahead; DeviceModel::set_l2_ahead). NVLLM_L2_AHEAD_KB
   // (0: off). 2 MB measured best on the H100's 8B steps; 8 MB was slower than none (bench/NOTES.md,
   // thirty-fifth session).
