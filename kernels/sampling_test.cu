@@ -10,6 +10,7 @@
 
 #include "core/sampling_rng.h"
 #include "kernels/cuda_check.h"
+#include "kernels/kernel_test_util.h"
 #include "kernels/sampling.h"
 
 namespace nvllm::kernels {
@@ -163,7 +164,41 @@ TEST_CASE("gpu.sampling.argmax_rows matches the CPU argmax, lowest id on ties") 
     CHECK(out[5] == 0);
     cudaFree(d_logits);
     cudaFree(d_out);
+
+    // The same rows tiled past the SM count (one CTA a row) and to a quarter of it (4 CTAs a
+    // row): the same ids as the 6 rows split over clusters of 8 above.
+    for (const int tiled : {2 * test::sm_count(), test::sm_count() / 4}) {
+      INFO("tiled rows ", tiled, ", CTAs a row ", row_ctas(tiled));
+      std::vector<float> many(static_cast<size_t>(tiled) * vocab);
+      for (int r = 0; r < tiled; ++r)
+        std::copy(logits.begin() + static_cast<size_t>(r % rows) * vocab,
+                  logits.begin() + static_cast<size_t>(r % rows + 1) * vocab, many.begin() + static_cast<size_t>(r) * vocab);
+      float* d_many = to_device(many);
+      int32_t* d_many_out = to_device(std::vector<int32_t>(tiled, -7));
+      kernels::argmax_rows(d_many, tiled, vocab, d_many_out, nullptr);
+      const auto many_out = to_host(d_many_out, tiled);
+      for (int r = 0; r < tiled; ++r) CHECK(many_out[r] == out[r % rows]);
+      cudaFree(d_many);
+      cudaFree(d_many_out);
+    }
   }
+}
+
+TEST_CASE("gpu.sampling.row_ctas: clusters while the rows' CTAs fit on the SMs, one each") {
+  const int sms = test::sm_count();
+  int major = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major < 9) {
+    CHECK(row_ctas(1) == 1);
+    return;
+  }
+  CHECK(row_ctas(1) == 8);
+  CHECK(row_ctas(sms / 8) == 8);  // 8 x rows <= sms
+  CHECK(row_ctas(sms / 8 + 1) == 4);
+  CHECK(row_ctas(sms / 4) == 4);
+  CHECK(row_ctas(sms / 4 + 1) == 2);
+  CHECK(row_ctas(sms / 2) == 2);
+  CHECK(row_ctas(sms / 2 + 1) == 1);
 }
 
 TEST_CASE("gpu.sampling.sample_rows never draws a token of negligible probability over a large vocabulary") {
@@ -314,6 +349,37 @@ TEST_CASE("gpu.sampling.sample_rows matches the spec's CPU reference") {
   }
   // Seeded draws must actually vary across seeds (a broken RNG would pin them to the argmax).
   CHECK(distinct_draws > rows / 4);
+
+  // The rows again in launches of 1, 8 and 40 rows, each row split over a cluster of CTAs
+  // (row_ctas: 8, 8 and 2 on an H100): the same tokens and logprobs as one CTA a row above.
+  for (const int group : {1, 8, 40}) {
+    INFO("rows a launch ", group, ", CTAs a row ", row_ctas(group));
+    int32_t* g_out = to_device(std::vector<int32_t>(rows, -7));
+    float* g_lp = to_device(std::vector<float>(rows, NAN));
+    int32_t* g_top = to_device(std::vector<int32_t>(rows * max_top, -7));
+    float* g_top_lp = to_device(std::vector<float>(rows * max_top, NAN));
+    for (int r0 = 0; r0 < rows; r0 += group)
+      kernels::sample_rows(d_logits, vocab, d_params + r0, std::min(group, rows - r0), d_counts, d_sup, max_top,
+                           g_out + r0, g_lp + r0, g_top + r0 * max_top, g_top_lp + r0 * max_top, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto gout = to_host(g_out, rows);
+    const auto glp = to_host(g_lp, rows);
+    const auto gtop = to_host(g_top, rows * max_top);
+    const auto gtop_lp = to_host(g_top_lp, rows * max_top);
+    for (int r = 0; r < rows; ++r) {
+      INFO("row ", r, " case ", r / reps);
+      CHECK(gout[r] == out[r]);
+      if (!params[r].want_logprob) continue;
+      CHECK(glp[r] == doctest::Approx(lp[r]).epsilon(1e-5));
+      for (int t = 0; t < params[r].num_top; ++t) {
+        CHECK(gtop[r * max_top + t] == top[r * max_top + t]);
+        CHECK(gtop_lp[r * max_top + t] == doctest::Approx(top_lp[r * max_top + t]).epsilon(1e-5));
+      }
+    }
+    for (void* ptr : {static_cast<void*>(g_out), static_cast<void*>(g_lp), static_cast<void*>(g_top),
+                      static_cast<void*>(g_top_lp)})
+      cudaFree(ptr);
+  }
 
   for (void* ptr : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_ids),
                     static_cast<void*>(d_row_begin), static_cast<void*>(d_plen), static_cast<void*>(d_sup),
