@@ -235,6 +235,51 @@ TEST_CASE("gpu.sampling.sample_rows never draws a token of negligible probabilit
     cudaFree(d);
 }
 
+TEST_CASE("gpu.sampling.sample_rows on widely spread logits: the race's reach leaves the draws as the reference's") {
+  // Logits of standard deviation 12 over 20,000 tokens: most lie more than kRaceReach below the
+  // row's maximum at these temperatures, and the kernel skips them in the draw. The draws must be
+  // the spec's, which scores every kept token; among them are draws of tokens well below the top.
+  const int vocab = 20000, reps = 64;
+  const std::vector<float> temperatures = {0.6f, 1.0f, 2.5f};
+  const int rows = static_cast<int>(temperatures.size()) * reps;
+  const std::vector<float> logits = random_logits(rows, vocab, 23, 12.0f);
+  std::vector<SampleRow> params(rows);
+  for (int r = 0; r < rows; ++r) {
+    SampleRow& p = params[r];
+    p = SampleRow{};
+    p.logits_row = r;
+    p.temperature = temperatures[r / reps];
+    p.top_p = r % 2 == 0 ? 1.0f : 0.95f;
+    p.repetition_penalty = 1.0f;
+    p.counts_row = -1;
+    p.seed = sequence_seed(500 + r, 0);
+    p.step = static_cast<uint32_t>(r);
+  }
+  float* d_logits = to_device(logits);
+  SampleRow* d_params = to_device(params);
+  int32_t* d_suppress = to_device(std::vector<int32_t>{});
+  int32_t* d_ids = to_device(std::vector<int32_t>(rows, -1));
+  float* d_lp = to_device(std::vector<float>(rows));
+  int32_t* d_top_ids = to_device(std::vector<int32_t>(rows));
+  float* d_top_lp = to_device(std::vector<float>(rows));
+  kernels::sample_rows(d_logits, vocab, d_params, rows, nullptr, d_suppress, 1, d_ids, d_lp, d_top_ids, d_top_lp,
+                       nullptr);
+  const auto ids = to_host(d_ids, rows);
+  int below_top = 0;
+  for (int r = 0; r < rows; ++r) {
+    INFO("row ", r, " temperature ", params[r].temperature, " top_p ", params[r].top_p);
+    const float* row = logits.data() + static_cast<size_t>(r) * vocab;
+    const RefResult ref = reference_sample(row, vocab, params[r], {}, 0, {});
+    CHECK(ids[r] == ref.id);
+    below_top += row[ids[r]] < *std::max_element(row, row + vocab);
+  }
+  CHECK(below_top > rows / 4);  // the draws are draws, not the argmax
+  for (void* d : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_suppress),
+                  static_cast<void*>(d_ids), static_cast<void*>(d_lp), static_cast<void*>(d_top_ids),
+                  static_cast<void*>(d_top_lp)})
+    cudaFree(d);
+}
+
 TEST_CASE("gpu.sampling.sample_rows matches the spec's CPU reference") {
   const int vocab = 3001, max_top = 5;
   struct Case {
