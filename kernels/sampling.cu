@@ -318,10 +318,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     const bool use_k = p.top_k > 0 && p.top_k < vocab;
     const bool use_p = p.top_p < 1.0f;
     const bool use_min_p = p.min_p > 0.0f;
+    float m = 0.0f;
     uint32_t min_key = 0;  // tokens with key >= min_key survive top-k and top-p
-    float local_max = -INFINITY;
-    for (int i = row.first(); i < vocab; i += row.stride()) local_max = fmaxf(local_max, x(i));
-    const float m = row_max(local_max, row, sh);
+    if (use_k || use_p || use_min_p) {
+      float local = -INFINITY;
+      for (int i = row.first(); i < vocab; i += row.stride()) local = fmaxf(local, x(i));
+      m = row_max(local, row, sh);
+    }
     if (use_k) min_key = select_top_k(x, vocab, p.top_k, row, sh);
     if (use_p) {
       float local = 0.0f;
@@ -334,14 +337,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       min_key = select_top_p(x, vocab, m, min_key, fmaxf(p.top_p * z, 1e-30f), row, sh);
     }
     // The exponential race: argmax over kept tokens of log p_i - log(-log u_i); log p_i is
-    // x_i - m up to a constant that does not move the argmax. A token more than kRaceReach below
-    // the maximum cannot win (sampling_rng.h), so it is not drawn for: the same token as drawing
-    // for every kept one, without the hashes and logarithms of most of a peaked row.
-    const float reach = m - kRaceReach;  // -inf where every token is -inf: nothing skipped
+    // x_i - m up to a constant that does not move the argmax.
     ArgMax a{-INFINITY, INT_MAX};
     for (int i = row.first(); i < vocab; i += row.stride()) {
       const float v = x(i);
-      if (v < reach || float_key(v) < min_key || v == -INFINITY) continue;
+      if (float_key(v) < min_key || v == -INFINITY) continue;
       if (use_min_p && expf(v - m) < p.min_p) continue;
       const float u = sample_uniform(p.seed, p.step, static_cast<uint32_t>(i));
       const float score = (v - m) - logf(-logf(u));

@@ -36,12 +36,6 @@ NVLLM_HOST_DEVICE float uniform_from_bits(uint32_t k23) {
   return (static_cast<float>(k23 & 0x7fffffu) + 0.5f) * (1.0f / 8388608.0f);
 }
 
-// How far below the row's largest x = l / temperature a token can be and still win the race
-// argmax_i (x_i - m) - log(-log u_i): u at most 1 - 2^-24 gives a token at most x_i - m + 16.64;
-// the largest token, u at least 2^-24, scores at least -2.82. So a token below m - 19.46 never
-// wins; 20 leaves room for rounding (the sampler tests check the margin against these uniforms).
-constexpr float kRaceReach = 20.0f;
-
 // Uniform in (0, 1) for token `token` at output step `step` of a sequence seeded `seed`.
 NVLLM_HOST_DEVICE float sample_uniform(uint64_t seed, uint32_t step, uint32_t token) {
   const uint64_t h = splitmix64(seed ^ splitmix64((static_cast<uint64_t>(step) << 32) | token));
