@@ -25,11 +25,6 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kMaxRowCtas = 8;  // a portable cluster size
-// sample_kernel's CTAs past half as many rows as SMs: 8 of these a row, so that rows x 8 small
-// CTAs (4 an SM at 64 registers a thread) spread evenly over the SMs, where rows of one whole-SM
-// CTA each take two waves once past the SM count (a 140-row draw took 250 us on the H200, twice
-// one row's time; bench/NOTES.md, thirty-sixth session).
-constexpr int kSmallBlock = 256;
 
 // Where this CTA's threads stand in their row: CTA `rank` of `ctas` (blockIdx.x of gridDim.x);
 // the row is blockIdx.y.
@@ -290,8 +285,7 @@ __device__ uint32_t select_top_p(const RowLogits& x, int vocab, float m, uint32_
   return prefix;
 }
 
-template <int kBlock>
-__global__ void __launch_bounds__(kBlock, kThreads / kBlock) sample_kernel(const float* __restrict__ logits, int vocab,
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int vocab,
                                                           const SampleRow* __restrict__ rows,
                                                           const int32_t* __restrict__ counts,
                                                           const int32_t* __restrict__ suppress_ids, int max_top,
@@ -463,25 +457,19 @@ int row_ctas(int rows) {
   return ctas;
 }
 
-RowSplit sample_split(int rows) {
-  static const bool clusters = device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
-  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
-  if (!clusters || 2 * rows <= sms) return {row_ctas(rows), kThreads};
-  return {kMaxRowCtas, kSmallBlock};
-}
-
 namespace {
 
-// kernel over [ctas, rows] CTAs of `threads`, each row's CTAs a cluster where there are several.
+// kernel over [ctas, rows] CTAs, each row's CTAs a cluster where there are several.
 template <typename... Params, typename... Args>
-void launch_rows(void (*kernel)(Params...), int rows, RowSplit split, cudaStream_t stream, Args&&... args) {
+void launch_rows(void (*kernel)(Params...), int rows, cudaStream_t stream, Args&&... args) {
   NVLLM_CHECK(rows <= 65535, "sampling: ", rows, " rows in one step exceed the grid's 65,535");
+  const int ctas = row_ctas(rows);
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(split.ctas);
+  attr.val.clusterDim.x = static_cast<unsigned>(ctas);
   attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-  launch_with(std::span<const cudaLaunchAttribute>(&attr, split.ctas > 1 ? 1 : 0), kernel, dim3(split.ctas, rows),
-              dim3(split.threads), 0, stream, std::forward<Args>(args)...);
+  launch_with(std::span<const cudaLaunchAttribute>(&attr, ctas > 1 ? 1 : 0), kernel, dim3(ctas, rows), dim3(kThreads),
+              0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace
@@ -490,15 +478,13 @@ void sample_rows(const float* logits, int vocab, const SampleRow* rows, int num_
                  const int32_t* suppress_ids, int max_top, int32_t* out_ids, float* out_logprobs,
                  int32_t* out_top_ids, float* out_top_logprobs, cudaStream_t stream) {
   if (num_rows <= 0) return;
-  const RowSplit split = sample_split(num_rows);
-  launch_rows(split.threads == kSmallBlock ? sample_kernel<kSmallBlock> : sample_kernel<kThreads>, num_rows, split,
-              stream, logits, vocab, rows, counts, suppress_ids, max_top, out_ids, out_logprobs, out_top_ids,
-              out_top_logprobs);
+  launch_rows(sample_kernel, num_rows, stream, logits, vocab, rows, counts, suppress_ids, max_top, out_ids,
+              out_logprobs, out_top_ids, out_top_logprobs);
 }
 
 void argmax_rows(const float* logits, int num_rows, int vocab, int32_t* out_ids, cudaStream_t stream) {
   if (num_rows <= 0) return;
-  launch_rows(argmax_kernel, num_rows, RowSplit{row_ctas(num_rows), kThreads}, stream, logits, vocab, out_ids);
+  launch_rows(argmax_kernel, num_rows, stream, logits, vocab, out_ids);
 }
 
 }  // namespace nvllm::kernels

@@ -51,15 +51,8 @@ void sample_rows(const float* logits, int vocab, const SampleRow* rows, int num_
 // Reads num_rows * vocab * 4 bytes.
 void argmax_rows(const float* logits, int num_rows, int vocab, int32_t* out_ids, cudaStream_t stream);
 
-// The CTAs that argmax_rows gives each of `rows` rows (1,024 threads each): the largest power of
-// two up to 8 (a thread-block cluster, sm_90+) with rows x CTAs within the SM count, else 1.
+// The CTAs that sample_rows and argmax_rows give each of `rows` rows: the largest power of two up
+// to 8 (a thread-block cluster, sm_90+) with rows x CTAs within the SM count, else 1.
 int row_ctas(int rows);
-
-// How sample_rows splits each of `rows` rows: row_ctas CTAs of 1,024 threads up to half as many
-// rows as SMs, past that 8 CTAs of 256 (sm_90+; before it, one CTA of 1,024 a row).
-struct RowSplit {
-  int ctas, threads;
-};
-RowSplit sample_split(int rows);
 
 }  // namespace nvllm::kernels
