@@ -132,6 +132,26 @@ std::vector<float> random_logits(int rows, int vocab, uint32_t seed, float scale
   return v;
 }
 
+// sample_rows' tokens for rows without penalties or suppressed ids (no logprobs).
+std::vector<int32_t> draw_ids(const std::vector<float>& logits, int vocab, const std::vector<SampleRow>& params) {
+  const int rows = static_cast<int>(params.size());
+  float* d_logits = to_device(logits);
+  SampleRow* d_params = to_device(params);
+  int32_t* d_suppress = to_device(std::vector<int32_t>{});
+  int32_t* d_ids = to_device(std::vector<int32_t>(rows, -1));
+  float* d_lp = to_device(std::vector<float>(rows));
+  int32_t* d_top_ids = to_device(std::vector<int32_t>(rows));
+  float* d_top_lp = to_device(std::vector<float>(rows));
+  kernels::sample_rows(d_logits, vocab, d_params, rows, nullptr, d_suppress, 1, d_ids, d_lp, d_top_ids, d_top_lp,
+                       nullptr);
+  const std::vector<int32_t> ids = to_host(d_ids, rows);
+  for (void* d : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_suppress),
+                  static_cast<void*>(d_ids), static_cast<void*>(d_lp), static_cast<void*>(d_top_ids),
+                  static_cast<void*>(d_top_lp)})
+    cudaFree(d);
+  return ids;
+}
+
 }  // namespace
 
 TEST_CASE("gpu.sampling.argmax_rows matches the CPU argmax, lowest id on ties") {
@@ -218,21 +238,8 @@ TEST_CASE("gpu.sampling.sample_rows never draws a token of negligible probabilit
     params[r].step = static_cast<uint32_t>(r);
     params[r].counts_row = -1;
   }
-  float* d_logits = to_device(logits);
-  SampleRow* d_params = to_device(params);
-  int32_t* d_suppress = to_device(std::vector<int32_t>{});
-  int32_t* d_ids = to_device(std::vector<int32_t>(rows, -1));
-  float* d_lp = to_device(std::vector<float>(rows));
-  int32_t* d_top_ids = to_device(std::vector<int32_t>(rows));
-  float* d_top_lp = to_device(std::vector<float>(rows));
-  kernels::sample_rows(d_logits, vocab, d_params, rows, nullptr, d_suppress, 1, d_ids, d_lp, d_top_ids, d_top_lp,
-                       nullptr);
-  const auto ids = to_host(d_ids, rows);
+  const auto ids = draw_ids(logits, vocab, params);
   CHECK(std::count(ids.begin(), ids.end(), 7) == rows);
-  for (void* d : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_suppress),
-                  static_cast<void*>(d_ids), static_cast<void*>(d_lp), static_cast<void*>(d_top_ids),
-                  static_cast<void*>(d_top_lp)})
-    cudaFree(d);
 }
 
 TEST_CASE("gpu.sampling.sample_rows on widely spread logits draws the reference's tokens") {
@@ -255,16 +262,7 @@ TEST_CASE("gpu.sampling.sample_rows on widely spread logits draws the reference'
     p.seed = sequence_seed(500 + r, 0);
     p.step = static_cast<uint32_t>(r);
   }
-  float* d_logits = to_device(logits);
-  SampleRow* d_params = to_device(params);
-  int32_t* d_suppress = to_device(std::vector<int32_t>{});
-  int32_t* d_ids = to_device(std::vector<int32_t>(rows, -1));
-  float* d_lp = to_device(std::vector<float>(rows));
-  int32_t* d_top_ids = to_device(std::vector<int32_t>(rows));
-  float* d_top_lp = to_device(std::vector<float>(rows));
-  kernels::sample_rows(d_logits, vocab, d_params, rows, nullptr, d_suppress, 1, d_ids, d_lp, d_top_ids, d_top_lp,
-                       nullptr);
-  const auto ids = to_host(d_ids, rows);
+  const auto ids = draw_ids(logits, vocab, params);
   int below_top = 0;
   for (int r = 0; r < rows; ++r) {
     INFO("row ", r, " temperature ", params[r].temperature, " top_p ", params[r].top_p);
@@ -274,10 +272,6 @@ TEST_CASE("gpu.sampling.sample_rows on widely spread logits draws the reference'
     below_top += row[ids[r]] < *std::max_element(row, row + vocab);
   }
   CHECK(below_top > rows / 4);  // the draws are draws, not the argmax
-  for (void* d : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_suppress),
-                  static_cast<void*>(d_ids), static_cast<void*>(d_lp), static_cast<void*>(d_top_ids),
-                  static_cast<void*>(d_top_lp)})
-    cudaFree(d);
 }
 
 TEST_CASE("gpu.sampling.sample_rows matches the spec's CPU reference") {
