@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "analysis/prefix_tree.h"
@@ -46,7 +48,12 @@ struct BenchFlags {
   double peak_flops = 0;
   bool no_warmup = false;
   bool quiet = false;
+  std::set<std::string> given;  // the workload flags given on the command line (bench throughput)
 };
+
+// The workload flags that --preset sets and that, given with it, replace its values.
+constexpr const char* kWorkloadFlags[] = {"--num-prompts", "--input-len", "--output-len", "--prefix-len",
+                                          "--temperature"};
 
 // FP8 weights on the GPU: its GEMM rate is the measured bf16 rate times kFp8GemmRateFactor.
 double fp8_flops_factor(const LoadedModel& m) {
@@ -73,20 +80,25 @@ nlohmann::json percentiles(const std::vector<double>& v) {
   return {{"p50", percentile(v, 50)}, {"p90", percentile(v, 90)}, {"p99", percentile(v, 99)}};
 }
 
+// The workload of the flags, or of --preset with the workload flags given beside it replacing its
+// values (--preset nano-vllm --num-prompts 128: the preset's lengths and temperature, 128 prompts).
 WorkloadSpec spec_from_flags(const BenchFlags& f) {
-  WorkloadSpec spec;
-  if (f.preset == "nano-vllm") {
-    spec = nano_vllm_preset();
-  } else {
-    NVLLM_CHECK(f.preset.empty(), "--preset ", f.preset, ": unknown preset (known: nano-vllm)");
-    spec.num_prompts = f.num_prompts;
-    spec.input_len = parse_length_range(f.input_len, "--input-len");
-    spec.output_len = parse_length_range(f.output_len, "--output-len");
-    spec.prefix_len = f.prefix_len;
-    spec.params.temperature = f.temperature;
-    spec.params.ignore_eos = true;
-    NVLLM_CHECK(spec.prefix_len < spec.input_len.min, "--prefix-len ", spec.prefix_len,
-                ": must be shorter than the shortest prompt (--input-len ", f.input_len, ")");
+  const bool preset = f.preset == "nano-vllm";
+  NVLLM_CHECK(preset || f.preset.empty(), "--preset ", f.preset, ": unknown preset (known: nano-vllm)");
+  WorkloadSpec spec = preset ? nano_vllm_preset() : WorkloadSpec{};
+  const auto take = [&](const char* flag) { return !preset || f.given.count(flag) > 0; };
+  if (take("--num-prompts")) spec.num_prompts = f.num_prompts;
+  if (take("--input-len")) spec.input_len = parse_length_range(f.input_len, "--input-len");
+  if (take("--output-len")) spec.output_len = parse_length_range(f.output_len, "--output-len");
+  if (take("--prefix-len")) spec.prefix_len = f.prefix_len;
+  if (take("--temperature")) spec.params.temperature = f.temperature;
+  spec.params.ignore_eos = true;
+  NVLLM_CHECK(spec.prefix_len < spec.input_len.min, "--prefix-len ", spec.prefix_len,
+              ": must be shorter than the shortest prompt (", spec.input_len.min, " tokens)");
+  if (preset && !f.given.empty()) {
+    std::string replaced;
+    for (const std::string& flag : f.given) replaced += (replaced.empty() ? "" : ", ") + flag;
+    log_info("--preset ", f.preset, " with ", replaced, " as given");
   }
   spec.seed = f.model.seed;
   return spec;
@@ -496,7 +508,10 @@ Command make_bench_command() {
     bench->require_subcommand(1);
     CLI::App* tp = bench->add_subcommand("throughput", "Run a whole workload and report tok/s, TTFT/TPOT and the roofline");
     add_common(*tp, *flags);
-    tp->add_option("--preset", flags->preset, "A published workload: nano-vllm (256 requests, lengths 100..1024)");
+    tp->add_option("--preset", flags->preset,
+                   "A published workload: nano-vllm (256 requests, input and output lengths 100..1024, temperature "
+                   "0.6); --num-prompts, --input-len, --output-len, --prefix-len or --temperature given with it "
+                   "replace its values");
     tp->add_option("--input", flags->input, "Workload from a JSONL file (as nvllm generate reads) instead of flags");
     tp->add_option("--num-prompts", flags->num_prompts, "Requests in the workload")
         ->check(integer_at_least(1))
@@ -508,7 +523,11 @@ Command make_bench_command() {
                    "Admission order: fcfs (workload order) or prefix-aware (longest shared prefixes together)")
         ->check(CLI::IsMember({"fcfs", "prefix-aware"}))
         ->capture_default_str();
-    tp->callback([mode] { *mode = "throughput"; });
+    tp->callback([mode, tp, flags] {
+      *mode = "throughput";
+      for (const char* flag : kWorkloadFlags)
+        if (tp->count(flag) > 0) flags->given.insert(flag);
+    });
     CLI::App* lat = bench->add_subcommand("latency", "Time prefill and per-step decode of a fixed batch");
     add_common(*lat, *flags);
     lat->add_option("--batch-size", flags->batch_size, "Sequences decoded together")

@@ -105,4 +105,15 @@ for name in ("config.json", "generation_config.json"):
 PY
 "$nvllm" bench latency "${common[@]/$testdata\/tiny-qwen3/$tmp/small}" --batch-size 2 --input-len 16 --output-len 4 \
   --iterations 1 >"$tmp/small.txt"
+# --preset with workload flags beside it: those flags replace the preset's values (3 prompts of 20
+# tokens and 4 outputs instead of 256 of up to 1,024), the others stay the preset's.
+"$nvllm" bench throughput "${common[@]}" --preset nano-vllm --num-prompts 3 --input-len 20 --output-len 4 \
+  --no-warmup --output-json "$tmp/preset.json" >"$tmp/preset.txt" 2>"$tmp/preset.err"
+python3 - "$tmp/preset.json" <<'PY'
+import json, sys
+tp = json.load(open(sys.argv[1]))
+assert tp["requests"] == 3 and tp["output_tokens"] == 12 and tp["prompt_tokens"] == 60, tp
+PY
+grep -q -- "--preset nano-vllm with --input-len, --num-prompts, --output-len as given" "$tmp/preset.err" \
+  || { cat "$tmp/preset.err"; exit 1; }
 echo "bench_test: ok"
