@@ -449,11 +449,40 @@ void build_token_counts(const int32_t* ids, const int32_t* row_begin, const int3
   CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+
+// The largest cluster of sample_kernel's CTAs (1,024 threads, 64 registers: an SM each) the device
+// can run at all: 8 on every H100 / H200 (GPCs of 16+ SMs), less where a GPC is smaller (a MIG
+// slice), 1 before sm_90 or if the device cannot say.
+int largest_row_cluster() {
+  if (device_attribute(cudaDevAttrComputeCapabilityMajor) < 9) return 1;
+  for (int ctas = kMaxRowCtas; ctas > 1; ctas /= 2) {
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(ctas);
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(ctas, 1);
+    cfg.blockDim = dim3(kThreads);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(sample_kernel), &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // not an error of the run: take smaller clusters
+      continue;
+    }
+    if (clusters > 0) return ctas;
+  }
+  return 1;
+}
+
+}  // namespace
+
 int row_ctas(int rows) {
-  static const bool clusters = device_attribute(cudaDevAttrComputeCapabilityMajor) >= 9;
+  static const int largest = largest_row_cluster();
   static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
   int ctas = 1;
-  while (clusters && ctas < kMaxRowCtas && 2 * ctas * rows <= sms) ctas *= 2;  // ctas x rows <= sms
+  while (ctas < largest && 2 * ctas * rows <= sms) ctas *= 2;  // ctas x rows <= sms
   return ctas;
 }
 

@@ -52,7 +52,8 @@ void sample_rows(const float* logits, int vocab, const SampleRow* rows, int num_
 void argmax_rows(const float* logits, int num_rows, int vocab, int32_t* out_ids, cudaStream_t stream);
 
 // The CTAs that sample_rows and argmax_rows give each of `rows` rows: the largest power of two up
-// to 8 (a thread-block cluster, sm_90+) with rows x CTAs within the SM count, else 1.
+// to 8 (a thread-block cluster, sm_90+; smaller where the device cannot run a cluster of 8 such
+// CTAs) with rows x CTAs within the SM count, else 1.
 int row_ctas(int rows);
 
 }  // namespace nvllm::kernels

@@ -10,6 +10,7 @@ namespace nvllm::cuda_detail {
 
 void GpuSampler::allocate(int seqs, int vocab) {
   vocab_ = vocab;
+  (void)kernels::row_ctas(1);  // the device's largest row cluster, asked once here, outside any capture
   const size_t S = seqs;
   out_lp_ = S * sizeof(int32_t);
   out_top_ids_ = out_lp_ + S * sizeof(float);
