@@ -7,8 +7,9 @@
 // (grid [ctas, rows], row_ctas): each CTA takes every ctas-th stretch of the vocabulary and the
 // reductions (argmax, max, sum, the radix histograms) combine the CTAs' parts through
 // distributed shared memory in rank order, so that every CTA of the row holds the same results
-// and one CTA alone gives the same selections. One CTA of 1,024 threads took ~10 us for a
-// 151,936-logit argmax and ~120 us for a draw on the H200: a batch-1 step's row ran on one SM.
+// (argmax and counts as one CTA would have them; float sums to their rounding, in an order that
+// follows the CTA count). One CTA of 1,024 threads took ~10 us for a 151,936-logit argmax and
+// ~120 us for a draw on the H200: a batch-1 step's row ran on one SM.
 #include "kernels/sampling.h"
 
 #include <climits>
