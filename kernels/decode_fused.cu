@@ -637,15 +637,6 @@ AttentionKernel attention_for(const FusedDecodeShape& s, bool multi) {
   return multi ? attention_for<true>(s) : attention_for<false>(s);
 }
 
-cudaLaunchAttribute cluster_attr(int cluster) {
-  cudaLaunchAttribute a{};
-  a.id = cudaLaunchAttributeClusterDimension;
-  a.val.clusterDim.x = unsigned(cluster);
-  a.val.clusterDim.y = 1;
-  a.val.clusterDim.z = 1;
-  return a;
-}
-
 }  // namespace
 
 FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, const FusedStreaming& streaming,

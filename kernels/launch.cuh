@@ -65,6 +65,16 @@ void launch_with(std::span<const cudaLaunchAttribute> attrs, void (*kernel)(Para
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// The launch attribute for thread-block clusters of `cluster` CTAs along x (sm_90).
+inline cudaLaunchAttribute cluster_attr(int cluster) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = unsigned(cluster);
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute when pdl_enabled().
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

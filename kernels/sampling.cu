@@ -458,14 +458,11 @@ namespace {
 int largest_row_cluster() {
   if (device_attribute(cudaDevAttrComputeCapabilityMajor) < 9) return 1;
   for (int ctas = kMaxRowCtas; ctas > 1; ctas /= 2) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(ctas);
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    const cudaLaunchAttribute attr = cluster_attr(ctas);
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(ctas, 1);
     cfg.blockDim = dim3(kThreads);
-    cfg.attrs = &attr;
+    cfg.attrs = const_cast<cudaLaunchAttribute*>(&attr);
     cfg.numAttrs = 1;
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(sample_kernel), &cfg) != cudaSuccess) {
@@ -494,10 +491,7 @@ template <typename... Params, typename... Args>
 void launch_rows(void (*kernel)(Params...), int rows, cudaStream_t stream, Args&&... args) {
   NVLLM_CHECK(rows <= 65535, "sampling: ", rows, " rows in one step exceed the grid's 65,535");
   const int ctas = row_ctas(rows);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(ctas);
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  const cudaLaunchAttribute attr = cluster_attr(ctas);
   launch_with(std::span<const cudaLaunchAttribute>(&attr, ctas > 1 ? 1 : 0), kernel, dim3(ctas, rows), dim3(kThreads),
               0, stream, std::forward<Args>(args)...);
 }
