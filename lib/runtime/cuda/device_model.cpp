@@ -291,8 +291,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   // gather in forward()).
   const bf16* next_norm = l + 1 < c_.num_layers ? w_.layers[l + 1].input_norm : nullptr;
   if (!mlp(l, T, fused_norm, next_norm, s))
-    reduce_add_rmsnorm(x, res, next_norm, T, s,
-                       l + 1 < c_.num_layers ? ahead(w_.layers[l + 1].qkv, c_.qkv_size(), H, T) : kernels::L2Ahead{});
+    reduce_add_rmsnorm(x, res, next_norm, T, s, ahead_next_qkv(l, T));
 }
 
 bool DeviceModel::pushes_from_gemv(const DeviceLinear& w, int m, int k) const {
@@ -343,7 +342,7 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   if (pushes_from_gemv(w.down, T, I)) {
     tp_.comm->gemv_all_reduce_add_rmsnorm(
         act, w.down.w, x, act_.residual.as<bf16>(), next_norm, T, H, I, static_cast<float>(c_.rms_norm_eps), s,
-        l + 1 < c_.num_layers ? ahead(w_.layers[l + 1].qkv, c_.qkv_size(), H, T) : kernels::L2Ahead{});
+        ahead_next_qkv(l, T));
     return true;
   }
   if (w.down.fp8())
@@ -362,6 +361,11 @@ void DeviceModel::reduce_add_rmsnorm(bf16* x, bf16* residual, const bf16* norm, 
     tp_.comm->all_reduce_add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s, next);
   else if (norm != nullptr)
     kernels::add_rmsnorm(x, residual, norm, tokens, c_.hidden_size, eps, s, next);
+}
+
+kernels::L2Ahead DeviceModel::ahead_next_qkv(int l, int tokens) const {
+  if (l + 1 >= c_.num_layers) return {};  // the final norm and LM head follow
+  return ahead(w_.layers[l + 1].qkv, c_.qkv_size(), c_.hidden_size, tokens);
 }
 
 kernels::L2Ahead DeviceModel::ahead(const DeviceLinear& w, int n, int k, int tokens) const {

@@ -145,6 +145,8 @@ class DeviceModel {
   // The first bytes of an [n, k] projection's weights (bf16 or E4M3) for the kernel before it to
   // ask L2 for, in a step of `tokens` tokens (empty where set_l2_ahead is off).
   kernels::L2Ahead ahead(const DeviceLinear& w, int n, int k, int tokens) const;
+  // ahead() for layer l + 1's qkv, what follows layer l's last residual step (none after the last).
+  kernels::L2Ahead ahead_next_qkv(int l, int tokens) const;
   // Tensor parallel: this rank's vocabulary slice of the logits of `rows` rows of x, gathered
   // from every rank into act().logits [rows, vocab].
   void lm_head_parallel(const bf16* x, int rows, cudaStream_t stream);
