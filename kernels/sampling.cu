@@ -7,15 +7,15 @@
 // (grid [ctas, rows], row_ctas): each CTA takes every ctas-th stretch of the vocabulary and the
 // reductions (argmax, max, sum, the radix histograms) combine the CTAs' parts through
 // distributed shared memory in rank order, so that every CTA of the row holds the same results
-// (argmax and counts as one CTA would have them; float sums to their rounding, in an order that
-// follows the CTA count). One CTA of 1,024 threads took ~10 us for a 151,936-logit argmax and
+// (argmax, counts and the top-p masses, which are integers, as one CTA would have them; the
+// logprobs' float sums to their rounding, in an order that follows the CTA count). One CTA of 1,024 threads took ~10 us for a 151,936-logit argmax and
 // ~120 us for a draw on the H200: a batch-1 step's row ran on one SM.
 #include "kernels/sampling.h"
 
 #include <climits>
 #include <cmath>
-#include <type_traits>
 
+#include "core/sampling_mass.h"
 #include "core/sampling_rng.h"
 #include "kernels/cuda_check.h"
 #include "kernels/launch.cuh"
@@ -41,6 +41,15 @@ __device__ __forceinline__ uint32_t load_remote(const void* p, int rank) {
   uint32_t v = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(cluster_addr(p, static_cast<unsigned>(rank))) : "memory");
+#endif
+  return v;
+}
+
+// The same for an 8-byte word.
+__device__ __forceinline__ uint64_t load_remote64(const void* p, int rank) {
+  uint64_t v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.u64 %0, [%1];\n" : "=l"(v) : "r"(cluster_addr(p, static_cast<unsigned>(rank))) : "memory");
 #endif
   return v;
 }
@@ -107,10 +116,7 @@ __device__ float block_max(float x, float* scratch) {
 }
 
 // Order-preserving map of a float to an unsigned key (larger float, larger key).
-__device__ __forceinline__ uint32_t float_key(float x) {
-  const uint32_t u = __float_as_uint(x);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+__device__ __forceinline__ uint32_t float_key(float x) { return order_key(x); }
 
 // Steps 2, 3 and the temperature of step 5 of the spec, for one token.
 struct RowLogits {
@@ -140,15 +146,17 @@ struct RowLogits {
 struct Shared {
   ArgMax arg[32];
   float f[32];
+  uint64_t u64[32];
   unsigned hist[256];
-  float mass[256];
+  uint64_t mass[256];  // top-p masses (core/sampling_mass.h)
   // The row's histograms and reductions over its CTAs (only with more than one).
   unsigned row_hist[256];
-  float row_mass[256];
+  uint64_t row_mass[256];
   ArgMax part_arg, row_arg;
   float part_f, row_f;
+  uint64_t part_u64, row_u64;
   int sel_bin;
-  float sel_rest;
+  uint64_t sel_rest;
   int sel_rest_count;
 };
 
@@ -190,6 +198,27 @@ __device__ float row_combine(float x, const RowPart& row, Shared& sh) {
 }
 
 __device__ float row_sum(float x, const RowPart& row, Shared& sh) { return row_combine<true>(block_sum(x, sh.f), row, sh); }
+
+// The row's total of the threads' integers: exact, so the same whatever the order or CTA count.
+__device__ uint64_t row_total(uint64_t x, const RowPart& row, Shared& sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  __syncthreads();  // the previous reduction's readers are done with sh.u64
+  if ((threadIdx.x & 31) == 0) sh.u64[threadIdx.x >> 5] = x;
+  __syncthreads();
+  uint64_t total = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += sh.u64[w];
+  if (row.ctas == 1) return total;
+  if (threadIdx.x == 0) sh.part_u64 = total;
+  cluster_sync();
+  if (threadIdx.x == 0) {
+    uint64_t acc = 0;
+    for (int r = 0; r < row.ctas; ++r) acc += load_remote64(&sh.part_u64, r);
+    sh.row_u64 = acc;
+  }
+  cluster_sync();
+  return sh.row_u64;
+}
 __device__ float row_max(float x, const RowPart& row, Shared& sh) { return row_combine<false>(block_max(x, sh.f), row, sh); }
 
 // The row's 256 bins (each CTA's `part`) summed over its CTAs in rank order into `whole`;
@@ -202,9 +231,8 @@ __device__ const T* row_bins(T* part, T* whole, const RowPart& row) {
   for (int b = threadIdx.x; b < 256; b += blockDim.x) {
     T acc = 0;
     for (int r = 0; r < row.ctas; ++r) {
-      const uint32_t w = load_remote(&part[b], r);
-      if constexpr (std::is_floating_point_v<T>) acc += __uint_as_float(w);
-      else acc += w;
+      if constexpr (sizeof(T) == 8) acc += load_remote64(&part[b], r);
+      else acc += load_remote(&part[b], r);
     }
     whole[b] = acc;
   }
@@ -244,36 +272,31 @@ __device__ uint32_t select_top_k(const RowLogits& x, int vocab, int k, const Row
 }
 
 // The key K of the top-p boundary token: the largest K with mass(key >= K) >= target, where
-// mass sums exp(x - m) over the tokens kept so far (key >= min_key). Where rounding leaves the
-// target above the total, the lowest key with mass is taken (everything is kept).
-__device__ uint32_t select_top_p(const RowLogits& x, int vocab, float m, uint32_t min_key, float target,
+// mass sums fixed_mass(exp(x - m)) over the tokens kept so far (key >= min_key), as integers.
+// 1 <= target <= the kept tokens' total, so every pass finds a bin with mass (bin 0 at worst).
+__device__ uint32_t select_top_p(const RowLogits& x, int vocab, float m, uint32_t min_key, uint64_t target,
                                  const RowPart& row, Shared& sh) {
   uint32_t prefix = 0, mask = 0;
-  float remaining = target;
+  uint64_t remaining = target;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) sh.mass[b] = 0.0f;
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) sh.mass[b] = 0;
     __syncthreads();
     for (int i = row.first(); i < vocab; i += row.stride()) {
       const float v = x(i);
       const uint32_t key = float_key(v);
       if (key >= min_key && (key & mask) == prefix) {
-        const float e = expf(v - m);
-        if (e > 0.0f) atomicAdd(&sh.mass[(key >> shift) & 255u], e);
+        const uint64_t w = fixed_mass(expf(v - m));
+        if (w > 0) atomicAdd(reinterpret_cast<unsigned long long*>(&sh.mass[(key >> shift) & 255u]), w);
       }
     }
     __syncthreads();
-    const float* mass = row_bins(sh.mass, sh.row_mass, row);
+    const uint64_t* mass = row_bins(sh.mass, sh.row_mass, row);
     if (threadIdx.x == 0) {
-      float above = 0.0f;
-      int b = 255, lowest = -1;
-      for (; b >= 0; --b) {
-        if (mass[b] > 0.0f) lowest = b;
+      uint64_t above = 0;
+      int b = 255;
+      for (; b > 0; --b) {
         if (above + mass[b] >= remaining) break;
         above += mass[b];
-      }
-      if (b < 0) {  // rounding: the target exceeds the bins' total
-        b = lowest < 0 ? 0 : lowest;
-        above -= mass[b];
       }
       sh.sel_bin = b;
       sh.sel_rest = remaining - above;
@@ -328,14 +351,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     }
     if (use_k) min_key = select_top_k(x, vocab, p.top_k, row, sh);
     if (use_p) {
-      float local = 0.0f;
+      uint64_t local = 0;
       for (int i = row.first(); i < vocab; i += row.stride()) {
         const float v = x(i);
-        if (float_key(v) >= min_key) local += expf(v - m);
+        if (float_key(v) >= min_key) local += fixed_mass(expf(v - m));
       }
-      const float z = row_sum(local, row, sh);
-      // A positive target keeps at least the most likely token, even for top_p = 0.
-      min_key = select_top_p(x, vocab, m, min_key, fmaxf(p.top_p * z, 1e-30f), row, sh);
+      // A target of at least 1 keeps the most likely token, even for top_p = 0.
+      min_key = select_top_p(x, vocab, m, min_key, top_p_target(p.top_p, row_total(local, row, sh)), row, sh);
     }
     // The exponential race: argmax over kept tokens of log p_i - log(-log u_i); log p_i is
     // x_i - m up to a constant that does not move the argmax.
@@ -502,6 +524,8 @@ void sample_rows(const float* logits, int vocab, const SampleRow* rows, int num_
                  const int32_t* suppress_ids, int max_top, int32_t* out_ids, float* out_logprobs,
                  int32_t* out_top_ids, float* out_top_logprobs, cudaStream_t stream) {
   if (num_rows <= 0) return;
+  NVLLM_CHECK(vocab <= kMaxMassVocab, "sampling: a vocabulary of ", vocab, " tokens; top_p's sums hold at most ",
+              kMaxMassVocab);
   launch_rows(sample_kernel, num_rows, stream, logits, vocab, rows, counts, suppress_ids, max_top, out_ids,
               out_logprobs, out_top_ids, out_top_logprobs);
 }

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "core/sampling_mass.h"
 #include "core/sampling_rng.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernel_test_util.h"
@@ -69,20 +70,26 @@ RefResult reference_sample(const float* logits, int vocab, const SampleRow& p, c
     std::vector<double> prob(vocab, 0.0);
     for (int i = 0; i < vocab; ++i)
       if (keep[i]) prob[i] = std::exp(static_cast<double>(l[i] - lm)) / z;
-    if (p.top_p < 1.0f) {
+    if (p.top_p < 1.0f) {  // integer masses of exp(x - m), walked by x descending
       std::vector<int> order;
+      uint64_t total = 0;
       for (int i = 0; i < vocab; ++i)
-        if (keep[i]) order.push_back(i);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
-      double cum = 0.0, pc = 0.0;
+        if (keep[i]) {
+          order.push_back(i);
+          total += fixed_mass(std::exp(l[i] - lm));
+        }
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+      const uint64_t target = top_p_target(p.top_p, total);
+      uint64_t cum = 0;
+      float cut = -INFINITY;
       for (int i : order) {
-        cum += prob[i];
-        if (cum >= p.top_p) {
-          pc = prob[i];
+        cum += fixed_mass(std::exp(l[i] - lm));
+        if (cum >= target) {
+          cut = l[i];
           break;
         }
       }
-      for (int i = 0; i < vocab; ++i) keep[i] = keep[i] && prob[i] >= pc;
+      for (int i = 0; i < vocab; ++i) keep[i] = keep[i] && l[i] >= cut;
     }
     if (p.min_p > 0.0f) {
       const double pmax = *std::max_element(prob.begin(), prob.end());
@@ -240,6 +247,70 @@ TEST_CASE("gpu.sampling.sample_rows never draws a token of negligible probabilit
   }
   const auto ids = draw_ids(logits, vocab, params);
   CHECK(std::count(ids.begin(), ids.end(), 7) == rows);
+}
+
+TEST_CASE("gpu.sampling.sample_rows: top-p keeps the exact set at every CTA count a row") {
+  // Token 0 at logit 0, the other 131,071 at -17.32868 (mass ~2^-25 each, ~0.39% in all): with
+  // top_p just above 1 / (1 + their mass) the boundary lies among them and all stay; just below,
+  // token 0 alone. As float sums this was a knife edge: a sum that added the small masses to
+  // token 0's 1.0 one at a time lost them (each under half an ulp of 1), and how many it lost
+  // followed the CTAs a row, so a step of 4,096 rows (1 CTA each) cut them and a step of one row
+  // (8 CTAs) kept them. Each draw must be the same in launches of 4,096, 40 and 1 rows.
+  const int vocab = 131072, rows = 4096;
+  const float small = -17.32868f;
+  std::vector<float> logits(vocab, small);
+  logits[0] = 0.0f;
+  const uint64_t total = fixed_mass(1.0f) + uint64_t(vocab - 1) * fixed_mass(std::exp(small));
+  struct Case {
+    float top_p;
+    bool keeps_small;
+  };
+  for (const Case c : {Case{0.996111f, true}, Case{0.996108f, false}}) {
+    INFO("top_p ", c.top_p);
+    // The premise, by the spec's arithmetic: the target passes token 0's mass or not.
+    REQUIRE((top_p_target(c.top_p, total) > fixed_mass(1.0f)) == c.keeps_small);
+    std::vector<SampleRow> params(rows);
+    for (int r = 0; r < rows; ++r) {
+      params[r] = SampleRow{};
+      params[r].logits_row = 0;
+      params[r].temperature = 1.0f;
+      params[r].top_p = c.top_p;
+      params[r].repetition_penalty = 1.0f;
+      params[r].counts_row = -1;
+      params[r].seed = sequence_seed(31, r);
+      params[r].step = static_cast<uint32_t>(r);
+    }
+    float* d_logits = to_device(logits);
+    SampleRow* d_params = to_device(params);
+    int32_t* d_suppress = to_device(std::vector<int32_t>{});
+    float* d_lp = to_device(std::vector<float>(rows));
+    int32_t* d_top_ids = to_device(std::vector<int32_t>(rows));
+    float* d_top_lp = to_device(std::vector<float>(rows));
+    std::vector<std::vector<int32_t>> by_launch;
+    for (const int per_launch : {rows, 40, 1}) {
+      INFO("rows a launch ", per_launch, ", CTAs a row ", row_ctas(per_launch));
+      int32_t* d_ids = to_device(std::vector<int32_t>(rows, -1));
+      for (int r = 0; r < rows; r += per_launch)
+        kernels::sample_rows(d_logits, vocab, d_params + r, std::min(per_launch, rows - r), nullptr, d_suppress, 1,
+                             d_ids + r, d_lp + r, d_top_ids + r, d_top_lp + r, nullptr);
+      by_launch.push_back(to_host(d_ids, rows));
+      cudaFree(d_ids);
+      const std::vector<int32_t>& ids = by_launch.back();
+      const auto small_draws = rows - std::count(ids.begin(), ids.end(), 0);
+      CHECK(std::count(ids.begin(), ids.end(), -1) == 0);
+      if (c.keeps_small) {
+        // ~0.39% of 4,096 draws: 16 expected (P(0) ~ 1e-7), over 48 is 8 deviations off.
+        CHECK(small_draws > 0);
+        CHECK(small_draws < 48);
+      } else {
+        CHECK(small_draws == 0);
+      }
+      CHECK(ids == by_launch.front());
+    }
+    for (void* d : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_suppress),
+                    static_cast<void*>(d_lp), static_cast<void*>(d_top_ids), static_cast<void*>(d_top_lp)})
+      cudaFree(d);
+  }
 }
 
 TEST_CASE("gpu.sampling.sample_rows on widely spread logits draws the reference's tokens") {

@@ -9,11 +9,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define NVLLM_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define NVLLM_HOST_DEVICE inline
-#endif
+#include "core/host_device.h"
 
 namespace nvllm {
 

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/sampling_mass.h"
 #include "core/sampling_rng.h"
 
 namespace nvllm {
@@ -59,22 +60,26 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, const LogS
   return out;
 }
 
-// The probability p_c of the token at which the cumulative mass, walked in descending
-// probability (lowest id first on ties), first reaches top_p. Each kept token becomes one 64-bit
-// key that sorts in exactly that order (non-negative float bits are monotone, inverted for
-// descending, id below). Only a prefix is sorted: nth_element moves the next `chunk` keys to the
-// front of the unsorted rest, they are sorted and walked, and the walk goes on into the next
-// chunk only if the mass has not reached top_p yet. The sums are the same as over a full sort.
-float top_p_cutoff(const std::vector<float>& prob, const std::vector<uint8_t>& keep, float top_p,
-                   std::vector<uint64_t>& keys) {
+// The top-p boundary of step 5 (docs/sampling.md): walked by x descending (the lower id first
+// among equal x), the order key of the token at which the running sum of the kept tokens' masses
+// (core/sampling_mass.h: fixed_mass of e = exp(x - m)) first reaches top_p_target of their total.
+// Each kept token becomes one 64-bit key that sorts in exactly that order (its inverted order key,
+// the id below). Only a prefix is sorted: nth_element moves the next `chunk` keys to the front of
+// the unsorted rest, they are sorted and walked, and the walk goes on into the next chunk only if
+// the sum has not reached the target yet. Integer sums: the same as over a full sort.
+uint32_t top_p_cutoff(std::span<const float> x, const std::vector<float>& e, const std::vector<uint8_t>& keep,
+                      float top_p, std::vector<uint64_t>& keys) {
+  NVLLM_CHECK(static_cast<int64_t>(x.size()) <= kMaxMassVocab, "CpuRunner: top_p over a vocabulary of ", x.size(),
+              " tokens; at most ", kMaxMassVocab);
   keys.clear();
-  for (size_t i = 0; i < prob.size(); ++i) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
     if (!keep[i]) continue;
-    const uint32_t bits = std::bit_cast<uint32_t>(prob[i]);
-    keys.push_back((static_cast<uint64_t>(~bits) << 32) | static_cast<uint32_t>(i));
+    keys.push_back((static_cast<uint64_t>(~order_key(x[i])) << 32) | static_cast<uint32_t>(i));
+    total += fixed_mass(e[i]);
   }
-  auto prob_of = [&](uint64_t key) { return prob[static_cast<uint32_t>(key)]; };
-  float cum = 0.0f;
+  const uint64_t target = top_p_target(top_p, total);
+  uint64_t sum = 0;
   size_t done = 0;
   size_t chunk = 64;
   while (done < keys.size()) {
@@ -82,13 +87,13 @@ float top_p_cutoff(const std::vector<float>& prob, const std::vector<uint8_t>& k
     if (next < keys.size()) std::nth_element(keys.begin() + done, keys.begin() + next, keys.end());
     std::sort(keys.begin() + done, keys.begin() + next);
     for (; done < next; ++done) {
-      cum += prob_of(keys[done]);
-      if (cum >= top_p) return prob_of(keys[done]);
+      const uint32_t id = static_cast<uint32_t>(keys[done]);
+      sum += fixed_mass(e[id]);
+      if (sum >= target) return order_key(x[id]);
     }
     chunk *= 4;
   }
-  // Rounding left the total just under top_p: every kept token stays.
-  return keys.empty() ? 0.0f : prob_of(keys.back());
+  return 0;  // not reached: the sum ends at total, and target <= total for top_p < 1
 }
 
 }  // namespace
@@ -153,13 +158,14 @@ void filter_into(std::span<const float> scaled_logits, int top_k, float top_p, f
   for (int i = 0; i < vocab; ++i) {
     if (d.keep[i]) sum += (d.prob[i] = std::exp(scaled_logits[i] - m));
   }
+  if (top_p < 1.0f) {  // on exp(x - m), before the division
+    const uint32_t cutoff = top_p_cutoff(scaled_logits, d.prob, d.keep, top_p, scratch.keys);
+    for (int i = 0; i < vocab; ++i) d.keep[i] = d.keep[i] && order_key(scaled_logits[i]) >= cutoff;
+  }
   float max_prob = 0.0f;
   for (int i = 0; i < vocab; ++i) {
-    if (d.keep[i]) max_prob = std::max(max_prob, d.prob[i] /= sum);
-  }
-  if (top_p < 1.0f) {
-    const float cutoff = top_p_cutoff(d.prob, d.keep, top_p, scratch.keys);
-    for (int i = 0; i < vocab; ++i) d.keep[i] = d.keep[i] && d.prob[i] >= cutoff;
+    d.prob[i] /= sum;
+    if (d.keep[i]) max_prob = std::max(max_prob, d.prob[i]);
   }
   if (min_p > 0.0f) {
     const float floor = min_p * max_prob;

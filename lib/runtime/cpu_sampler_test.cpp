@@ -298,17 +298,29 @@ TEST_CASE("cpu_sampler: a seeded request draws the same alone and in a batch of 
 }
 
 TEST_CASE("cpu_sampler: top-p reached exactly stops the walk at that token") {
-  // top_p equal to the largest probability as the filter computes it (bit for bit): the mass
-  // reaches top_p at the first token, so only it is kept; one ulp more needs the second token.
-  const auto l = log_of({0.1, 0.4, 0.2, 0.3});
-  const KeptDistribution all = filter_distribution(l, 0, 1.0f, 0.0f);
-  const float p1 = all.prob[1];
-  CHECK(kept_ids(filter_distribution(l, 0, p1, 0.0f)) == std::vector<int>{1});
-  CHECK(kept_ids(filter_distribution(l, 0, std::nextafter(p1, 1.0f), 0.0f)) == std::vector<int>{1, 3});
-  // The same at the second token: the sum of the two largest, as float adds them.
-  const float p13 = all.prob[1] + all.prob[3];
-  CHECK(kept_ids(filter_distribution(l, 0, p13, 0.0f)) == std::vector<int>{1, 3});
-  CHECK(kept_ids(filter_distribution(l, 0, std::nextafter(p13, 1.0f), 0.0f)) == std::vector<int>{1, 2, 3});
+  // Four tokens of mass exactly 1 (x - m rounds exp to 1.0f) at distinct logits, walked 1, 2, 3,
+  // 0: a total of 4 units. A top_p of 1/4 is reached at the first token exactly, so only it stays;
+  // one ulp more needs the second. The same at 1/2 and 3/4.
+  const std::vector<float> l = {-3e-30f, 0.0f, -1e-30f, -2e-30f};
+  const std::vector<std::vector<int>> kept = {{1}, {1, 2}, {1, 2, 3}, {0, 1, 2, 3}};
+  for (int j = 1; j <= 3; ++j) {
+    const float top_p = 0.25f * static_cast<float>(j);
+    CAPTURE(top_p);
+    CHECK(kept_ids(filter_distribution(l, 0, top_p, 0.0f)) == kept[j - 1]);
+    CHECK(kept_ids(filter_distribution(l, 0, std::nextafter(top_p, 1.0f), 0.0f)) == kept[j]);
+    CHECK(kept_ids(filter_distribution(l, 0, std::nextafter(top_p, 0.0f), 0.0f)) == kept[j - 1]);
+  }
+}
+
+TEST_CASE("cpu_sampler: top-p's sums are exact, so the small masses count in any order") {
+  // Token 0 at logit 0 and 131,071 tokens of mass ~2^-25 (0.39% together): a float sum that
+  // added them to 1.0 one by one would lose every one (each under half an ulp of 1) and cut them
+  // at any top_p; the integer masses keep them once top_p passes 1 / (1 + their mass).
+  const int vocab = 131072;
+  std::vector<float> l(vocab, -17.32868f);
+  l[0] = 0.0f;
+  CHECK(kept_ids(filter_distribution(l, 0, 0.996108f, 0.0f)) == std::vector<int>{0});
+  CHECK(kept_ids(filter_distribution(l, 0, 0.996111f, 0.0f)).size() == vocab);
 }
 
 TEST_CASE("cpu_sampler: top-k over a large vocabulary keeps exactly the k largest") {
