@@ -242,6 +242,7 @@ struct DecodeChoice {
   SplitPolicy split;
   int heads_per_cta;  // the CUDA cores' kernel: q heads a CTA
   int blocks_x;
+  bool cluster_merge;  // small steps' parts as their cluster combines them (set_decode_cluster_merge)
 };
 
 // Groups of 2..8 q heads a kv head on the tensor cores (H100, bench.attention_decode*, % of 3.03
@@ -252,18 +253,28 @@ struct DecodeChoice {
 // of 1 (unmeasured) would use one mma column in 8; it stays on the CUDA cores, as do groups over 8.
 // Small steps (set_decode_small_step_ctas): a step of at most kDecodeSmallStep sequences on the
 // tensor cores splits each context into parts of at least kMinPartition tokens, up to ctas / kv
-// heads of them. num_seqs 0: the policy of large steps.
+// heads of them; with set_decode_cluster_merge, at most as many as a cluster combines
+// (tc_cluster_merge_splits: 16 on the H100 / H200, which 132 / 8 kv heads does not reach; a
+// tensor-parallel rank's 2-4 kv heads go from 32 to 16 parts past 1,024 tokens). num_seqs 0: the
+// policy of large steps.
 DecodeChoice decode_choice(int num_heads, int num_kv_heads, bool fp8, DecodeKernel kernel, int num_seqs) {
   const int group = num_heads / num_kv_heads;
   const bool tensor_cores = kernel == DecodeKernel::kTensorCores ||
                             (kernel == DecodeKernel::kAuto && group >= 2 && group <= kTcMaxGroup);
   const int heads_per_cta = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   SplitPolicy tc = kTcSplits;
+  bool cluster_merge = false;
   if (const int ctas = decode_small_step_ctas();
-      ctas > num_kv_heads && num_seqs >= 1 && num_seqs <= kDecodeSmallStep)
-    tc = SplitPolicy{kMinPartition, std::min(ctas / num_kv_heads, kMaxSplits), kTcSplits.max_partition};
+      ctas > num_kv_heads && num_seqs >= 1 && num_seqs <= kDecodeSmallStep) {
+    int parts = std::min(ctas / num_kv_heads, kMaxSplits);
+    if (const int most = tensor_cores && decode_cluster_merge() ? tc_cluster_merge_splits() : 0; most > 1) {
+      parts = std::min(parts, most);
+      cluster_merge = true;
+    }
+    tc = SplitPolicy{kMinPartition, parts, kTcSplits.max_partition};
+  }
   return {tensor_cores, tensor_cores ? tc : fp8 ? kFp8Splits : kBf16Splits, heads_per_cta,
-          tensor_cores ? num_kv_heads : num_kv_heads * (group / heads_per_cta)};
+          tensor_cores ? num_kv_heads : num_kv_heads * (group / heads_per_cta), tensor_cores && cluster_merge};
 }
 
 }  // namespace
@@ -331,8 +342,12 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   p.num_splits = splits;
   p.split = sp;
   if (tensor_cores) {
-    launch_decode_tc(p, fp8, head_dim, batch.num_seqs, chained, stream);
-    launch_reduce(p, head_dim, batch.num_seqs, stream, chained);
+    // The reduce kernel combines the parts (the same arithmetic) of steps of more sequences, and
+    // of a context past 16 x 2,048 tokens, which takes more parts than a cluster holds.
+    const bool cluster = choice.cluster_merge && batch.num_seqs <= kTcClusterMergeMaxSeqs && splits > 1 &&
+                         splits <= tc_cluster_merge_splits();
+    launch_decode_tc(p, fp8, head_dim, batch.num_seqs, chained, cluster, stream);
+    if (!cluster) launch_reduce(p, head_dim, batch.num_seqs, stream, chained);
   } else if (fp8) {
     launch_dims<fp8_e4m3>(p, head_dim, heads_per_cta, blocks_x, batch.num_seqs, stream);
   } else {

@@ -1,6 +1,7 @@
 // What the two decode-attention kernels share (attention_decode.cu: CUDA cores;
 // attention_decode_tc.cu: tensor cores; both over bf16 and FP8 caches): their parameters, how a
-// context is split, and how a CTA leaves a head's result. Internal to those two files.
+// context is split, and how a CTA leaves a head's result. Internal to those two files (and their
+// test, attention_decode_test.cu).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,7 @@ constexpr SplitPolicy kFp8Splits{512, 1, 2048};  // the CUDA cores, FP8
 constexpr SplitPolicy kTcSplits{512, 1, 2048};   // the tensor cores, both
 constexpr int kMaxSplits = 32;       // bounds the workspace; at most a warp (the reduce's weights)
 int decode_small_step_ctas();        // kernels.h: set_decode_small_step_ctas (launch.cu)
+bool decode_cluster_merge();         // kernels.h: set_decode_cluster_merge (launch.cu)
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct DecodeParams {
@@ -90,9 +92,20 @@ __device__ __forceinline__ void store_head_output(const DecodeParams& p, int s, 
 
 // The tensor-core kernel (attention_decode_tc.cu) over an FP8 (`fp8`) or bf16 cache, for q heads
 // per kv head `group` <= kTcMaxGroup (the mma's N side) and head_dim 64 or 128; the caller
-// launches the reduce after it.
+// launches the reduce after it, unless `cluster_merge`: then the p.num_splits CTAs of a
+// (sequence, kv head) are one cluster and combine their parts themselves (p.num_splits <=
+// tc_cluster_merge_splits()).
 constexpr int kTcMaxGroup = 8;
 // `chained`: with PDL (attention_decode).
-void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, bool chained, cudaStream_t stream);
+void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, bool chained, bool cluster_merge,
+                      cudaStream_t stream);
+// The most parts a cluster of the tensor-core kernel may combine on this device: 16 (a
+// non-portable cluster size) or 8 where 16 cannot run; 0 before sm_90.
+int tc_cluster_merge_splits();
+// Steps of up to this many sequences combine their parts in clusters; larger small steps (the
+// same parts) in the reduce kernel. H200, bench latency p50 (bench/NOTES.md, thirty-seventh
+// session): one sequence -1.0% (Llama-3-8B, Qwen3-8B) to -1.4% (FP8 Llama-3-8B) a step; two
+// Qwen3-8B +2.6%, four FP8 Llama-3-8B +4.0%.
+constexpr int kTcClusterMergeMaxSeqs = 1;
 
 }  // namespace nvllm::kernels::decode_detail

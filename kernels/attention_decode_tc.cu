@@ -32,6 +32,7 @@
 // Bytes and FLOPs as attention_decode.cu; the FLOPs are 8 / group times what the heads need (the
 // padded mma columns), still far under the tensor cores' rate.
 #include <cstdint>
+#include <span>
 #include <type_traits>
 
 #include "kernels/attention_decode.cuh"
@@ -39,6 +40,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/tma.cuh"
 
 namespace nvllm::kernels::decode_detail {
 namespace {
@@ -173,9 +175,47 @@ __device__ __forceinline__ void load_tile(Tile<T, D>& tc, int t0, int end, int g
   }
 }
 
+// A CTA's combined result in shared memory for the others of its cluster (kClusterMerge): what
+// store_head_output would write to the workspace, for each head of the group.
+template <int D>
+struct ClusterPart {
+  float acc[kTcMaxGroup][D];
+  float m[kTcMaxGroup], l[kTcMaxGroup];
+};
+struct NoClusterPart {};
+
+// The reduce kernel's combine (attention_decode.cu, attention_decode_reduce_kernel), of the
+// cluster's `used` parts read from their CTAs' shared memory: lane z of a warp takes part z's
+// max and sum (a warp's 32 outputs are one head's), the same warp_max, exp2f and warp_sum, then
+// each output adds the parts' acc in part order. So the same bits as that kernel's. The outputs
+// are dealt over the CTAs of the parts; every CTA of the cluster calls it (two cluster barriers:
+// the parts are written before any is read, and read before any CTA leaves).
+template <int D>
+__device__ __forceinline__ void merge_cluster_parts(const DecodeParams& p, const ClusterPart<D>& part, int s,
+                                                    int head0, int group, int split, int used) {
+  cluster_sync();
+  if (split < used) {
+    const int lane = threadIdx.x & 31;
+    for (int i = split * kTcThreads + threadIdx.x; i < group * D; i += used * kTcThreads) {
+      const int h = i / D, d = i % D;
+      const float m = lane < used ? __uint_as_float(load_remote(&part.m[h], lane)) : -INFINITY;
+      const float l = lane < used ? __uint_as_float(load_remote(&part.l[h], lane)) : 0.f;
+      const float mx = warp_max(m);
+      const float w = m == -INFINITY ? 0.f : exp2f(m - mx);
+      const float total = warp_sum(l * w);
+      float a = 0.f;
+      for (int z = 0; z < used; ++z)
+        a += __uint_as_float(load_remote(&part.acc[h][d], z)) * __shfl_sync(0xffffffffu, w, z);
+      p.out[size_t(s) * p.num_heads * D + (head0 + h) * D + d] = __float2bfloat16(total > 0.f ? a / total : 0.f);
+    }
+  }
+  cluster_sync();
+}
+
 // kChained: launched with PDL (attention_decode's `chained`): waits for the kernel before it at
-// the top, and lets the next one launch once its tiles are done.
-template <typename T, int D, bool kChained>
+// the top, and lets the next one launch once its tiles are done. kClusterMerge: the grid's z
+// (the parts of a sequence) is one cluster, which combines the parts itself (merge_cluster_parts).
+template <typename T, int D, bool kChained, bool kClusterMerge>
 __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeParams p) {
   if constexpr (kChained) pdl_wait();
   using C = TcCache<T, D>;
@@ -187,13 +227,17 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   constexpr int kOStride = D + 4;  // padded rows of the combine buffer
   __shared__ float sm_o[kTcWarps][kTcMaxGroup][kOStride];
   __shared__ float sm_m[kTcWarps][kTcMaxGroup], sm_l[kTcWarps][kTcMaxGroup];
+  __shared__ std::conditional_t<kClusterMerge, ClusterPart<D>, NoClusterPart> cluster_part;
 
   const int group = p.num_heads / p.num_kv_heads;
   const int kvh = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
   const int head0 = kvh * group;
   const int ctx = p.context_lens[s];
   const int partition = partition_for(ctx, p.split), used = splits_for(ctx, p.split);
-  if (split >= used) return;  // the reduce reads only the sequence's own splits
+  // The reduce reads only the sequence's own splits; in a cluster that combines its parts every
+  // CTA takes part in its barriers (an idle one's part, of no tokens, is not read).
+  const bool merge_here = kClusterMerge && used > 1;  // the same in every CTA of the cluster
+  if (split >= used && !merge_here) return;
   const int start = split * partition, end = min(ctx, start + partition);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 
@@ -337,37 +381,100 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
     const SoftmaxPart r = merge_softmax(  // a warp that saw no token has max -inf
         kTcWarps, [&](int j) { return sm_m[j][h]; }, [&](int j) { return sm_l[j][h]; },
         [&](int j) { return sm_o[j][h][d]; });
+    if constexpr (kClusterMerge) {
+      if (merge_here) {
+        cluster_part.acc[h][d] = r.acc * out_scale;
+        if (d == 0) {
+          cluster_part.m[h] = r.m;
+          cluster_part.l[h] = r.l;
+        }
+        continue;
+      }
+    }
     store_head_output(p, s, head0 + h, split, used, D, d, r.acc * out_scale, r.m, r.l);
   }
+  if constexpr (kClusterMerge)
+    if (merge_here) merge_cluster_parts<D>(p, cluster_part, s, head0, group, split, used);
 }
 
 template <typename T, int D>
-void launch_chained(const DecodeParams& p, int num_seqs, bool chained, cudaStream_t stream) {
+void launch_chained(const DecodeParams& p, int num_seqs, bool chained, bool cluster_merge, cudaStream_t stream) {
   const dim3 grid(p.num_kv_heads, num_seqs, p.num_splits);
-  if (chained && pdl_enabled()) {
-    launch_pdl(attention_decode_tc_kernel<T, D, true>, grid, dim3(kTcThreads), 0, stream, p);
+  const bool pdl = chained && pdl_enabled();
+  if (cluster_merge) {
+    NVLLM_CHECK(p.num_splits <= tc_cluster_merge_splits(), "internal: ", p.num_splits,
+                " parts of a decode attention cluster; at most ", tc_cluster_merge_splits());
+    const cudaLaunchAttribute attrs[2] = {cluster_attr(dim3(1, 1, unsigned(p.num_splits))), pdl_attr()};
+    const std::span<const cudaLaunchAttribute> with(attrs, pdl ? 2 : 1);
+    if (pdl)
+      launch_with(with, attention_decode_tc_kernel<T, D, true, true>, grid, dim3(kTcThreads), 0, stream, p);
+    else
+      launch_with(with, attention_decode_tc_kernel<T, D, false, true>, grid, dim3(kTcThreads), 0, stream, p);
+  } else if (pdl) {
+    launch_pdl(attention_decode_tc_kernel<T, D, true, false>, grid, dim3(kTcThreads), 0, stream, p);
   } else {
-    attention_decode_tc_kernel<T, D, false><<<grid, kTcThreads, 0, stream>>>(p);
+    attention_decode_tc_kernel<T, D, false, false><<<grid, kTcThreads, 0, stream>>>(p);
     CUDA_CHECK(cudaGetLastError());
   }
 }
 
 template <typename T>
-void launch_dims(const DecodeParams& p, int head_dim, int num_seqs, bool chained, cudaStream_t stream) {
+void launch_dims(const DecodeParams& p, int head_dim, int num_seqs, bool chained, bool cluster_merge,
+                 cudaStream_t stream) {
   if (head_dim == 128)
-    launch_chained<T, 128>(p, num_seqs, chained, stream);
+    launch_chained<T, 128>(p, num_seqs, chained, cluster_merge, stream);
   else
-    launch_chained<T, 64>(p, num_seqs, chained, stream);
+    launch_chained<T, 64>(p, num_seqs, chained, cluster_merge, stream);
+}
+
+// Lets the cluster kernels of one cache type and head_dim run clusters of 16 (a non-portable
+// size); false where the device refuses.
+template <typename T, int D>
+bool allow_16() {
+  bool ok = true;
+  for (auto kernel : {attention_decode_tc_kernel<T, D, true, true>, attention_decode_tc_kernel<T, D, false, true>})
+    ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+  return ok;
+}
+
+// Whether clusters of `size` CTAs of the bf16, head_dim 128 cluster kernel can be resident (the
+// four cluster kernels have the same threads and near the same shared memory).
+bool cluster_fits(int size) {
+  const cudaLaunchAttribute attr = cluster_attr(dim3(1, 1, unsigned(size)));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1, 1, unsigned(size));
+  cfg.blockDim = dim3(kTcThreads);
+  cfg.attrs = const_cast<cudaLaunchAttribute*>(&attr);
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(attention_decode_tc_kernel<bf16, 128, false, true>),
+                                     &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // not an error of the run: a smaller cluster, or none
+    return false;
+  }
+  return clusters > 0;
 }
 
 }  // namespace
 
-void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, bool chained,
+int tc_cluster_merge_splits() {
+  static const int most = [] {
+    if (device_attribute(cudaDevAttrComputeCapabilityMajor) < 9) return 0;
+    if (allow_16<bf16, 128>() && allow_16<bf16, 64>() && allow_16<fp8_e4m3, 128>() && allow_16<fp8_e4m3, 64>() &&
+        cluster_fits(16))
+      return 16;
+    (void)cudaGetLastError();
+    return cluster_fits(8) ? 8 : 0;
+  }();
+  return most;
+}
+
+void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, bool chained, bool cluster_merge,
                       cudaStream_t stream) {
   if (fp8)
-    launch_dims<fp8_e4m3>(p, head_dim, num_seqs, chained, stream);
+    launch_dims<fp8_e4m3>(p, head_dim, num_seqs, chained, cluster_merge, stream);
   else
-    launch_dims<bf16>(p, head_dim, num_seqs, chained, stream);
+    launch_dims<bf16>(p, head_dim, num_seqs, chained, cluster_merge, stream);
 }
 
 }  // namespace nvllm::kernels::decode_detail

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/attention_decode.cuh"
 #include "kernels/attention_test_util.h"
 #include "kernels/kernels.h"
 
@@ -157,6 +158,71 @@ TEST_CASE("gpu.kernels.attention_decode splits small steps' contexts into parts 
   CHECK_FALSE(needs_workspace(5));
   set_decode_small_step_ctas(0);
   CHECK_FALSE(needs_workspace(1));
+}
+
+TEST_CASE("gpu.kernels.attention_decode: small steps' parts combined by their cluster give the reduce kernel's bits") {
+  // set_decode_cluster_merge on and off at the same parts (8 kv heads: 132 / 8 = 16, and 40 / 8 =
+  // 5 parts, an odd cluster), groups 2, 4 and 8, both head dims and caches, steps of 1-4
+  // sequences whose contexts take 1, 2, 10, 15 and 16 parts: the same output bits, chained or
+  // not. The cluster path leaves the workspace untouched (poisoned before), the reduce path
+  // writes its partials there, so each side is known to have run: clusters at one sequence
+  // (kTcClusterMergeMaxSeqs), the reduce kernel past it.
+  static_assert(kDecodeSmallStep == 4);
+  if (decode_detail::tc_cluster_merge_splits() < 16) {
+    MESSAGE("skipped: this device runs no cluster of 16 decode-attention CTAs");
+    return;
+  }
+  for (const int small_ctas : {132, 40})
+  for (const bool fp8 : {false, true})
+  for (const int heads : {16, 32, 64})
+  for (const int d : {64, 128}) {
+    set_decode_small_step_ctas(small_ctas);
+    INFO((fp8 ? "fp8" : "bf16"), " heads=", heads, " d=", d, " small-step ctas=", small_ctas);
+    const int kv_heads = 8, bs = 16;
+    const std::vector<int> ctx = {640, 65, 1000, 1024};
+    std::mt19937 rng(41);
+    PagedCache c = make_cache(rng, ctx, kv_heads, d, bs);
+    auto q = random_bf16(rng, ctx.size() * heads * d, -2.f, 2.f);
+    DeviceBuffer<bf16> d_q(q), d_k(c.k), d_v(c.v), d_out(q.size());
+    const Fp8Cache c8 = make_fp8(c, test_scales(kv_heads, 0), test_scales(kv_heads, 1));
+    const KvCache cache = fp8 ? c8.view() : KvCache{d_k.get(), d_v.get()};
+    DeviceBuffer<int32_t> d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
+    DeviceBuffer<int32_t> d_qs(std::vector<int32_t>{0, 1, 2, 3, 4});
+    const size_t ws_bytes = attention_decode_workspace_bytes(4, heads, d, 1024);
+    DeviceBuffer<char> ws(ws_bytes);
+    cudaStream_t st = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (int num_seqs = 1; num_seqs <= 4; ++num_seqs)
+    for (const bool chained : {false, true}) {
+      INFO(num_seqs, " sequences, chained ", chained);
+      const int max_ctx = *std::max_element(ctx.begin(), ctx.begin() + num_seqs);
+      AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, max_ctx};
+      auto run = [&](bool cluster) {
+        set_decode_cluster_merge(cluster);
+        ws.poison();
+        const std::vector<char> poisoned = ws.download();
+        d_out.poison();
+        attention_decode(d_q.get(), heads * d, cache, batch, d_out.get(), heads, kv_heads, d, bs, 0.088f, ws.get(),
+                         ws_bytes, st, DecodeKernel::kTensorCores, chained);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        const bool workspace_written = ws.download() != poisoned;
+        CHECK(workspace_written == !(cluster && num_seqs <= decode_detail::kTcClusterMergeMaxSeqs));
+        std::vector<bf16> out = d_out.download();
+        out.resize(size_t(num_seqs) * heads * d);
+        return out;
+      };
+      const std::vector<bf16> reduced = run(false), clustered = run(true);
+      CHECK(std::memcmp(reduced.data(), clustered.data(), reduced.size() * sizeof(bf16)) == 0);
+    }
+    CUDA_CHECK(cudaStreamDestroy(st));
+  }
+  set_decode_cluster_merge(true);
+  // A context past 16 parts of 2,048 tokens (a tensor-parallel-4 rank's heads: 132 / 2 kv heads
+  // would be 66 parts, a cluster holds 16): the reduce kernel combines its 17, against the
+  // reference.
+  set_decode_small_step_ctas(132);
+  run_case(8, 2, 128, 16, {33000}, 42, false, false, DecodeKernel::kTensorCores);
+  set_decode_small_step_ctas(0);
 }
 
 TEST_CASE("gpu.kernels.attention_decode over an FP8 cache matches the CPU reference on its codes") {

@@ -774,9 +774,7 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   float* ss_next = publish ? st.ss + kFusedSsWords / 2 : nullptr;
   FusedDecodeStep sta = st;
   sta.ss_ready = publish && st.ss_ready;
-  cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), {}};
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  const cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), pdl_attr()};
   NVLLM_CHECK(w.kv.dtype == s.kv_dtype && (s.kv_dtype == KvDtype::kBf16 || (w.kv.k_scale && w.kv.v_scale)),
               "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
   const bool multi = p.max_batch > 1;

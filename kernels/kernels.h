@@ -41,6 +41,13 @@ void set_gemv_blocks_per_sm(int blocks);
 // -3.4%, a tensor-parallel-4 rank's shape -4.7%, batch 4 -1%; batch 8 +0.6%, hence 4.
 constexpr int kDecodeSmallStep = 4;
 void set_decode_small_step_ctas(int ctas);
+// Those small steps' parts combined inside the attention kernel: the parts of a (sequence, kv
+// head) run as one thread-block cluster (sm_90, up to 16 CTAs; the parts of every small step
+// then at most the cluster's size) and add their results through distributed shared memory, in
+// the reduce kernel's order (the same bits), instead of writing them out for a reduce kernel
+// launched after. Steps of one sequence only (measured: attention_decode.cuh,
+// kTcClusterMergeMaxSeqs). On (the default) unless set off here (CudaTuning::decode_cluster_merge).
+void set_decode_cluster_merge(bool on);
 
 // The element type of a KV cache: bf16 values, or FP8 E4M3 codes (one byte) with one scale per
 // KV head for K and one for V: x is stored as e4m3(x / scale) (round to nearest even, saturating

@@ -14,14 +14,17 @@ namespace {
 std::atomic<bool> pdl_allowed{true};
 std::atomic<int> gemv_blocks{kGemvDefaultBlocksPerSm};
 std::atomic<int> small_step_ctas{0};
+std::atomic<bool> cluster_merge{true};
 }  // namespace
 
 void set_pdl(bool on) { pdl_allowed.store(on, std::memory_order_relaxed); }
 void set_gemv_blocks_per_sm(int blocks) { gemv_blocks.store(blocks, std::memory_order_relaxed); }
 int gemv_blocks_per_sm() { return gemv_blocks.load(std::memory_order_relaxed); }
 void set_decode_small_step_ctas(int ctas) { small_step_ctas.store(ctas, std::memory_order_relaxed); }
+void set_decode_cluster_merge(bool on) { cluster_merge.store(on, std::memory_order_relaxed); }
 namespace decode_detail {
 int decode_small_step_ctas() { return small_step_ctas.load(std::memory_order_relaxed); }
+bool decode_cluster_merge() { return cluster_merge.load(std::memory_order_relaxed); }
 }  // namespace decode_detail
 
 int l2_ahead_blocks(const L2Ahead& a) {

@@ -65,13 +65,22 @@ void launch_with(std::span<const cudaLaunchAttribute> attrs, void (*kernel)(Para
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
-// The launch attribute for thread-block clusters of `cluster` CTAs along x (sm_90).
-inline cudaLaunchAttribute cluster_attr(int cluster) {
+// The launch attribute for thread-block clusters of `dims` CTAs (sm_90); an int: along x.
+inline cudaLaunchAttribute cluster_attr(dim3 dims) {
   cudaLaunchAttribute a{};
   a.id = cudaLaunchAttributeClusterDimension;
-  a.val.clusterDim.x = unsigned(cluster);
-  a.val.clusterDim.y = 1;
-  a.val.clusterDim.z = 1;
+  a.val.clusterDim.x = dims.x;
+  a.val.clusterDim.y = dims.y;
+  a.val.clusterDim.z = dims.z;
+  return a;
+}
+inline cudaLaunchAttribute cluster_attr(int cluster) { return cluster_attr(dim3(unsigned(cluster), 1, 1)); }
+
+// The launch attribute that allows PDL (launch_pdl's, for launches with more attributes).
+inline cudaLaunchAttribute pdl_attr() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
   return a;
 }
 
@@ -84,9 +93,7 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
     CUDA_CHECK(cudaGetLastError());
     return;
   }
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  const cudaLaunchAttribute attr = pdl_attr();
   launch_with({&attr, 1}, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 

@@ -36,30 +36,6 @@ struct RowPart {
   __device__ int stride() const { return ctas * static_cast<int>(blockDim.x); }
 };
 
-// A 4-byte word of CTA `rank`'s shared memory at this CTA's address `p` (sm_90 clusters).
-__device__ __forceinline__ uint32_t load_remote(const void* p, int rank) {
-  uint32_t v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(cluster_addr(p, static_cast<unsigned>(rank))) : "memory");
-#endif
-  return v;
-}
-
-// The same for an 8-byte word.
-__device__ __forceinline__ uint64_t load_remote64(const void* p, int rank) {
-  uint64_t v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.shared::cluster.u64 %0, [%1];\n" : "=l"(v) : "r"(cluster_addr(p, static_cast<unsigned>(rank))) : "memory");
-#endif
-  return v;
-}
-
-// Every thread of every CTA of the cluster has arrived: its shared-memory writes are visible.
-__device__ __forceinline__ void cluster_sync() {
-  cluster_arrive();
-  cluster_wait();
-}
-
 struct ArgMax {
   float v;
   int i;

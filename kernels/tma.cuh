@@ -138,6 +138,28 @@ __device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
   return r;
 }
 
+// A 4-byte (8-byte) word of CTA `rank`'s shared memory at this CTA's address `p`.
+[[maybe_unused]] __device__ __forceinline__ uint32_t load_remote(const void* p, int rank) {
+  uint32_t v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(cluster_addr(p, static_cast<unsigned>(rank))) : "memory");
+#endif
+  return v;
+}
+[[maybe_unused]] __device__ __forceinline__ uint64_t load_remote64(const void* p, int rank) {
+  uint64_t v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.u64 %0, [%1];\n" : "=l"(v) : "r"(cluster_addr(p, static_cast<unsigned>(rank))) : "memory");
+#endif
+  return v;
+}
+
+// Every thread of every CTA of the cluster has arrived: its shared-memory writes are visible.
+[[maybe_unused]] __device__ __forceinline__ void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
+
 // Stores 16 (8, 4) bytes at `dst` in another CTA's shared memory (cluster_addr) and counts them
 // on that CTA's mbarrier `bar` (also a cluster_addr): the receiver waits for its expected bytes
 // with mbar_wait and then reads them, with no cluster barrier. dst 16- (8-, 4-) byte aligned.

@@ -37,6 +37,7 @@ const ModelConfig& checked(const ModelConfig& c, const ModelWeights& w, const Cu
   kernels::set_gemv_blocks_per_sm(opt.tuning.gemv_blocks_per_sm);
   kernels::set_decode_small_step_ctas(
       opt.tuning.decode_small_step_parts ? device_attribute(cudaDevAttrMultiProcessorCount) : 0);
+  kernels::set_decode_cluster_merge(opt.tuning.decode_cluster_merge);
   return c;
 }
 

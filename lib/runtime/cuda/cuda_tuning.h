@@ -66,6 +66,10 @@ struct CudaTuning {
   // (kernels::set_decode_small_step_ctas with the SM count). NVLLM_DECODE_SMALL_PARTS=0: the one
   // split policy of every batch.
   bool decode_small_step_parts = true;
+  // Those parts combined inside the attention kernel, its CTAs of a (sequence, kv head) one
+  // thread-block cluster (kernels::set_decode_cluster_merge). NVLLM_DECODE_CLUSTER_MERGE=0: a
+  // reduce kernel after it. Bit for bit the same outputs where the parts are the same (up to 16).
+  bool decode_cluster_merge = true;
   // Decode steps of up to 16 tokens: the small kernels before each projection (the norms, RoPE +
   // cache write, SiLU; under tensor parallelism the peer sums) ask L2 for the first this many bytes of its weights, so that the weight
   // stream runs on through them (kernels::L2Ahead; DeviceModel::set_l2_ahead). NVLLM_L2_AHEAD_KB
