@@ -31,6 +31,7 @@
 //    measured: Qwen3-8B heads at 256 x 1,024 82% of 3.03 TB/s against 88% (FP8 79% against 87%).
 // Bytes and FLOPs as attention_decode.cu; the FLOPs are 8 / group times what the heads need (the
 // padded mma columns), still far under the tensor cores' rate.
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <type_traits>
@@ -458,15 +459,27 @@ bool cluster_fits(int size) {
 }  // namespace
 
 int tc_cluster_merge_splits() {
-  static const int most = [] {
+  // A function attribute belongs to one device's copy of the kernel: asked and set once on each
+  // device (tensor- and data-parallel ranks run on several), on the first call with it current.
+  constexpr int kDevices = 64;
+  static std::atomic<int> most[kDevices];  // 0: not asked yet, else the answer + 1
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  auto ask = [] {
     if (device_attribute(cudaDevAttrComputeCapabilityMajor) < 9) return 0;
     if (allow_16<bf16, 128>() && allow_16<bf16, 64>() && allow_16<fp8_e4m3, 128>() && allow_16<fp8_e4m3, 64>() &&
         cluster_fits(16))
       return 16;
     (void)cudaGetLastError();
     return cluster_fits(8) ? 8 : 0;
-  }();
-  return most;
+  };
+  if (device >= kDevices) return ask();
+  int known = most[device].load(std::memory_order_acquire);
+  if (known == 0) {  // two threads may both ask: the same answer, the same attributes
+    known = ask() + 1;
+    most[device].store(known, std::memory_order_release);
+  }
+  return known - 1;
 }
 
 void launch_decode_tc(const DecodeParams& p, bool fp8, int head_dim, int num_seqs, bool chained, bool cluster_merge,
