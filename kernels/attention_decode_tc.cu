@@ -31,6 +31,12 @@
 //    measured: Qwen3-8B heads at 256 x 1,024 82% of 3.03 TB/s against 88% (FP8 79% against 87%).
 // Bytes and FLOPs as attention_decode.cu; the FLOPs are 8 / group times what the heads need (the
 // padded mma columns), still far under the tensor cores' rate.
+//
+// A context split into parts leaves each part's (max, sum, acc) for the reduce kernel
+// (attention_decode.cu), or, in steps of one sequence with set_decode_cluster_merge, the parts of
+// a (sequence, kv head) are one thread-block cluster that combines them itself through
+// distributed shared memory in the reduce kernel's order (merge_cluster_parts: the same bits, one
+// kernel fewer a layer).
 #include <atomic>
 #include <cstdint>
 #include <span>
