@@ -205,14 +205,14 @@ __device__ __forceinline__ void merge_cluster_parts(const DecodeParams& p, const
     const int lane = threadIdx.x & 31;
     for (int i = split * kTcThreads + threadIdx.x; i < group * D; i += used * kTcThreads) {
       const int h = i / D, d = i % D;
-      const float m = lane < used ? __uint_as_float(load_remote(&part.m[h], lane)) : -INFINITY;
-      const float l = lane < used ? __uint_as_float(load_remote(&part.l[h], lane)) : 0.f;
+      const float m = lane < used ? load_remote(&part.m[h], lane) : -INFINITY;
+      const float l = lane < used ? load_remote(&part.l[h], lane) : 0.f;
       const float mx = warp_max(m);
       const float w = m == -INFINITY ? 0.f : exp2f(m - mx);
       const float total = warp_sum(l * w);
       float a = 0.f;
       for (int z = 0; z < used; ++z)
-        a += __uint_as_float(load_remote(&part.acc[h][d], z)) * __shfl_sync(0xffffffffu, w, z);
+        a += load_remote(&part.acc[h][d], z) * __shfl_sync(0xffffffffu, w, z);
       p.out[size_t(s) * p.num_heads * D + (head0 + h) * D + d] = __float2bfloat16(total > 0.f ? a / total : 0.f);
     }
   }

@@ -190,8 +190,8 @@ __device__ __forceinline__ SoftmaxPart merge_softmax(int n, M m, L l, A acc) {
   return r;
 }
 
-template <int kWidth = 32>
-__device__ __forceinline__ float warp_sum(float v) {
+template <int kWidth = 32, typename T>
+__device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll
   for (int o = kWidth / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -216,14 +216,16 @@ __device__ __forceinline__ float warp_max(float v, int width) {
 }
 
 // Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
-// `scratch` holds 32 floats of shared memory; the call has a barrier, so all threads must reach it.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// `scratch` holds 32 values of shared memory; the call has a barrier, so all threads must reach
+// it. T: float, or an integer type (then exact).
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   v = warp_sum(v);
   __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = lane < warps ? scratch[lane] : 0.f;
+  v = lane < warps ? scratch[lane] : T(0);
   return warp_sum(v);
 }
 

@@ -8,8 +8,9 @@
 // reductions (argmax, max, sum, the radix histograms) combine the CTAs' parts through
 // distributed shared memory in rank order, so that every CTA of the row holds the same results
 // (argmax, counts and the top-p masses, which are integers, as one CTA would have them; the
-// logprobs' float sums to their rounding, in an order that follows the CTA count). One CTA of 1,024 threads took ~10 us for a 151,936-logit argmax and
-// ~120 us for a draw on the H200: a batch-1 step's row ran on one SM.
+// logprobs' float sums to their rounding, in an order that follows the CTA count). One CTA of
+// 1,024 threads took ~10 us for a 151,936-logit argmax and ~120 us for a draw on the H200: a
+// batch-1 step's row ran on one SM.
 #include "kernels/sampling.h"
 
 #include <climits>
@@ -65,19 +66,6 @@ __device__ ArgMax block_argmax(ArgMax a, ArgMax* scratch) {
   return warp_argmax(a);
 }
 
-__device__ float block_sum(float x, float* scratch) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = x;
-  __syncthreads();
-  x = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : 0.0f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
 __device__ float block_max(float x, float* scratch) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -90,9 +78,6 @@ __device__ float block_max(float x, float* scratch) {
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
-
-// Order-preserving map of a float to an unsigned key (larger float, larger key).
-__device__ __forceinline__ uint32_t float_key(float x) { return order_key(x); }
 
 // Steps 2, 3 and the temperature of step 5 of the spec, for one token.
 struct RowLogits {
@@ -146,7 +131,7 @@ __device__ ArgMax row_argmax(ArgMax a, const RowPart& row, Shared& sh) {
   if (threadIdx.x < 32) {
     ArgMax o{-INFINITY, INT_MAX};
     if (static_cast<int>(threadIdx.x) < row.ctas)
-      o = {__uint_as_float(load_remote(&sh.part_arg.v, threadIdx.x)), static_cast<int>(load_remote(&sh.part_arg.i, threadIdx.x))};
+      o = {load_remote(&sh.part_arg.v, threadIdx.x), load_remote(&sh.part_arg.i, threadIdx.x)};
     o = warp_argmax(o);
     if (threadIdx.x == 0) sh.row_arg = o;
   }
@@ -154,48 +139,34 @@ __device__ ArgMax row_argmax(ArgMax a, const RowPart& row, Shared& sh) {
   return sh.row_arg;
 }
 
-// The row's sum (kSum) or max of the CTAs' block results, in rank order: the same bits in every
-// CTA.
-template <bool kSum>
-__device__ float row_combine(float x, const RowPart& row, Shared& sh) {
+// The CTAs' block results x combined by `op` from `init` in rank order (`part` and `whole` this
+// CTA's shared slots for them): the same bits in every CTA.
+template <typename T, typename Op>
+__device__ T row_combine(T x, T init, Op op, T& part, T& whole, const RowPart& row) {
   if (row.ctas == 1) return x;
-  if (threadIdx.x == 0) sh.part_f = x;
+  if (threadIdx.x == 0) part = x;
   cluster_sync();
   if (threadIdx.x == 0) {
-    float acc = kSum ? 0.0f : -INFINITY;
-    for (int r = 0; r < row.ctas; ++r) {
-      const float v = __uint_as_float(load_remote(&sh.part_f, r));
-      acc = kSum ? acc + v : fmaxf(acc, v);
-    }
-    sh.row_f = acc;
+    T acc = init;
+    for (int r = 0; r < row.ctas; ++r) acc = op(acc, load_remote(&part, r));
+    whole = acc;
   }
   cluster_sync();
-  return sh.row_f;
+  return whole;
 }
 
-__device__ float row_sum(float x, const RowPart& row, Shared& sh) { return row_combine<true>(block_sum(x, sh.f), row, sh); }
-
+__device__ float row_sum(float x, const RowPart& row, Shared& sh) {
+  return row_combine(block_sum(x, sh.f), 0.0f, [](float a, float b) { return a + b; }, sh.part_f, sh.row_f, row);
+}
+__device__ float row_max(float x, const RowPart& row, Shared& sh) {
+  return row_combine(block_max(x, sh.f), -INFINITY, [](float a, float b) { return fmaxf(a, b); }, sh.part_f, sh.row_f,
+                     row);
+}
 // The row's total of the threads' integers: exact, so the same whatever the order or CTA count.
 __device__ uint64_t row_total(uint64_t x, const RowPart& row, Shared& sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  __syncthreads();  // the previous reduction's readers are done with sh.u64
-  if ((threadIdx.x & 31) == 0) sh.u64[threadIdx.x >> 5] = x;
-  __syncthreads();
-  uint64_t total = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += sh.u64[w];
-  if (row.ctas == 1) return total;
-  if (threadIdx.x == 0) sh.part_u64 = total;
-  cluster_sync();
-  if (threadIdx.x == 0) {
-    uint64_t acc = 0;
-    for (int r = 0; r < row.ctas; ++r) acc += load_remote64(&sh.part_u64, r);
-    sh.row_u64 = acc;
-  }
-  cluster_sync();
-  return sh.row_u64;
+  return row_combine(block_sum(x, sh.u64), uint64_t{0}, [](uint64_t a, uint64_t b) { return a + b; }, sh.part_u64,
+                     sh.row_u64, row);
 }
-__device__ float row_max(float x, const RowPart& row, Shared& sh) { return row_combine<false>(block_max(x, sh.f), row, sh); }
 
 // The row's 256 bins (each CTA's `part`) summed over its CTAs in rank order into `whole`;
 // returns the bins to read: `part` itself with one CTA. Called by every thread after the
@@ -206,10 +177,7 @@ __device__ const T* row_bins(T* part, T* whole, const RowPart& row) {
   cluster_sync();
   for (int b = threadIdx.x; b < 256; b += blockDim.x) {
     T acc = 0;
-    for (int r = 0; r < row.ctas; ++r) {
-      if constexpr (sizeof(T) == 8) acc += load_remote64(&part[b], r);
-      else acc += load_remote(&part[b], r);
-    }
+    for (int r = 0; r < row.ctas; ++r) acc += load_remote(&part[b], r);
     whole[b] = acc;
   }
   cluster_sync();  // every CTA has read the parts before the next pass clears them
@@ -225,7 +193,7 @@ __device__ uint32_t select_top_k(const RowLogits& x, int vocab, int k, const Row
     for (int b = threadIdx.x; b < 256; b += blockDim.x) sh.hist[b] = 0;
     __syncthreads();
     for (int i = row.first(); i < vocab; i += row.stride()) {
-      const uint32_t key = float_key(x(i));
+      const uint32_t key = order_key(x(i));
       if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
     }
     __syncthreads();
@@ -259,7 +227,7 @@ __device__ uint32_t select_top_p(const RowLogits& x, int vocab, float m, uint32_
     __syncthreads();
     for (int i = row.first(); i < vocab; i += row.stride()) {
       const float v = x(i);
-      const uint32_t key = float_key(v);
+      const uint32_t key = order_key(v);
       if (key >= min_key && (key & mask) == prefix) {
         const uint64_t w = fixed_mass(expf(v - m));
         if (w > 0) atomicAdd(reinterpret_cast<unsigned long long*>(&sh.mass[(key >> shift) & 255u]), w);
@@ -330,7 +298,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       uint64_t local = 0;
       for (int i = row.first(); i < vocab; i += row.stride()) {
         const float v = x(i);
-        if (float_key(v) >= min_key) local += fixed_mass(expf(v - m));
+        if (order_key(v) >= min_key) local += fixed_mass(expf(v - m));
       }
       // A target of at least 1 keeps the most likely token, even for top_p = 0.
       min_key = select_top_p(x, vocab, m, min_key, top_p_target(p.top_p, row_total(local, row, sh)), row, sh);
@@ -340,7 +308,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     ArgMax a{-INFINITY, INT_MAX};
     for (int i = row.first(); i < vocab; i += row.stride()) {
       const float v = x(i);
-      if (float_key(v) < min_key || v == -INFINITY) continue;
+      if (order_key(v) < min_key || v == -INFINITY) continue;
       if (use_min_p && expf(v - m) < p.min_p) continue;
       const float u = sample_uniform(p.seed, p.step, static_cast<uint32_t>(i));
       const float score = (v - m) - logf(-logf(u));

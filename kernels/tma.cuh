@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/common.cuh"
 #include "kernels/launch.cuh"
@@ -138,20 +140,23 @@ __device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
   return r;
 }
 
-// A 4-byte (8-byte) word of CTA `rank`'s shared memory at this CTA's address `p`.
-[[maybe_unused]] __device__ __forceinline__ uint32_t load_remote(const void* p, int rank) {
-  uint32_t v = 0;
+// The value at this CTA's shared-memory address `p` as CTA `rank` of the cluster holds it: a T of
+// 4 or 8 bytes (float, int, unsigned, uint64_t), its bits as stored.
+template <typename T>
+__device__ __forceinline__ T load_remote(const T* p, int rank) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "load_remote: a 4- or 8-byte word");
+  using Word = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  Word v = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(cluster_addr(p, static_cast<unsigned>(rank))) : "memory");
+  const unsigned addr = cluster_addr(p, static_cast<unsigned>(rank));
+  if constexpr (sizeof(T) == 4)
+    asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  else
+    asm volatile("ld.shared::cluster.u64 %0, [%1];\n" : "=l"(v) : "r"(addr) : "memory");
 #endif
-  return v;
-}
-[[maybe_unused]] __device__ __forceinline__ uint64_t load_remote64(const void* p, int rank) {
-  uint64_t v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.shared::cluster.u64 %0, [%1];\n" : "=l"(v) : "r"(cluster_addr(p, static_cast<unsigned>(rank))) : "memory");
-#endif
-  return v;
+  T t;
+  memcpy(&t, &v, sizeof(T));
+  return t;
 }
 
 // Every thread of every CTA of the cluster has arrived: its shared-memory writes are visible.
