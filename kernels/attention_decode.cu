@@ -274,7 +274,7 @@ DecodeChoice decode_choice(int num_heads, int num_kv_heads, bool fp8, DecodeKern
     tc = SplitPolicy{kMinPartition, parts, kTcSplits.max_partition};
   }
   return {tensor_cores, tensor_cores ? tc : fp8 ? kFp8Splits : kBf16Splits, heads_per_cta,
-          tensor_cores ? num_kv_heads : num_kv_heads * (group / heads_per_cta), tensor_cores && cluster_merge};
+          tensor_cores ? num_kv_heads : num_kv_heads * (group / heads_per_cta), cluster_merge};
 }
 
 }  // namespace

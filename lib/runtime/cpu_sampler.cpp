@@ -1,7 +1,6 @@
 #include "runtime/cpu_sampler.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
