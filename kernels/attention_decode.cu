@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   const int chunks = group_size / kHeads;
   const int kvh = blockIdx.x / chunks;
   const int head0 = kvh * group_size + (blockIdx.x % chunks) * kHeads;
-  const int s = blockIdx.y, split = blockIdx.z;
+  const int s = sequence_of(p, blockIdx.y), split = blockIdx.z;
   const int ctx = p.context_lens[s];
   constexpr SplitPolicy kSplit = kFp8 ? kFp8Splits : kBf16Splits;  // (p.split, as constants)
   const int partition = partition_for(ctx, kSplit), used = splits_for(ctx, kSplit);
@@ -330,6 +330,10 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   p.k_scale = cache.k_scale;
   p.v_scale = cache.v_scale;
   p.context_lens = batch.context_lens;
+  // Longest first where a step's CTAs outnumber the GPU's slots: a long context's CTA started
+  // last was the kernel's tail (bench.attention_decode's mixed contexts, bench/NOTES.md
+  // thirty-eighth session). Small steps run in about one wave and skip the extra load.
+  p.seq_order = batch.num_seqs > kDecodeSmallStep ? batch.decode_order : nullptr;
   p.block_tables = batch.block_tables;
   p.max_blocks_per_seq = batch.max_blocks_per_seq;
   p.out = out;

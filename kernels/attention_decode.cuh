@@ -46,6 +46,7 @@ struct DecodeParams {
   const float* k_scale;  // [num_kv_heads], FP8 only
   const float* v_scale;
   const int32_t* context_lens;
+  const int32_t* seq_order;  // [S] or nullptr: grid row y takes sequence seq_order[y] (sequence_of)
   const int32_t* block_tables;
   int max_blocks_per_seq;
   bf16* out;            // [S, H * D]
@@ -58,6 +59,9 @@ struct DecodeParams {
   int num_splits;       // grid z and the workspace stride; each sequence uses splits_for(ctx, split)
   SplitPolicy split;    // the kernel's and cache type's (kBf16Splits, kFp8Splits, kTcSplits or small steps')
 };
+
+// The sequence grid row `y` of a decode kernel takes.
+__device__ __forceinline__ int sequence_of(const DecodeParams& p, int y) { return p.seq_order ? p.seq_order[y] : y; }
 
 // How a sequence of `ctx` tokens is split. It depends on the sequence (and the cache type) alone,
 // never on the batch: a sequence's attention must round the same way whatever else is decoded

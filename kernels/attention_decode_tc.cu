@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_decode_tc_kernel(DecodeP
   __shared__ std::conditional_t<kClusterMerge, ClusterPart<D>, NoClusterPart> cluster_part;
 
   const int group = p.num_heads / p.num_kv_heads;
-  const int kvh = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
+  const int kvh = blockIdx.x, s = sequence_of(p, blockIdx.y), split = blockIdx.z;
   const int head0 = kvh * group;
   const int ctx = p.context_lens[s];
   const int partition = partition_for(ctx, p.split), used = splits_for(ctx, p.split);

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <string>
 #include <utility>
 
 #include "core/error.h"
+#include "core/longest_first.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/attention_test_util.h"
 #include "kernels/kernels.h"
@@ -80,6 +82,22 @@ void run_case(int num_heads, int num_kv_heads, int head_dim, int block_size, std
     CUDA_CHECK(cudaStreamDestroy(st));
     const std::vector<bf16> chained = d_out.download();
     CHECK(std::memcmp(plain.data(), chained.data(), plain.size() * sizeof(bf16)) == 0);
+    // The CTAs taking the sequences longest first, or in reverse: the same bits (the order
+    // changes only when a CTA starts).
+    std::vector<int32_t> order(num_seqs);
+    longest_first(std::vector<int32_t>(ctx.begin(), ctx.end()), order);
+    for (const bool reverse : {false, true}) {
+      if (reverse) std::iota(order.rbegin(), order.rend(), 0);
+      DeviceBuffer<int32_t> d_order(order);
+      AttentionBatch ordered = batch;
+      ordered.decode_order = d_order.get();
+      d_out.poison();
+      attention_decode(d_q.get(), q_stride, cache, ordered, d_out.get(), num_heads, num_kv_heads, head_dim,
+                       block_size, scale, ws.get(), ws_bytes, nullptr, kernel);
+      const std::vector<bf16> taken = d_out.download();
+      INFO("decode_order ", reverse ? "reversed" : "longest first");
+      CHECK(std::memcmp(plain.data(), taken.data(), plain.size() * sizeof(bf16)) == 0);
+    }
   }
   if (fp8) {
     // The codes matter: the same kernel on the bf16 values the codes were made from is further
@@ -116,6 +134,40 @@ TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
     run_case(16, 8, 128, 16, many, 8, false, false, kernel);
   }
   run_case(32, 2, 128, 8, {16, 47, 1500}, 10);  // group 16: past the mma's columns, the CUDA cores
+}
+
+// decode_order is read in steps of more than kDecodeSmallStep sequences only: an order naming
+// sequence 0 alone leaves the others' outputs unwritten at 5 sequences and is ignored at 4.
+// Contexts of 100 tokens: one split on both kernels, so no reduce kernel writes the outputs.
+TEST_CASE("gpu.kernels.attention_decode takes the sequences decode_order names, past small steps") {
+  static_assert(kDecodeSmallStep == 4);
+  std::mt19937 rng(31);
+  for (const DecodeKernel kernel : kBothKernels)
+    for (const int num_seqs : {kDecodeSmallStep, kDecodeSmallStep + 1}) {
+      const std::vector<int> ctx(num_seqs, 100);
+      PagedCache c = make_cache(rng, ctx, 8, 128, 16);
+      DeviceBuffer<bf16> q(random_bf16(rng, size_t(num_seqs) * 16 * 128, -2.f, 2.f)), k(c.k), v(c.v);
+      DeviceBuffer<bf16> out(size_t(num_seqs) * 16 * 128);
+      std::vector<int32_t> qs(num_seqs + 1);
+      std::iota(qs.begin(), qs.end(), 0);
+      DeviceBuffer<int32_t> d_qs(qs), d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
+      DeviceBuffer<int32_t> d_order(std::vector<int32_t>(num_seqs, 0));
+      AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, 100};
+      batch.decode_order = d_order.get();
+      const size_t ws_bytes = attention_decode_workspace_bytes(num_seqs, 16, 128, 100);
+      DeviceBuffer<char> ws(ws_bytes);
+      out.poison();
+      attention_decode(q.get(), 16 * 128, KvCache{k.get(), v.get()}, batch, out.get(), 16, 8, 128, 16, 0.088f,
+                       ws.get(), ws_bytes, nullptr, kernel);
+      const std::vector<bf16> got = out.download();
+      int written = 0;
+      for (int s = 0; s < num_seqs; ++s) {
+        const bf16 first = got[size_t(s) * 16 * 128];
+        written += std::memcmp(&first, "\xff\xff", sizeof(bf16)) != 0;
+      }
+      INFO("kernel ", int(kernel), ", ", num_seqs, " sequences");
+      CHECK(written == (num_seqs > kDecodeSmallStep ? 1 : num_seqs));
+    }
 }
 
 TEST_CASE("gpu.kernels.attention_decode splits small steps' contexts into parts (set_decode_small_step_ctas)") {
@@ -315,7 +367,7 @@ namespace {
 
 // The cache's element size (2: bf16, 1: FP8) sets the bytes; the tokens are the same.
 void bench_decode(bool fp8, DecodeKernel kernel, int heads) {
-  const int kv_heads = 8, d = 128, bs = 16, total_tokens = 256 * 1024;
+  const int kv_heads = 8, d = 128, bs = 16, total_tokens = 256 * 2048;  // every shape's tokens, none read twice
   const size_t cache_elems = size_t(total_tokens) * kv_heads * d, elem = fp8 ? 1 : 2;
   DeviceBuffer<char> k(cache_elems * elem), v(cache_elems * elem);
   DeviceBuffer<bf16> q(size_t(256) * heads * d), out(size_t(256) * heads * d);
@@ -336,18 +388,39 @@ void bench_decode(bool fp8, DecodeKernel kernel, int heads) {
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<double> rates;  // bytes per second of each shape
-  for (auto [num_seqs, ctx] : {std::pair{256, 1024}, std::pair{64, 4096}, std::pair{8, 32768}, std::pair{256, 32},
-                               std::pair{256, 256}, std::pair{1, 512}, std::pair{1, 2048}}) {
+  // Mixed: contexts drawn from shortest..ctx, as in a throughput run's step (nano-vLLM: 100-1,024
+  // in, 100-1,024 out; a 1k/1k job: 1,000 + 0-1,000), the CTAs taking them in the order drawn or
+  // longest first (`ordered`: decode_order, as the runner passes it; a CTA of a long context
+  // started last is the kernel's tail). Equal contexts ordered: what the order's load costs.
+  struct Shape {
+    int num_seqs, ctx;
+    int shortest;  // 0: every context ctx tokens
+    bool ordered;
+  };
+  for (const Shape& shape : {Shape{256, 1024, 0, false}, Shape{256, 1024, 0, true}, Shape{64, 4096, 0, false},
+                             Shape{8, 32768, 0, false}, Shape{256, 32, 0, false}, Shape{256, 256, 0, false},
+                             Shape{1, 512, 0, false}, Shape{1, 2048, 0, false}, Shape{128, 2048, 128, false},
+                             Shape{128, 2048, 128, true}, Shape{256, 2048, 1000, false},
+                             Shape{256, 2048, 1000, true}}) {
+    const int num_seqs = shape.num_seqs, ctx = shape.ctx;
     const int blocks_per_seq = ctx / bs, num_blocks = num_seqs * blocks_per_seq;
     std::mt19937 rng(1);
     std::vector<int32_t> table(num_blocks), qs(num_seqs + 1), lens(num_seqs, ctx);
+    if (shape.shortest > 0) {
+      std::uniform_int_distribution<int> len(shape.shortest, ctx);
+      for (int32_t& l : lens) l = len(rng);
+    }
+    std::vector<int32_t> order(num_seqs);
+    longest_first(lens, order);
+    const size_t tokens = std::accumulate(lens.begin(), lens.end(), size_t(0));
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);  // blocks scattered as after real allocation
     std::iota(qs.begin(), qs.end(), 0);
-    DeviceBuffer<int32_t> d_table(table), d_qs(qs), d_lens(lens);
+    DeviceBuffer<int32_t> d_table(table), d_qs(qs), d_lens(lens), d_order(order);
     const size_t ws_bytes = attention_decode_workspace_bytes(num_seqs, heads, d, ctx);
     DeviceBuffer<char> ws(ws_bytes);
     AttentionBatch batch{d_qs.get(), d_lens.get(), d_table.get(), blocks_per_seq, num_seqs, 1, ctx};
+    if (shape.ordered) batch.decode_order = d_order.get();
     auto launch = [&] {
       attention_decode(q.get(), heads * d, cache, batch, out.get(), heads, kv_heads, d, bs, 0.088f, ws.get(),
                        ws_bytes, nullptr, kernel);
@@ -364,11 +437,13 @@ void bench_decode(bool fp8, DecodeKernel kernel, int heads) {
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
-    const double bytes = 2.0 * size_t(num_blocks) * bs * kv_heads * d * elem, med = ms[ms.size() / 2];
+    const double bytes = 2.0 * tokens * kv_heads * d * elem, med = ms[ms.size() / 2];
     rates.push_back(bytes / (med * 1e-3));
-    std::printf("%s S=%d ctx=%d H=%d KVH=%d D=%d bs=%d: KV bytes %.3f GB, floor at 3.03 TB/s "
+    const std::string lens_note = (shape.shortest > 0 ? " (mixed " + std::to_string(shape.shortest) + "..)" : "") +
+                                  (shape.ordered ? " longest first" : "");
+    std::printf("%s S=%d ctx=%d%s H=%d KVH=%d D=%d bs=%d: KV bytes %.3f GB, floor at 3.03 TB/s "
                 "%.1f us, median %.1f us (min %.1f), %.0f GB/s = %.1f%% of 3.03 TB/s\n",
-                name.c_str(), num_seqs, ctx, heads, kv_heads, d, bs, bytes / 1e9, bytes / 3.03e12 * 1e6, med * 1e3,
+                name.c_str(), num_seqs, ctx, lens_note.c_str(), heads, kv_heads, d, bs, bytes / 1e9, bytes / 3.03e12 * 1e6, med * 1e3,
                 ms[0] * 1e3, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 3.03e12);
   }
   // The copy ceiling on this card: a device-to-device copy of the K cache (read + write), the
@@ -395,8 +470,10 @@ void bench_decode(bool fp8, DecodeKernel kernel, int heads) {
 // Timing at the issue's shape (batch 256 x context 1024, Qwen3-0.6B heads, block size 16), the
 // same number of cached tokens as fewer, longer sequences (where the split-K matters), and short
 // contexts (where a CTA's fixed costs do), one sequence (kv heads x one split: each warp's
-// tiles one after another, bench/NOTES.md twenty-first session); then the Qwen3-8B / Llama-3-8B heads (32 q, 8 kv:
-// group 4). Each on both kernels: kAuto's choice by group comes from these.
+// tiles one after another, bench/NOTES.md twenty-first session), steps of mixed contexts taken
+// as drawn and longest first (decode_order; thirty-eighth session); then the Qwen3-8B /
+// Llama-3-8B heads (32 q, 8 kv: group 4). Each on both kernels: kAuto's choice by group comes
+// from these.
 TEST_CASE("bench.attention_decode batch 256 x 1024" * doctest::skip()) {
   for (const int heads : {16, 32})
     for (const DecodeKernel kernel : kBothKernels) bench_decode(false, kernel, heads);

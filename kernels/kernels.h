@@ -227,6 +227,11 @@ struct AttentionBatch {
   int max_context_len;          // host-side bound, for the grid / split: every context_lens[s]
                                 // must be <= it (decode splits the context by it; a CUDA graph
                                 // must be captured with the largest context it will replay)
+  // [S], device, optional: the order in which attention_decode's CTAs take the sequences of a
+  // step of more than kDecodeSmallStep (a permutation of 0 .. S - 1, longest context first:
+  // decode_order); nullptr, or a smaller step, takes them as they come. The results do not depend
+  // on it.
+  const int32_t* decode_order = nullptr;
 };
 
 // Causal grouped-query attention for prefill chunks. q rows have stride q_stride elements

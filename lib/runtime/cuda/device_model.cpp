@@ -260,6 +260,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
     kernels::AttentionBatch decodes = ab;
     decodes.num_seqs = D;
     decodes.max_query_len = 1;
+    decodes.decode_order = st.at<int32_t>(L.decode_order);
     // Chained (PDL) where o_proj is a gemv, whose weight stream then starts during the attention.
     const bool chained = !fused_norm && use_gemv(T, c_.q_size());
     kernels::attention_decode(qkv, c_.qkv_size(), cache, decodes, attn, c_.num_heads, c_.num_kv_heads,

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
+#include <span>
 
 #include "core/error.h"
+#include "core/longest_first.h"
 
 namespace nvllm {
 
@@ -28,6 +31,7 @@ StepLayout make_step_layout(int tokens, int seqs, int width, int sample_rows) {
   l.slots = take(sizeof(int32_t) * tokens);
   l.query_start = take(sizeof(int32_t) * (seqs + 1));
   l.context_lens = take(sizeof(int32_t) * seqs);
+  l.decode_order = take(sizeof(int32_t) * seqs);
   l.block_tables = take(sizeof(int32_t) * static_cast<size_t>(seqs) * width);
   l.sample_token = take(sizeof(int32_t) * sample_rows);
   l.sample_params = take(sizeof(kernels::SampleRow) * sample_rows);
@@ -143,6 +147,9 @@ PackedStep pack_step(const Batch& b, int padded_seqs, int width, bool logits_row
   std::byte* base = static_cast<std::byte*>(host);
   pack_forward(b, p.layout, padded_seqs, width, base);
   step_shape(b, pad, p);
+  int32_t* order = ints(base, p.layout.decode_order);
+  longest_first(std::span(ints(base, p.layout.context_lens), p.decode_seqs), std::span(order, p.decode_seqs));
+  std::iota(order + p.decode_seqs, order + padded_seqs, p.decode_seqs);
   extras.clear();
   for (int r = 0; r < rows; ++r) pack_sample_row(b, r, p.sampled_seqs[r], logits_row_is_seq, max_top, base, p, extras);
   return p;

@@ -19,6 +19,7 @@ struct StepLayout {
   size_t token_ids = 0, positions = 0, slots = 0;  // [tokens]
   size_t query_start = 0;                          // [seqs + 1]
   size_t context_lens = 0;                         // [seqs]
+  size_t decode_order = 0;                         // [seqs]: AttentionBatch::decode_order
   size_t block_tables = 0;                         // [seqs, width]
   size_t sample_token = 0;                         // [sample_rows]: token row that samples
   size_t sample_params = 0;                        // [sample_rows] kernels::SampleRow
@@ -57,6 +58,8 @@ struct PackedStep {
 // (padded_seqs > num_seqs only for a decode graph: padded sequences have one token at
 // position 0, slot -1, context 1 in block 0) with block tables `width` wide.
 // `logits_row_is_seq`: the sampler reads logits row s (graph) instead of row r (gathered).
+// decode_order holds the leading decode sequences (padded ones included) longest context first,
+// then the others in place.
 PackedStep pack_step(const Batch& batch, int padded_seqs, int width, bool logits_row_is_seq, int max_top,
                      void* host, size_t host_bytes, SamplerExtras& extras);
 
