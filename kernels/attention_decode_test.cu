@@ -136,6 +136,41 @@ TEST_CASE("gpu.kernels.attention_decode matches the CPU reference") {
   run_case(32, 2, 128, 8, {16, 47, 1500}, 10);  // group 16: past the mma's columns, the CUDA cores
 }
 
+namespace {
+
+std::vector<int32_t> first_ints(int n) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// A decode step of `num_seqs` sequences of `ctx_len` tokens each, with Qwen3-0.6B's heads (16 q,
+// 8 kv, head_dim 128) over a bf16 cache of 16-token blocks, on the device; run() launches it on
+// the kernel given.
+struct EqualStep {
+  static constexpr int kHeads = 16, kKvHeads = 8, kDim = 128, kBlock = 16;
+  PagedCache c;
+  DeviceBuffer<bf16> q, k, v, out;
+  DeviceBuffer<int32_t> qs, ctx, bt;
+  AttentionBatch batch;
+  EqualStep(std::mt19937& rng, int num_seqs, int ctx_len)
+      : c(make_cache(rng, std::vector<int>(num_seqs, ctx_len), kKvHeads, kDim, kBlock)),
+        q(random_bf16(rng, size_t(num_seqs) * kHeads * kDim, -2.f, 2.f)),
+        k(c.k),
+        v(c.v),
+        out(size_t(num_seqs) * kHeads * kDim),
+        qs(first_ints(num_seqs + 1)),
+        ctx(std::vector<int32_t>(num_seqs, ctx_len)),
+        bt(c.block_tables),
+        batch{qs.get(), ctx.get(), bt.get(), c.max_blocks_per_seq, num_seqs, 1, ctx_len} {}
+  void run(void* ws, size_t ws_bytes, DecodeKernel kernel) {
+    attention_decode(q.get(), kHeads * kDim, KvCache{k.get(), v.get()}, batch, out.get(), kHeads, kKvHeads, kDim,
+                     kBlock, 0.088f, ws, ws_bytes, nullptr, kernel);
+  }
+};
+
+}  // namespace
+
 // decode_order is read in steps of more than kDecodeSmallStep sequences only: an order naming
 // sequence 0 alone leaves the others' outputs unwritten at 5 sequences and is ignored at 4.
 // Contexts of 100 tokens: one split on both kernels, so no reduce kernel writes the outputs.
@@ -144,25 +179,17 @@ TEST_CASE("gpu.kernels.attention_decode takes the sequences decode_order names, 
   std::mt19937 rng(31);
   for (const DecodeKernel kernel : kBothKernels)
     for (const int num_seqs : {kDecodeSmallStep, kDecodeSmallStep + 1}) {
-      const std::vector<int> ctx(num_seqs, 100);
-      PagedCache c = make_cache(rng, ctx, 8, 128, 16);
-      DeviceBuffer<bf16> q(random_bf16(rng, size_t(num_seqs) * 16 * 128, -2.f, 2.f)), k(c.k), v(c.v);
-      DeviceBuffer<bf16> out(size_t(num_seqs) * 16 * 128);
-      std::vector<int32_t> qs(num_seqs + 1);
-      std::iota(qs.begin(), qs.end(), 0);
-      DeviceBuffer<int32_t> d_qs(qs), d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
+      EqualStep step(rng, num_seqs, 100);
       DeviceBuffer<int32_t> d_order(std::vector<int32_t>(num_seqs, 0));
-      AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, 100};
-      batch.decode_order = d_order.get();
-      const size_t ws_bytes = attention_decode_workspace_bytes(num_seqs, 16, 128, 100);
+      step.batch.decode_order = d_order.get();
+      const size_t ws_bytes = attention_decode_workspace_bytes(num_seqs, EqualStep::kHeads, EqualStep::kDim, 100);
       DeviceBuffer<char> ws(ws_bytes);
-      out.poison();
-      attention_decode(q.get(), 16 * 128, KvCache{k.get(), v.get()}, batch, out.get(), 16, 8, 128, 16, 0.088f,
-                       ws.get(), ws_bytes, nullptr, kernel);
-      const std::vector<bf16> got = out.download();
+      step.out.poison();
+      step.run(ws.get(), ws_bytes, kernel);
+      const std::vector<bf16> got = step.out.download();
       int written = 0;
       for (int s = 0; s < num_seqs; ++s) {
-        const bf16 first = got[size_t(s) * 16 * 128];
+        const bf16 first = got[size_t(s) * EqualStep::kHeads * EqualStep::kDim];
         written += std::memcmp(&first, "\xff\xff", sizeof(bf16)) != 0;
       }
       INFO("kernel ", int(kernel), ", ", num_seqs, " sequences");
@@ -188,17 +215,9 @@ TEST_CASE("gpu.kernels.attention_decode splits small steps' contexts into parts 
   // up to 4 sequences, one split (none needed) without the parts or in a step of 5.
   std::mt19937 rng(26);
   auto needs_workspace = [&](int num_seqs) {
-    const std::vector<int> ctx(num_seqs, 100);
-    PagedCache c = make_cache(rng, ctx, 8, 128, 16);
-    DeviceBuffer<bf16> q(random_bf16(rng, size_t(num_seqs) * 16 * 128, -2.f, 2.f)), k(c.k), v(c.v);
-    DeviceBuffer<bf16> out(size_t(num_seqs) * 16 * 128);
-    std::vector<int32_t> qs(num_seqs + 1);
-    std::iota(qs.begin(), qs.end(), 0);
-    DeviceBuffer<int32_t> d_qs(qs), d_ctx(std::vector<int32_t>(ctx.begin(), ctx.end())), d_bt(c.block_tables);
-    AttentionBatch batch{d_qs.get(), d_ctx.get(), d_bt.get(), c.max_blocks_per_seq, num_seqs, 1, 100};
+    EqualStep step(rng, num_seqs, 100);
     try {
-      attention_decode(q.get(), 16 * 128, KvCache{k.get(), v.get()}, batch, out.get(), 16, 8, 128, 16, 0.088f,
-                       nullptr, 0, nullptr, DecodeKernel::kTensorCores);
+      step.run(nullptr, 0, DecodeKernel::kTensorCores);
       CUDA_CHECK(cudaDeviceSynchronize());
       return false;
     } catch (const nvllm::Error&) {
