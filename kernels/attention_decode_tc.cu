@@ -447,19 +447,9 @@ bool allow_16() {
 // Whether clusters of `size` CTAs of the bf16, head_dim 128 cluster kernel can be resident (the
 // four cluster kernels have the same threads and near the same shared memory).
 bool cluster_fits(int size) {
-  const cudaLaunchAttribute attr = cluster_attr(dim3(1, 1, unsigned(size)));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(1, 1, unsigned(size));
-  cfg.blockDim = dim3(kTcThreads);
-  cfg.attrs = const_cast<cudaLaunchAttribute*>(&attr);
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(attention_decode_tc_kernel<bf16, 128, false, true>),
-                                     &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();  // not an error of the run: a smaller cluster, or none
-    return false;
-  }
-  return clusters > 0;
+  const dim3 cluster(1, 1, unsigned(size));
+  return max_active_clusters(reinterpret_cast<const void*>(attention_decode_tc_kernel<bf16, 128, false, true>), cluster,
+                             cluster, dim3(kTcThreads)) > 0;
 }
 
 }  // namespace

@@ -727,20 +727,10 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
       continue;
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(s.num_kv_heads * cluster);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr = cluster_attr(cluster);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int active = 0;
-    if (cudaOccupancyMaxActiveClusters(&active, attention, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear it: this size is just not available
-      continue;
-    }
+    const int active = max_active_clusters(reinterpret_cast<const void*>(attention), dim3(s.num_kv_heads * cluster),
+                                           dim3(unsigned(cluster)), dim3(kThreads), smem);
     // Several sequences: every kv head's cluster at once (larger CTAs fit fewer clusters, and
-    // one more than fit runs as a second wave: twice the kernel's time).
+    // one more than fit runs as a second wave: twice the kernel's time; 0: this size cannot run).
     if (active >= (multi ? s.num_kv_heads : 1)) {
       p.cluster = cluster;
       p.smem[0] = smem;

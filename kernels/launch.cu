@@ -27,6 +27,22 @@ int decode_small_step_ctas() { return small_step_ctas.load(std::memory_order_rel
 bool decode_cluster_merge() { return cluster_merge.load(std::memory_order_relaxed); }
 }  // namespace decode_detail
 
+int max_active_clusters(const void* kernel, dim3 grid, dim3 cluster, dim3 block, size_t smem) {
+  const cudaLaunchAttribute attr = cluster_attr(cluster);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = const_cast<cudaLaunchAttribute*>(&attr);
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // not an error of the run
+    return 0;
+  }
+  return clusters;
+}
+
 int l2_ahead_blocks(const L2Ahead& a) {
   if (a.p == nullptr || a.bytes == 0) return 0;
   static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);

@@ -76,6 +76,11 @@ inline cudaLaunchAttribute cluster_attr(dim3 dims) {
 }
 inline cudaLaunchAttribute cluster_attr(int cluster) { return cluster_attr(dim3(unsigned(cluster), 1, 1)); }
 
+// How many clusters of `cluster` CTAs of `kernel` (`block` threads, `smem` bytes of dynamic shared
+// memory) the device can hold at once, for a grid of `grid`; 0 where it cannot run them at all
+// (the query's error cleared: a smaller cluster, or none, is the caller's answer).
+int max_active_clusters(const void* kernel, dim3 grid, dim3 cluster, dim3 block, size_t smem = 0);
+
 // The launch attribute that allows PDL (launch_pdl's, for launches with more attributes).
 inline cudaLaunchAttribute pdl_attr() {
   cudaLaunchAttribute a{};

@@ -424,18 +424,9 @@ namespace {
 int largest_row_cluster() {
   if (device_attribute(cudaDevAttrComputeCapabilityMajor) < 9) return 1;
   for (int ctas = kMaxRowCtas; ctas > 1; ctas /= 2) {
-    const cudaLaunchAttribute attr = cluster_attr(ctas);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(ctas, 1);
-    cfg.blockDim = dim3(kThreads);
-    cfg.attrs = const_cast<cudaLaunchAttribute*>(&attr);
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(sample_kernel), &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();  // not an error of the run: take smaller clusters
-      continue;
-    }
-    if (clusters > 0) return ctas;
+    const dim3 cluster(unsigned(ctas), 1, 1);
+    if (max_active_clusters(reinterpret_cast<const void*>(sample_kernel), cluster, cluster, dim3(kThreads)) > 0)
+      return ctas;
   }
   return 1;
 }

@@ -25,13 +25,18 @@ inline constexpr int64_t kMaxMassVocab = (int64_t(1) << 20) - 1;
 // exp(x - m) in [0, 1] as a mass: truncated toward zero, the same on host and device.
 NVLLM_HOST_DEVICE uint64_t fixed_mass(float e) { return static_cast<uint64_t>(e * 0x1p44f); }
 
+// A float's bits, on host and device.
+NVLLM_HOST_DEVICE uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  return std::bit_cast<uint32_t>(x);
+#endif
+}
+
 // Order-preserving map of a float to an unsigned key (a larger float, a larger key; -0 below +0).
 NVLLM_HOST_DEVICE uint32_t order_key(float x) {
-#if defined(__CUDA_ARCH__)
-  const uint32_t u = __float_as_uint(x);
-#else
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-#endif
+  const uint32_t u = float_bits(x);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
@@ -40,11 +45,7 @@ NVLLM_HOST_DEVICE uint32_t order_key(float x) {
 // product held in 128 bits.
 NVLLM_HOST_DEVICE uint64_t top_p_target(float top_p, uint64_t total) {
   __extension__ typedef unsigned __int128 u128;
-#if defined(__CUDA_ARCH__)
-  const uint32_t bits = __float_as_uint(top_p);
-#else
-  const uint32_t bits = std::bit_cast<uint32_t>(top_p);
-#endif
+  const uint32_t bits = float_bits(top_p);
   const uint32_t exponent = (bits >> 23) & 0xffu;
   if ((bits & 0x80000000u) != 0 || (bits & 0x7fffffffu) == 0) return 1;  // <= 0
   const uint64_t mant = (bits & 0x7fffffu) | (exponent != 0 ? 0x800000u : 0u);
