@@ -8,7 +8,8 @@
 //
 // Two CTAs of 256 threads per SM (one for hidden sizes over 1,024). A warp owns kRows consecutive
 // rows at a time and lane l reads the 16-byte chunks l, l + 32, ... of each row, so one load
-// instruction of a warp covers 512 contiguous bytes. The first rows' loads are issued before the
+// instruction of a warp covers 512 contiguous bytes; where the hidden size is not a multiple of
+// 256 (Qwen2.5-0.5B's 896), the last such instruction has fewer lanes. The first rows' loads are issued before the
 // PDL wait (the weights are constants): the stream starts while the last layer still runs, and the
 // loads of the next rows are in flight while a warp reduces the current ones. Every warp computes the norm of h itself:
 // its lanes' chunks of h cover the whole vector, so the sum of squares needs no block barrier.
@@ -67,7 +68,7 @@ template <int kC, int kRows, int kCtas>
 __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHeadArgs a) {
   __shared__ unsigned long long best_s[kWarps];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int chunks = a.hidden / 256;  // 16-byte chunks of a row per lane
+  auto has = [&](int j) { return (j * 32 + lane) * 8 < a.hidden; };  // this lane holds its chunk j
   const int step = gridDim.x * kWarps * kRows;
   const uint64_t policy = l2_evict_first();
 
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
       const int row = r0 + r;
 #pragma unroll
       for (int j = 0; j < kC; ++j)
-        if (j < chunks && row < a.vocab)
+        if (has(j) && row < a.vocab)
           wv[r][j] = load16_hint(a.w + size_t(row) * a.hidden + (j * 32 + lane) * 8, policy);
     }
   };
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kC; ++j) {
-    if (j >= chunks) continue;
+    if (!has(j)) continue;
     xv[j] = __ldcg(reinterpret_cast<const uint4*>(a.h + (j * 32 + lane) * 8));
     float v[8];
     bf16x8_to_float(xv[j], v);
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
   const float rstd = rsqrtf(warp_sum(ss) / a.hidden + a.eps);
 #pragma unroll
   for (int j = 0; j < kC; ++j) {
-    if (j >= chunks) continue;
+    if (!has(j)) continue;
     float v[8], nw[8];
     bf16x8_to_float(xv[j], v);
     bf16x8_to_float(*reinterpret_cast<const uint4*>(a.norm_w + (j * 32 + lane) * 8), nw);
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
       acc[r] = 0.f;
 #pragma unroll
       for (int j = 0; j < kC; ++j) {
-        if (j >= chunks) continue;
+        if (!has(j)) continue;
         float wf[8], xf[8];
         bf16x8_to_float(wv[r][j], wf);
         bf16x8_to_float(xv[j], xf);
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
 
 }  // namespace
 
-bool decode_head_supported(int hidden) { return hidden > 0 && hidden % 256 == 0 && hidden <= 8 * 256; }
+bool decode_head_supported(int hidden) { return hidden > 0 && hidden % 8 == 0 && hidden <= 8 * 256; }
 
 void decode_head(const DecodeHeadArgs& a, int sms, cudaStream_t stream) {
   NVLLM_CHECK(decode_head_supported(a.hidden), "internal: decode_head with hidden size ", a.hidden);

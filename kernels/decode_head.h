@@ -35,7 +35,7 @@ struct DecodeHeadArgs {
   const void* l2_next = nullptr;
   size_t l2_next_bytes = 0;
 };
-// Whether decode_head handles this hidden size (a multiple of 256, at most 2048).
+// Whether decode_head handles this hidden size (whole 16-byte chunks: a multiple of 8, at most 2048).
 bool decode_head_supported(int hidden);
 // logits = (rmsnorm(h) * norm_w) W^T and *token = argmax(logits) for one row, on `sms` SMs,
 // launched with PDL.

@@ -77,8 +77,11 @@ TEST_CASE("gpu.kernels.decode_head matches the CPU norm, LM head and argmax") {
     int vocab, hidden;
   };
   // Qwen3-0.6B's LM head (151,936 x 1,024), hidden sizes of 1, 2, 4 and 8 chunks a lane,
-  // vocabularies that leave the last warp step partly empty.
-  for (Shape s : {Shape{151936, 1024}, Shape{1001, 256}, Shape{5003, 2048}, Shape{77, 512}}) {
+  // vocabularies that leave the last warp step partly empty; Qwen2.5-0.5B's (151,936 x 896) and
+  // other hidden sizes that end inside a warp's 256 values (8: one lane's chunk; 1,032: one lane's
+  // fifth, on the kernel for 8 chunks; 2,040: all but a lane's eighth).
+  for (Shape s : {Shape{151936, 1024}, Shape{1001, 256}, Shape{5003, 2048}, Shape{77, 512}, Shape{151936, 896},
+                  Shape{999, 8}, Shape{3001, 1032}, Shape{2003, 2040}}) {
     INFO("vocab ", s.vocab, ", hidden ", s.hidden);
     const Case c = make_case(s.vocab, s.hidden, uint32_t(s.vocab + s.hidden));
     const std::vector<float> ref = reference_logits(c, eps);
@@ -91,6 +94,11 @@ TEST_CASE("gpu.kernels.decode_head matches the CPU norm, LM head and argmax") {
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     if (sorted[0] - sorted[1] > 1e-2f) CHECK(token == host_argmax(ref));
   }
+}
+
+TEST_CASE("gpu.kernels.decode_head serves every hidden size of whole 16-byte chunks up to 2,048") {
+  for (int hidden : {8, 256, 896, 1032, 2040, 2048}) CHECK(decode_head_supported(hidden));
+  for (int hidden : {0, 4, 900, 1028, 2056, 4096}) CHECK_FALSE(decode_head_supported(hidden));
 }
 
 TEST_CASE("gpu.kernels.decode_head picks the lowest id among equal maxima and never NaN") {
