@@ -36,6 +36,7 @@ CudaTuning cuda_tuning_from_env() {
   t.fused_decode = on_unless_zero("NVLLM_FUSED_DECODE", t.fused_decode);
   t.fused_head = on_unless_zero("NVLLM_FUSED_HEAD", t.fused_head);
   t.chain_decode = on_unless_zero("NVLLM_CHAIN_DECODE", true);
+  t.chain_max_seqs = int(positive_or("NVLLM_CHAIN_MAX_SEQS", t.chain_max_seqs));
   t.peer_all_reduce = on_unless_zero("NVLLM_PEER_ALL_REDUCE", t.peer_all_reduce);
   t.peer_push = on_unless_zero("NVLLM_PEER_PUSH", t.peer_push);
   t.gemv_push = on_unless_zero("NVLLM_GEMV_PUSH", t.gemv_push);

@@ -49,7 +49,7 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
       stream_(),
       model_(checked(config, w, options), w, options.block_size, options.gemv_max_batch,
              options.fp8_kv ? &*options.fp8_kv : nullptr, options.fp8_weights, std::move(tp)),
-      chain_(options.block_size, options.max_model_len) {
+      chain_(options.block_size, options.max_model_len, options.tuning.chain_max_seqs) {
   seq_cap_ = opt_.max_num_seqs;
   token_cap_ = std::max(opt_.max_num_batched_tokens, seq_cap_);
   width_cap_ = blocks_for(opt_.max_model_len, opt_.block_size);
@@ -71,8 +71,9 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   const GraphCache::Hit graph = pick_path(b);
   const PackedStep packed = stage_and_launch(b, graph);
   if (graph && opt_.tuning.chain_decode && !fused_.tracing()) {
-    // The token the chained step decodes: written into the staging by the fused head, else the
-    // sampler's argmax (the separate kernels, tensor parallelism), copied there on the device.
+    // The tokens the chained step decodes: written into the staging by the fused head (batch 1),
+    // else the sampler's argmax (several sequences, the separate kernels, tensor parallelism),
+    // copied there on the device.
     const bool head = fused_.head(b.decode_only, graph.size, graph.bound);
     chain_.next(b, packed, graph, slot_, graphs_, io_, head,
                 [this, head](const Batch& n, const PackedStep& p, int slot, size_t from, GraphCache::Hit g) {
@@ -83,7 +84,7 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   if (fused_.tracing() && fused_.applies(b.decode_only, b.num_tokens(), graph ? graph.bound : packed.max_context_len))
     fused_.write_trace();
   read_back(b, packed, static_cast<bool>(graph), out);
-  if (chain_.pending()) chain_.set_token(out.token_ids[0]);
+  if (chain_.pending()) chain_.set_tokens(out.token_ids);
 }
 
 void CudaRunner::check_batch(const Batch& b) const {
@@ -125,7 +126,7 @@ void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, siz
   const int S = b.num_seqs(), T = b.num_tokens();
   const int R = static_cast<int>(packed.sampled_seqs.size());
   io_.begin(slot, from, packed.layout.bytes, st);
-  if (device_token != nullptr) io_.copy_token(packed.layout.token_ids, device_token, st);
+  if (device_token != nullptr) io_.copy_tokens(packed.layout.token_ids, device_token, S, st);
   if (graph)
     CUDA_CHECK(cudaGraphLaunch(graph.exec, st));
   else

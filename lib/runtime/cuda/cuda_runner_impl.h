@@ -4,7 +4,7 @@
 //   GraphCache    graph_cache.h    decode CUDA graphs: buckets, capture, find, replay
 //   GpuSampler    gpu_sampler.h    sampling, penalties' extras, logprobs, unpacking
 //   StepIo        step_io.h        staging slots, copies, events, device time
-//   DecodeChain   decode_chain.h   the chained batch-1 step
+//   DecodeChain   decode_chain.h   the chained greedy step (batch 1 by default)
 //   kv sizing     kv_sizing.h      the blocks the cache gets
 // Under tensor parallelism TpRunner (tp_runner.h) holds one CudaRunner per rank, each over its
 // share of the model (DeviceModel's TpShard), all running every step together.

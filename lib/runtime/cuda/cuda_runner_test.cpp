@@ -166,14 +166,25 @@ TEST_CASE("gpu.cuda_runner chained batch-1 decode steps give the tokens of uncha
   // swapped token), it is dropped and the batch runs as usual.
   for (Arch arch : {Arch::kQwen3, Arch::kLlama}) {
     INFO((arch == Arch::kQwen3 ? "qwen3" : "llama"));
-    check_chained_matches_unchained(arch, true, 1);
+    check_chained_matches_unchained(arch, {});
   }
 }
 
 TEST_CASE("gpu.cuda_runner chained batch-1 decode on the separate kernels: the argmax's token") {
   // No fused head: the chained step's token is the sampler's argmax, copied into its inputs on the
   // device, and the other inputs come from the host (gpu.tp_runner has the same on 2 ranks).
-  check_chained_matches_unchained(Arch::kQwen3, false, 1);
+  check_chained_matches_unchained(Arch::kQwen3, {.fused = false});
+}
+
+TEST_CASE("gpu.cuda_runner chained decode steps of several sequences give the tokens of unchained ones") {
+  // The argmax's tokens, one a sequence, copied into the chained step's inputs: 2 sequences on the
+  // fused kernels' batch plan, 3 on a graph of 4 (a padded row), on the separate kernels too; a
+  // swapped token of any one sequence drops the chained step. Steps of exactly chain_max_seqs
+  // sequences chain, one more do not.
+  check_chained_matches_unchained(Arch::kQwen3, {.seqs = 2});
+  check_chained_matches_unchained(Arch::kLlama, {.fused = false, .seqs = 3});
+  check_chained_matches_unchained(Arch::kQwen3, {.seqs = 3, .chain_max_seqs = 3});
+  check_chained_matches_unchained(Arch::kQwen3, {.seqs = 3, .chain_max_seqs = 2});
 }
 
 TEST_CASE("gpu.cuda_runner matches the CPU runner, graphs on and off") {

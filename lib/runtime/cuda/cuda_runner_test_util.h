@@ -400,29 +400,72 @@ inline RunResult run_single(const ModelConfig& c, uint32_t seed, bool enforce_ea
   return result;
 }
 
-// The greedy tokens of one sequence (a 20-token prompt, then `decodes` decode steps) on the CUDA
-// runner with chain_decode on or off. At the steps in `swap_at` the next input is not the sampled
-// token but vocab - 1 - token, so a chained step (which decodes the sampled one) must be dropped.
-// `fused`: the fused decode kernels (whose head writes the token into the next step's inputs);
-// off, the separate kernels (the sampler's argmax copied there). `tp`: tensor-parallel ranks.
+// `n` sequences decoded together, one token a step: prompts of 20, 25, 30, ... random tokens, each
+// sequence on its own shuffled share of the cache's blocks.
+struct Sequences {
+  std::vector<std::vector<int32_t>> blocks, hist;
+  SamplingParams greedy;
+
+  Sequences(const ModelConfig& c, int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int each = OneSequence::kBlocks / n;
+    for (int s = 0; s < n; ++s) {
+      blocks.push_back(test::block_range(s * each, each));
+      std::shuffle(blocks.back().begin(), blocks.back().end(), rng);
+      hist.emplace_back();
+      for (int i = 0; i < 20 + 5 * s; ++i) hist.back().push_back(static_cast<int32_t>(rng() % c.vocab_size));
+    }
+    greedy.temperature = 0.0f;
+  }
+  Batch batch(int step) const {
+    const int n = static_cast<int>(hist.size());
+    std::vector<test::SeqChunk> chunks;
+    for (int s = 0; s < n; ++s)
+      chunks.push_back(step == 0 ? test::SeqChunk{hist[s], 0, blocks[s]}
+                                 : test::SeqChunk{{hist[s].back()}, static_cast<int>(hist[s].size()) - 1, blocks[s]});
+    Batch b = test::make_batch(chunks, OneSequence::kBlockSize);
+    add_sampling(b, std::vector<uint8_t>(n, 1), std::vector<const SamplingParams*>(n, &greedy), hist, step);
+    return b;
+  }
+};
+
+// How chained_run runs: `seqs` sequences decoded together (1: OneSequence), the fused decode
+// kernels (whose batch-1 head writes the token into the next step's inputs) or the separate ones
+// (the sampler's argmax tokens copied there), `tp` tensor-parallel ranks, chaining steps of up to
+// `chain_max_seqs` sequences.
+struct ChainRun {
+  bool fused = true;
+  int tp = 1, seqs = 1, chain_max_seqs = 8;
+};
+
+// The greedy tokens (every sequence's, step by step) of a prefill and then `decodes` decode steps
+// on the CUDA runner with chain_decode on or off. At the steps in `swap_at` one sequence's next
+// input (sequence step % seqs) is not its sampled token but vocab - 1 - token, so a chained step
+// (which decodes the sampled ones) must be dropped.
 inline std::vector<int32_t> chained_run(const ModelConfig& c, bool chain, int decodes, const std::set<int>& swap_at,
-                                        int* chained, bool fused = true, int tp = 1) {
+                                        int* chained, const ChainRun& run = {}) {
   ModelWeights wf = test::random_weights(c, 5), wb;
   scale_projections(wf, 0.4f);
   split_weights(wf, wb);
   CudaRunnerOptions opt = OneSequence::options();
   opt.tuning.chain_decode = chain;
-  opt.tuning.fused_decode = fused;
-  opt.tensor_parallel_size = tp;
+  opt.tuning.chain_max_seqs = run.chain_max_seqs;
+  opt.tuning.fused_decode = run.fused;
+  opt.tensor_parallel_size = run.tp;
   std::unique_ptr<Runner> gpu = make_cuda_runner(c, wb, opt);
-  OneSequence seq(c, 9);
-  seq.greedy.max_tokens = decodes + 1;  // the last step chains nothing
+  OneSequence one(c, 9);
+  Sequences many(c, run.seqs, 9);
+  one.greedy.max_tokens = many.greedy.max_tokens = decodes + 1;  // the last step chains nothing
   std::vector<int32_t> sampled;
   for (int step = 0; step <= decodes; ++step) {
     StepOutput out;
-    gpu->execute(seq.batch(step), out);
-    sampled.push_back(out.token_ids[0]);
-    seq.hist.push_back(swap_at.count(step) ? c.vocab_size - 1 - out.token_ids[0] : out.token_ids[0]);
+    gpu->execute(run.seqs == 1 ? one.batch(step) : many.batch(step), out);
+    for (int s = 0; s < run.seqs; ++s) {
+      const int32_t t = out.token_ids[s];
+      sampled.push_back(t);
+      std::vector<int32_t>& hist = run.seqs == 1 ? one.hist : many.hist[s];
+      hist.push_back(swap_at.count(step) && s == step % run.seqs ? c.vocab_size - 1 - t : t);
+    }
   }
   *chained = cuda_runner_chained_steps(*gpu);
   return sampled;
@@ -430,8 +473,9 @@ inline std::vector<int32_t> chained_run(const ModelConfig& c, bool chain, int de
 
 // The chained cases' check on a small `arch` model (group 2, head_dim 128): chained_run's tokens
 // with the chain on equal those with it off, off chains nothing, and on chains every decode step
-// after the first but the three after a swap (at steps 10, 11 and 30).
-inline void check_chained_matches_unchained(Arch arch, bool fused, int tp) {
+// after the first but the three after a swap (at steps 10, 11 and 30), or none when the step has
+// more sequences than chain_max_seqs.
+inline void check_chained_matches_unchained(Arch arch, const ChainRun& run) {
   ModelConfig c = gpu_tiny_config(arch);
   c.hidden_size = 256;
   c.intermediate_size = 384;
@@ -440,12 +484,13 @@ inline void check_chained_matches_unchained(Arch arch, bool fused, int tp) {
   c.num_kv_heads = 2;
   const std::set<int> swap_at{10, 11, 30};
   int chained_off = 0, chained_on = 0;
-  const std::vector<int32_t> plain = chained_run(c, false, 80, swap_at, &chained_off, fused, tp);
-  const std::vector<int32_t> chained = chained_run(c, true, 80, swap_at, &chained_on, fused, tp);
+  const std::vector<int32_t> plain = chained_run(c, false, 80, swap_at, &chained_off, run);
+  const std::vector<int32_t> chained = chained_run(c, true, 80, swap_at, &chained_on, run);
   CHECK(plain == chained);
   CHECK(chained_off == 0);
-  MESSAGE("chained steps (", tp, " rank(s), fused ", fused, "): ", chained_on, " of 80 decode steps");
-  CHECK(chained_on == 80 - 1 - 3);
+  MESSAGE("chained steps (", run.tp, " rank(s), fused ", run.fused, ", ", run.seqs, " sequence(s), chained up to ",
+          run.chain_max_seqs, "): ", chained_on, " of 80 decode steps");
+  CHECK(chained_on == (run.seqs <= run.chain_max_seqs ? 80 - 1 - 3 : 0));
 }
 
 }  // namespace nvllm::cuda_runner_test

@@ -41,11 +41,16 @@ struct CudaTuning {
   // The fused path's final norm + LM head + greedy token as one kernel (kernels/decode_head.cu)
   // where the hidden size allows. NVLLM_FUSED_HEAD=0: rmsnorm, gemv and argmax as three.
   bool fused_head = true;
-  // Greedy one-sequence decode steps are chained: the next step is enqueued before this one is
-  // waited for (lib/runtime/cuda/decode_chain.h), so host work between steps overlaps the GPU.
-  // The CLI turns it on (NVLLM_CHAIN_DECODE=0: off); off by default because
-  // cuda_runner_last_logits may then see the next step's logits.
+  // Greedy decode steps of up to chain_max_seqs sequences are chained: the next step is enqueued
+  // before this one is waited for (lib/runtime/cuda/decode_chain.h), so host work between steps
+  // overlaps the GPU. The CLI turns it on (NVLLM_CHAIN_DECODE=0: off); off by default because
+  // cuda_runner_last_logits may then see the next step's logits. A chained step that the next
+  // batch does not match (a sequence ended on a stop token, a request joined) is dropped, a whole
+  // step of GPU time, and such events grow with the batch. Steps of 2-8 sequences gained 0.1-1.7%
+  // chained (H200, bench/NOTES.md, thirty-ninth session), about what one stop token in 40-60
+  // steps takes back, so only batch 1 chains by default (NVLLM_CHAIN_MAX_SEQS).
   bool chain_decode = false;
+  int chain_max_seqs = 1;
   // Tensor parallelism: small sums (decode steps) through peer memory in one kernel with the
   // add + RMSNorm after them (kernels/peer_reduce.cu) where every GPU pair has peer access.
   // NVLLM_PEER_ALL_REDUCE=0: NCCL's all-reduce, then add_rmsnorm. Sums agree to bf16 rounding,

@@ -1,15 +1,18 @@
-// DecodeChain: chained batch-1 decode (CudaTuning::chain_decode). Before waiting for a greedy
-// one-sequence decode step, the step after it is enqueued with the inputs it will have (the
-// next position, slot and context; the token is the one this step leaves on the device: the
-// fused head writes it into the device staging, or the sampler's argmax is copied there), so the
-// GPU runs on while the host finishes the step (and, under tensor parallelism, the ranks' host
-// threads no longer start each step apart). The next execute()
-// uses it when its batch packs to the same inputs, and otherwise waits for it and drops it (its
-// only effect is the cache write at the sequence's next slot, in a block that only that sequence
-// holds, which the real step would write the same way or not at all).
+// DecodeChain: chained greedy decode steps (CudaTuning::chain_decode). Before waiting for a
+// greedy decode step of at most CudaTuning::chain_max_seqs sequences (1 by default), the step
+// after it is enqueued with the inputs it will have (each sequence's next position, slot and
+// context; the tokens are the ones this step leaves on the device: the fused head writes a batch-1
+// token into the device staging, else the sampler's argmax tokens are copied there), so the GPU
+// runs on while the host finishes the step (and, under tensor parallelism, the ranks' host threads
+// no longer start each step apart). The next execute() uses it when its batch packs to the same
+// inputs, and otherwise waits for it and drops it (its only effect is the cache writes at the
+// sequences' next slots, in blocks that only those sequences hold, which the real step would
+// write the same way or not at all). A dropped step costs a whole step of GPU time: a sequence
+// that ends unforeseen (a stop token) or a request admitted beside the running ones drops one;
+// ends by max_tokens or the context limit are foreseen and chain nothing.
 //
 // It stays in the runner rather than the engine: the engine would need the runner's graph
-// buckets and staging bytes to know when a guess is usable, and only batch 1 gains (docs/DESIGN.md).
+// buckets and staging bytes to know when a guess is usable (docs/DESIGN.md).
 #pragma once
 
 #include <cstddef>
@@ -27,31 +30,32 @@ class DecodeChain {
   // Enqueues a packed step in a slot, its inputs copied from byte `from` on, on a graph.
   using Enqueue = std::function<void(const Batch&, const PackedStep&, int slot, size_t from, GraphCache::Hit)>;
 
-  DecodeChain(int block_size, int max_model_len) : block_size_(block_size), max_model_len_(max_model_len) {}
+  DecodeChain(int block_size, int max_model_len, int max_seqs)
+      : block_size_(block_size), max_model_len_(max_model_len), max_seqs_(max_seqs) {}
   bool pending() const { return pending_; }
   int slot() const { return slot_; }
   int steps() const { return steps_; }
   // Whether `b` is the pending step's batch: it packs to the same inputs, byte for byte past the
-  // token, and its token is the one the step before sampled.
+  // tokens, and its tokens are the ones the step before sampled.
   bool matches(const Batch& b, const GraphCache& graphs, const StepIo& io);
   // The pending step, now the current one.
   PackedStep take();
   void drop() { pending_ = false; }
   // After `b` was enqueued in `slot` on graph `hit`: enqueues the step after it in the other
-  // slot when it qualifies (one greedy sequence, not past max_tokens, the context limit or its
-  // last block). `advanced`: the step's last kernel (decode_head) also moved the device staging's
-  // position, slot and context on, so on the same graph nothing is copied in; otherwise every
-  // input but the token is.
+  // slot when it qualifies (1 to max_seqs greedy sequences, each one token, none past max_tokens,
+  // the context limit or its last held block). `advanced`: the step's last kernel (decode_head,
+  // batch 1) also moved the device staging's position, slot and context on, so on the same graph
+  // nothing is copied in; otherwise every input but the tokens is.
   void next(const Batch& b, const PackedStep& packed, GraphCache::Hit hit, int slot, const GraphCache& graphs,
             StepIo& io, bool advanced, const Enqueue& enqueue);
-  // The pending step decodes the token the current step sampled.
-  void set_token(int32_t token) { token_ = token; }
+  // The pending step decodes the tokens the current step sampled (one a sequence).
+  void set_tokens(const std::vector<int32_t>& tokens) { tokens_ = tokens; }
 
  private:
-  int block_size_, max_model_len_;
+  int block_size_, max_model_len_, max_seqs_;
   bool pending_ = false;
   int slot_ = 0;
-  int32_t token_ = -1;
+  std::vector<int32_t> tokens_;
   PackedStep packed_;
   int steps_ = 0;
   Batch batch_;                    // the chained step's batch

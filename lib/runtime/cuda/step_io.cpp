@@ -21,9 +21,9 @@ void StepIo::copy_in(int slot, size_t from, size_t bytes, cudaStream_t stream) {
                                bytes - from, cudaMemcpyHostToDevice, stream));
 }
 
-void StepIo::copy_token(size_t offset, const int32_t* token, cudaStream_t stream) {
-  CUDA_CHECK(cudaMemcpyAsync(staging_dev_.as<std::byte>() + offset, token, sizeof(int32_t), cudaMemcpyDeviceToDevice,
-                             stream));
+void StepIo::copy_tokens(size_t offset, const int32_t* tokens, int count, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemcpyAsync(staging_dev_.as<std::byte>() + offset, tokens, sizeof(int32_t) * count,
+                             cudaMemcpyDeviceToDevice, stream));
 }
 
 void StepIo::end(int slot, const DeviceBuffer& out_dev, size_t bytes, cudaStream_t stream) {

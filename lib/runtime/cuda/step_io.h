@@ -47,9 +47,9 @@ class StepIo {
   void copy_in(int slot, size_t from, size_t bytes, cudaStream_t stream);
   // Records the slot's begin event, then copy_in.
   void begin(int slot, size_t from, size_t bytes, cudaStream_t stream);
-  // Copies a token on the device (a chained step's, sampled by the step before) into the device
-  // staging at `offset`.
-  void copy_token(size_t offset, const int32_t* token, cudaStream_t stream);
+  // Copies `count` tokens on the device (a chained step's, sampled by the step before) into the
+  // device staging at `offset`.
+  void copy_tokens(size_t offset, const int32_t* tokens, int count, cudaStream_t stream);
   // Copies `bytes` of the sampler's outputs back and records the slot's end event.
   void end(int slot, const DeviceBuffer& out_dev, size_t bytes, cudaStream_t stream);
   // Waits for the slot's end event; its device time becomes last_step_device_seconds().

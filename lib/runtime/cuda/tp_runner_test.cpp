@@ -109,15 +109,17 @@ TEST_CASE("gpu.tp_runner batch-1 decode on 2 ranks: the separate kernels, matchi
   }
 }
 
-TEST_CASE("gpu.tp_runner chained batch-1 decode on 2 ranks gives the tokens of unchained steps") {
-  // Every rank chains alike: the next step enqueued with the argmax's token copied on the device;
-  // a dropped guess (a swapped token) runs its collectives on every rank and is discarded. Fused
-  // decode is asked for, as the CLI does: the ranks run the separate kernels all the same.
+TEST_CASE("gpu.tp_runner chained decode on 2 ranks gives the tokens of unchained steps") {
+  // Every rank chains alike: the next step enqueued with the argmax's tokens copied on the device
+  // (one sequence, then three); a dropped guess (a swapped token) runs its collectives on every
+  // rank and is discarded. Fused decode is asked for, as the CLI does: the ranks run the separate
+  // kernels all the same.
   if (gpu_count() < 2) {
     MESSAGE("skipped: tensor parallelism needs 2 GPUs");
     return;
   }
-  check_chained_matches_unchained(Arch::kQwen3, true, 2);
+  check_chained_matches_unchained(Arch::kQwen3, {.tp = 2});
+  check_chained_matches_unchained(Arch::kQwen3, {.tp = 2, .seqs = 3});
 }
 
 TEST_CASE("gpu.tp_runner refuses a model that does not divide among the ranks, naming the flag") {
