@@ -250,6 +250,15 @@ __device__ __forceinline__ uint64_t l2_evict_first() {
   return p;
 }
 
+// A read-only 16-byte load with an L2 eviction policy (l2_evict_first for weights).
+__device__ __forceinline__ uint4 load16_hint(const void* p, uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+
 // 16-byte asynchronous copy global -> shared; when !valid the destination is zero-filled and
 // nothing is read.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {

@@ -40,15 +40,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-// A read-only 16-byte load with an L2 eviction policy.
-__device__ __forceinline__ uint4 load16_hint(const bf16* p, uint64_t policy) {
-  uint4 v;
-  asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-}
-
 __device__ __forceinline__ void bf16x8_to_float(const uint4& u, float f[8]) {
   to_float8(*reinterpret_cast<const Bf16x8*>(&u), f);
 }

@@ -2,10 +2,11 @@
 // bound, so the whole design is about keeping every SM's loads in flight.
 // Bytes: N * K * 2 (weights, read once) + batch * (K + N) * 2; FLOPs: 2 * batch * N * K.
 //
-// The weight stream (gemv_stream.cuh): blocks of 128 threads, each walking row groups of kRows
-// rows with K split among its threads (16-byte chunks t, t + 128, ... of each row), the weights
-// coming through a shared-memory ring kept full by cp.async ahead of the math, the first steps
-// issued before the PDL wait. Each chunk of x is loaded once per thread and used for all kRows
+// Many rows of at most 1,024 values: a warp a group of rows, no block barrier (gemv_rows_kernel
+// below; gemv_short_rows says where). Otherwise the weight stream (gemv_stream.cuh): blocks of 128
+// threads, each walking row groups of kRows rows with K split among its threads (16-byte chunks t,
+// t + 128, ... of each row), the weights coming through a shared-memory ring kept full by cp.async
+// ahead of the math, the first steps issued before the PDL wait. Each chunk of x is loaded once per thread and used for all kRows
 // rows, keeping L1 traffic for x at batch / kRows of the weight traffic. A row's sum runs in the
 // same order at every batch size. Variants: fp32 output (the LM head's logits); gemv_push, whose
 // outputs go as flagged words into every tensor-parallel rank's inbox (peer_inbox.cuh) for the sum
@@ -100,6 +101,90 @@ __global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restr
       });
 }
 
+// Rows of at most 1,024 values (kC <= 4 16-byte chunks a lane). There a row group of the ring's
+// walk is one step of a block, and each group's block-wide sum (a barrier and a pass
+// through shared memory) costs more than its bytes: the LM head of a 1,024-wide model streamed at
+// 45% of the copy rate (bench/NOTES.md, thirty-ninth session). So, decode_head's loop: a warp owns
+// kRows consecutive rows at a time and lane l reads the chunks l, l + 32, ... of each (one load
+// instruction of a warp covers 512 contiguous bytes), with the next rows' loads in flight while
+// the warp reduces these; the inputs are staged once in shared memory; no barrier in the loop. A
+// row's sum runs in the same order at every batch size and template (each lane's chunks in order,
+// then the warp's shuffle tree), which is not the ring's order (longer rows give other bits).
+constexpr int kRowsThreads = 256;
+template <int kC, int kRows, int kBatch, int kCtas, typename OutT>
+__global__ void __launch_bounds__(kRowsThreads, kCtas) gemv_rows_kernel(const bf16* __restrict__ x,
+                                                                       const bf16* __restrict__ w,
+                                                                       OutT* __restrict__ y, int batch, int n, int k) {
+  constexpr int kWarps = kRowsThreads / 32;
+  __shared__ uint4 xs[kBatch][kC][32];  // sequence b's chunk j * 32 + lane
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int step = gridDim.x * kWarps * kRows;
+  const uint64_t policy = l2_evict_first();
+  auto has = [&](int j) { return (j * 32 + lane) * 8 < k; };  // this lane holds its chunk j
+  uint4 wv[kRows][kC];
+  auto load_rows = [&](int r0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int j = 0; j < kC; ++j)
+        if (has(j) && r0 + r < n) wv[r][j] = load16_hint(w + size_t(r0 + r) * k + (j * 32 + lane) * 8, policy);
+  };
+  int r0 = (blockIdx.x * kWarps + warp) * kRows;
+  load_rows(r0);  // weights are constants: before the wait
+  pdl_enter();
+  for (int i = threadIdx.x; i < batch * kC * 32; i += kRowsThreads) {
+    const int b = i / (kC * 32), c = i % (kC * 32);
+    if (c * 8 < k) xs[b][c / 32][c % 32] = __ldcg(reinterpret_cast<const uint4*>(x + size_t(b) * k + c * 8));
+  }
+  __syncthreads();
+  for (; r0 < n; r0 += step) {
+    float acc[kRows][kBatch];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) acc[r][b] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kC; ++j) {
+      if (!has(j)) continue;
+      float wf[kRows][8];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) to_float8(reinterpret_cast<const Bf16x8&>(wv[r][j]), wf[r]);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (b >= batch) continue;
+        float xf[8];
+        to_float8(reinterpret_cast<const Bf16x8&>(xs[b][j][lane]), xf);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[r][b] = fmaf(wf[r][i], xf[i], acc[r][b]);
+      }
+    }
+    load_rows(r0 + step);  // in flight during the reductions below
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (b >= batch) continue;
+        const float v = warp_sum(acc[r][b]);
+        if (lane == r * kBatch + b && r0 + r < n) store_out(y + size_t(b) * n + r0 + r, v);
+      }
+  }
+}
+
+// Rows of at most kGemvRowsMaxK values: 8 KB of weights in flight a warp (four rows of four chunks
+// a lane), two rows a warp past two sequences; two CTAs an SM.
+constexpr int kGemvRowsMaxK = 1024, kGemvRowsGroup = 4;
+template <typename OutT>
+void launch_rows(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {
+  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+  const dim3 grid(2 * sms), block(kRowsThreads);
+  if (batch <= 2)
+    launch_pdl(gemv_rows_kernel<4, kGemvRowsGroup, 2, 2, OutT>, grid, block, 0, stream, x, w, y, batch, n, k);
+  else
+    launch_pdl(gemv_rows_kernel<4, 2, 8, 2, OutT>, grid, block, 0, stream, x, w, y, batch, n, k);
+}
+
 // Rows per block by batch, as measured on the H100 (bench.gemv): two for batch 1-2 (more blocks
 // and fewer registers: 590 us per 0.6B decode step vs 638 with four rows), four for batch 3-8
 // (x reused across four rows: 902 / 1303 us at batch 4 / 8 vs 986 / 1491 with two). Calls
@@ -122,12 +207,27 @@ void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cu
   NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv: batch ", batch, " is over ", kGemvMaxBatch,
               "; use the GEMM path");
   NVLLM_CHECK(k % 8 == 0, "gemv: K = ", k, " must be a multiple of 8 (16-byte rows)");
+  if (gemv_short_rows(n, k)) return launch_rows(x, w, y, batch, n, k, stream);
   by_batch(batch, [&]<int kBatch, int kRows>() {
     launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads, kRows>(n, stream, x, w, y, batch, n, k);
   });
 }
 
 }  // namespace
+
+// The warp's rows where they pay: rows of at most 1,024 values, and enough of them that every warp
+// the grid holds at once (two CTAs of 8 warps an SM) gets a group of 4 rows. Measured on the H200
+// (bench.gemv, bench/NOTES.md thirty-ninth session): the LM heads and gate_up projections of the
+// small shapes (9,728-151,936 rows) 1.2-1.9x faster than the ring, but qkv and o (1,024-4,096
+// rows, under a group a warp) 1.2-1.9x slower, their warps too few to keep the card's loads in
+// flight; rows of 1,025-2,048 values (eight chunks a lane) gained on the same kinds in bench.gemv
+// but not end to end (Llama-3.2-1B batch 2 1-3% slower), so they stay on the ring. A shape's rows
+// take one kernel at every batch size.
+bool gemv_short_rows(int n, int k) {
+  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+  const int warps = 2 * sms * (kRowsThreads / 32);
+  return k <= kGemvRowsMaxK && int64_t{n} >= int64_t{kGemvRowsGroup} * warps;
+}
 
 void gemv_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int n, int k, cudaStream_t stream) {
   if (batch <= 0 || n <= 0) return;

@@ -1,12 +1,14 @@
 // gemv against a CPU reference in double on random data (fresh inputs per case, outputs poisoned
 // with NaN): shapes whose K is not a multiple of a thread block's stride, N below and between a
-// block's rows and past many blocks, every batch size 1..8, and a row's bits at every batch size.
+// block's rows and past many blocks, every batch size 1..8, and a row's bits at every batch size;
+// many rows of at most 1,024 values (the warp's rows) and the rest (the ring).
 // Its timing case, beside cuBLASLt on real model shapes, is lib/runtime/cuda/gemv_bench_test.cpp
 // (bench.gemv*).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "kernels/kernel_test_util.h"
@@ -36,8 +38,13 @@ TEST_CASE("gpu.kernels.gemv matches the CPU reference") {
   // strides and one more), 1,153 (10 steps of 128 threads: both rings, 8 and 4 slots, wrap; the
   // last step one chunk), 128 and 256; N: below a block's rows, odd, one past a multiple of 4,
   // 4096 rows (more row groups than blocks fit on an H100: a block walks several).
+  // Many short rows for the warp's rows (gemv_short_rows: a group of 4 rows for each warp of two
+  // 256-thread CTAs an SM): rows of 1,000 values (the last chunk not on every lane), of 1,024, and
+  // of 8 (one lane's chunk); 1,032 values stay on the ring.
+  const int many = 4 * 16 * sm_count() + 7;
   for (Shape sh : {Shape{3, 8}, Shape{17, 520}, Shape{33, 4104}, Shape{70, 9224}, Shape{1001, 136}, Shape{4096, 1024},
-                   Shape{161, 2048}}) {
+                   Shape{161, 2048}, Shape{many, 1000}, Shape{many, 1024}, Shape{many, 8}, Shape{many, 1032}}) {
+    CHECK(gemv_short_rows(sh.n, sh.k) == (sh.n == many && sh.k <= 1024));
     for (int batch = 1; batch <= kGemvMaxBatch; ++batch) {
       std::mt19937 rng(uint32_t(sh.n * 31 + sh.k * 7 + batch));
       auto x = random_bf16(rng, size_t(batch) * sh.k);
@@ -58,28 +65,37 @@ TEST_CASE("gpu.kernels.gemv matches the CPU reference") {
 
 TEST_CASE("gpu.kernels.gemv gives a row the same bits at every batch size") {
   // The runner relies on it: a CUDA-graph step pads its batch to the captured size, and a
-  // sequence's tokens must not depend on how many others share the step.
-  const int n = 1500, k = 2056, full = kGemvMaxBatch;
-  std::mt19937 rng(5);
-  auto x = random_bf16(rng, size_t(full) * k);
-  auto w = random_bf16(rng, size_t(n) * k, -0.1f, 0.1f);
-  DeviceBuffer<bf16> d_x(x), d_w(w), d_full(size_t(full) * n), d_y(size_t(full) * n);
-  gemv(d_x.get(), d_w.get(), d_full.get(), full, n, k, nullptr);
-  const std::vector<bf16> all = d_full.download();
-  for (int batch = 1; batch < full; ++batch) {
-    d_y.poison();
-    gemv(d_x.get(), d_w.get(), d_y.get(), batch, n, k, nullptr);
-    const std::vector<bf16> y = d_y.download();
-    int differ = 0;
-    for (size_t i = 0; i < size_t(batch) * n; ++i) differ += to_f(y[i]) != to_f(all[i]);
-    INFO("batch ", batch, " vs ", full);
-    CHECK(differ == 0);
+  // sequence's tokens must not depend on how many others share the step. Both layouts: the ring
+  // (rows past 1,024 values) and the warp's rows (up to 1,024, the last chunk not on every lane).
+  for (int k : {2056, 1032, 1024, 1000}) {
+    const int n = 4 * 16 * sm_count() + 3, full = kGemvMaxBatch;  // past gemv_short_rows' threshold
+    CHECK(gemv_short_rows(n, k) == (k <= 1024));
+    std::mt19937 rng(5 + k);
+    auto x = random_bf16(rng, size_t(full) * k);
+    auto w = random_bf16(rng, size_t(n) * k, -0.1f, 0.1f);
+    DeviceBuffer<bf16> d_x(x), d_w(w), d_full(size_t(full) * n), d_y(size_t(full) * n);
+    gemv(d_x.get(), d_w.get(), d_full.get(), full, n, k, nullptr);
+    const std::vector<bf16> all = d_full.download();
+    for (int batch = 1; batch < full; ++batch) {
+      d_y.poison();
+      gemv(d_x.get(), d_w.get(), d_y.get(), batch, n, k, nullptr);
+      const std::vector<bf16> y = d_y.download();
+      int differ = 0;
+      for (size_t i = 0; i < size_t(batch) * n; ++i) differ += to_f(y[i]) != to_f(all[i]);
+      INFO("k ", k, ", batch ", batch, " vs ", full);
+      CHECK(differ == 0);
+    }
   }
 }
 
 TEST_CASE("gpu.kernels.gemv_f32 keeps fp32 outputs") {
-  const int n = 5003, k = 1024;  // an LM-head-like row count that is not a multiple of the block's rows
-  for (int batch : {1, 2, 5, 8}) {
+  // LM-head-like row counts that are not a multiple of a block's rows: rows of 1,024 many enough for
+  // the warp's rows, fewer (the ring), and rows of 2,560 (the ring).
+  const int many = 4 * 16 * sm_count() + 5;
+  for (const auto& [n, k, batch] : {std::tuple{many, 1024, 1}, std::tuple{many, 1024, 2}, std::tuple{many, 1024, 5},
+                                    std::tuple{many, 1024, 8}, std::tuple{5003, 1024, 1}, std::tuple{5003, 1024, 8},
+                                    std::tuple{5003, 2560, 2}}) {
+    CHECK(gemv_short_rows(n, k) == (n == many));
     std::mt19937 rng(uint32_t(91 + batch));
     auto x = random_bf16(rng, size_t(batch) * k);
     auto w = random_bf16(rng, size_t(n) * k, -0.1f, 0.1f);
@@ -96,7 +112,7 @@ TEST_CASE("gpu.kernels.gemv_f32 keeps fp32 outputs") {
     }
     for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::fabs(y[i] - ref[i]) / std::sqrt(den / y.size()));
     // fp32 accumulation of exact bf16 products: ~1e-7; a bf16-rounded output would be ~2e-3.
-    INFO("batch=", batch, " rel_error=", std::sqrt(num / den), " worst element / rms ", worst);
+    INFO("n=", n, " k=", k, " batch=", batch, " rel_error=", std::sqrt(num / den), " worst element / rms ", worst);
     CHECK(std::sqrt(num / den) < 1e-5);
     CHECK(worst < 1e-4);
   }

@@ -175,6 +175,9 @@ constexpr int kGemvMaxBatch = 8;
 void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
 // The same with fp32 output: the LM head's logits.
 void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream);
+// Whether gemv and gemv_f32 of n rows of k values take the kernel for many short rows (a warp a
+// group of rows) rather than the ring of row groups (gemv.cu); the same at every batch size.
+bool gemv_short_rows(int n, int k);
 // gemv whose outputs, rounded to bf16 as gemv stores them, go as flagged words straight into every
 // rank's push inbox (this rank's too) for peer_reduce_pushed, each row group's as soon as its block
 // has it: a tensor-parallel row-parallel projection and its sum with no kernel boundary between
