@@ -259,6 +259,20 @@ __device__ __forceinline__ uint4 load16_hint(const void* p, uint64_t policy) {
   return v;
 }
 
+// A warp's rows of a bf16 matrix w [n, k] (the LM head's and the short-row gemv's loop): lane
+// `lane` holds chunk j of row r0 + r in wv[r][j], the row's 16-byte chunk j * 32 + lane, loaded
+// evict-first where it exists (past k or past n: left as it was).
+template <int kRows, int kC>
+__device__ __forceinline__ void load_warp_rows(uint4 (&wv)[kRows][kC], const __nv_bfloat16* w, int r0, int n, int k,
+                                               int lane, uint64_t policy) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < kC; ++j)
+      if ((j * 32 + lane) * 8 < k && r0 + r < n)
+        wv[r][j] = load16_hint(w + size_t(r0 + r) * k + (j * 32 + lane) * 8, policy);
+}
+
 // 16-byte asynchronous copy global -> shared; when !valid the destination is zero-filled and
 // nothing is read.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {

@@ -64,16 +64,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
   const uint64_t policy = l2_evict_first();
 
   uint4 wv[kRows][kC];
-  auto load_rows = [&](int r0) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int row = r0 + r;
-#pragma unroll
-      for (int j = 0; j < kC; ++j)
-        if (has(j) && row < a.vocab)
-          wv[r][j] = load16_hint(a.w + size_t(row) * a.hidden + (j * 32 + lane) * 8, policy);
-    }
-  };
+  auto load_rows = [&](int r0) { load_warp_rows(wv, a.w, r0, a.vocab, a.hidden, lane, policy); };
   int r0 = (blockIdx.x * kWarps + warp) * kRows;
   load_rows(r0);
   pdl_wait();

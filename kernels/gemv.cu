@@ -110,9 +110,9 @@ __global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restr
 // the warp reduces these; the inputs are staged once in shared memory; no barrier in the loop. A
 // row's sum runs in the same order at every batch size and template (each lane's chunks in order,
 // then the warp's shuffle tree), which is not the ring's order (longer rows give other bits).
-constexpr int kRowsThreads = 256;
-template <int kC, int kRows, int kBatch, int kCtas, typename OutT>
-__global__ void __launch_bounds__(kRowsThreads, kCtas) gemv_rows_kernel(const bf16* __restrict__ x,
+constexpr int kRowsThreads = 256, kRowsCtas = 2;  // two CTAs an SM
+template <int kC, int kRows, int kBatch, typename OutT>
+__global__ void __launch_bounds__(kRowsThreads, kRowsCtas) gemv_rows_kernel(const bf16* __restrict__ x,
                                                                        const bf16* __restrict__ w,
                                                                        OutT* __restrict__ y, int batch, int n, int k) {
   constexpr int kWarps = kRowsThreads / 32;
@@ -122,13 +122,7 @@ __global__ void __launch_bounds__(kRowsThreads, kCtas) gemv_rows_kernel(const bf
   const uint64_t policy = l2_evict_first();
   auto has = [&](int j) { return (j * 32 + lane) * 8 < k; };  // this lane holds its chunk j
   uint4 wv[kRows][kC];
-  auto load_rows = [&](int r0) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int j = 0; j < kC; ++j)
-        if (has(j) && r0 + r < n) wv[r][j] = load16_hint(w + size_t(r0 + r) * k + (j * 32 + lane) * 8, policy);
-  };
+  auto load_rows = [&](int r0) { load_warp_rows(wv, w, r0, n, k, lane, policy); };
   int r0 = (blockIdx.x * kWarps + warp) * kRows;
   load_rows(r0);  // weights are constants: before the wait
   pdl_enter();
@@ -173,16 +167,19 @@ __global__ void __launch_bounds__(kRowsThreads, kCtas) gemv_rows_kernel(const bf
 }
 
 // Rows of at most kGemvRowsMaxK values: 8 KB of weights in flight a warp (four rows of four chunks
-// a lane), two rows a warp past two sequences; two CTAs an SM.
+// a lane), two rows a warp past two sequences; kRowsCtas CTAs an SM, all resident at once.
 constexpr int kGemvRowsMaxK = 1024, kGemvRowsGroup = 4;
+int rows_grid() {
+  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+  return kRowsCtas * sms;
+}
 template <typename OutT>
 void launch_rows(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {
-  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
-  const dim3 grid(2 * sms), block(kRowsThreads);
+  const dim3 grid(rows_grid()), block(kRowsThreads);
   if (batch <= 2)
-    launch_pdl(gemv_rows_kernel<4, kGemvRowsGroup, 2, 2, OutT>, grid, block, 0, stream, x, w, y, batch, n, k);
+    launch_pdl(gemv_rows_kernel<4, kGemvRowsGroup, 2, OutT>, grid, block, 0, stream, x, w, y, batch, n, k);
   else
-    launch_pdl(gemv_rows_kernel<4, 2, 8, 2, OutT>, grid, block, 0, stream, x, w, y, batch, n, k);
+    launch_pdl(gemv_rows_kernel<4, 2, 8, OutT>, grid, block, 0, stream, x, w, y, batch, n, k);
 }
 
 // Rows per block by batch, as measured on the H100 (bench.gemv): two for batch 1-2 (more blocks
@@ -224,8 +221,7 @@ void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cu
 // but not end to end (Llama-3.2-1B batch 2 1-3% slower), so they stay on the ring. A shape's rows
 // take one kernel at every batch size.
 bool gemv_short_rows(int n, int k) {
-  static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
-  const int warps = 2 * sms * (kRowsThreads / 32);
+  const int warps = rows_grid() * (kRowsThreads / 32);
   return k <= kGemvRowsMaxK && int64_t{n} >= int64_t{kGemvRowsGroup} * warps;
 }
 
