@@ -70,7 +70,7 @@ TEST_CASE("gpu.kernels.gemv_fp8 matches the CPU reference for tensor, row and bl
     int n, k;
   };
   // K: one chunk of 16, 129 chunks (no multiple of a block's 128 threads; the last 128-block of
-  // scales partial), 2064, 1,041 chunks (9 steps of 128 threads: the 4- and 8-slot rings wrap,
+  // scales partial), 2064, 1,041 chunks (9 steps of 128 threads: the 3- and 5-slot rings wrap,
   // the last step one chunk); N: below a block's rows, one past 128 (a second, one-row scale
   // block), 1001, 4096 (1,024 groups of 4 rows: a resident grid's blocks walk several).
   for (const Fp8Scaling scaling : {Fp8Scaling::kTensor, Fp8Scaling::kRow, Fp8Scaling::kBlock128}) {

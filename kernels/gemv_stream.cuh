@@ -65,11 +65,15 @@ __device__ __forceinline__ void gemv_block_sums(const float (&acc)[kRows][kBatch
 }
 
 // Slots of the ring: 16 bytes of each of kRows rows for each thread, kStages deep. The kernels'
-// depth: 16 row-steps a block (8 steps of 2 rows, 4 of 4), 32 KB at 128 threads.
+// depth: 8 row-steps ahead of the math (4 steps of 2 rows, 2 of 4), 20 / 24 KB at 128 threads.
+// That holds a 16 KB row group (K = 4,096 of bf16 at 2 rows, or of E4M3 codes at 4) whole
+// before the wait and leaves room for 8-10 blocks an SM where registers allow. At 16 row-steps
+// (32 KB) shared memory allowed 6 blocks, 24 warps, and ncu found the projections' warps waiting
+// on their loads with ~1 eligible a scheduler (bench/NOTES.md, fortieth session).
 template <int kStages, int kRows, int kThreads>
 using GemvSlots = uint4[kStages][kRows][kThreads];
 template <int kRows>
-constexpr int kGemvStages = 16 / kRows;
+constexpr int kGemvStages = 8 / kRows + 1;
 
 // A thread's chunk of each row of a step, in its ring slot: chunks[r] is row r's 16 bytes (zeros
 // for rows past the matrix's end).

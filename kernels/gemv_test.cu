@@ -35,7 +35,7 @@ std::vector<double> reference(const std::vector<bf16>& x, const std::vector<bf16
 TEST_CASE("gpu.kernels.gemv matches the CPU reference") {
   struct Shape { int n, k; };
   // K: 1 chunk of 8, 17 and 65 chunks (no multiple of a block's 128 threads), 513 chunks (four
-  // strides and one more), 1,153 (10 steps of 128 threads: both rings, 8 and 4 slots, wrap; the
+  // strides and one more), 1,153 (10 steps of 128 threads: both rings, 5 and 3 slots, wrap; the
   // last step one chunk), 128 and 256; N: below a block's rows, odd, one past a multiple of 4,
   // 4096 rows (more row groups than blocks fit on an H100: a block walks several).
   // Many short rows for the warp's rows (gemv_short_rows: a group of 4 rows for each warp of two
