@@ -335,6 +335,7 @@ LoadedModel load_model(const ModelFlags& flags) {
     options.max_model_len = max_model_len;
     // Chaining on (no caller of this runner reads last_logits); NVLLM_* switches for A/B timing.
     options.tuning = cuda_tuning_from_env();
+    options.gemv_max_batch = gemv_max_batch_from_env(options.gemv_max_batch);
     options.gpu_memory_utilization = f.gpu_memory_utilization;
     options.num_kv_blocks = f.num_kv_blocks;
     options.enforce_eager = f.enforce_eager;

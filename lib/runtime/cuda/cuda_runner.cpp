@@ -47,8 +47,7 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
     : opt_(options),
       select_device_(options.device),
       stream_(),
-      model_(checked(config, w, options), w, options.block_size,
-             options.tuning.gemv_max_batch > 0 ? options.tuning.gemv_max_batch : options.gemv_max_batch,
+      model_(checked(config, w, options), w, options.block_size, options.gemv_max_batch,
              options.fp8_kv ? &*options.fp8_kv : nullptr, options.fp8_weights, std::move(tp)),
       chain_(options.block_size, options.max_model_len, options.tuning.chain_max_seqs) {
   seq_cap_ = opt_.max_num_seqs;

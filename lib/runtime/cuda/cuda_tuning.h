@@ -18,9 +18,6 @@ struct CudaTuning {
   // (NVLLM_GEMV_BLOCKS_PER_SM). The default is kernels::kGemvDefaultBlocksPerSm (checked in
   // cuda_runner.cpp; this header is also built without CUDA).
   int gemv_blocks_per_sm = 0;
-  // Projections of at most this many rows on the gemv (CudaRunnerOptions::gemv_max_batch); 0: the
-  // options' value (NVLLM_GEMV_MAX_BATCH).
-  int gemv_max_batch = 0;
   // Decode steps of up to fused_max_batch sequences as four fused kernels per layer
   // (kernels/decode_fused.cu) where the model and device allow it (head_dim 64 or 128, up to 8 q
   // heads a kv head, sm_90+).
