@@ -259,6 +259,9 @@ __device__ __forceinline__ uint4 load16_hint(const void* p, uint64_t policy) {
   return v;
 }
 
+// Whether lane `lane`'s chunk j (16-byte chunk j * 32 + lane) lies inside a bf16 row of k values.
+__device__ __forceinline__ bool lane_has_chunk(int j, int lane, int k) { return (j * 32 + lane) * 8 < k; }
+
 // A warp's rows of a bf16 matrix w [n, k] (the LM head's and the short-row gemv's loop): lane
 // `lane` holds chunk j of row r0 + r in wv[r][j], the row's 16-byte chunk j * 32 + lane, loaded
 // evict-first where it exists (past k or past n: left as it was).
@@ -269,7 +272,7 @@ __device__ __forceinline__ void load_warp_rows(uint4 (&wv)[kRows][kC], const __n
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int j = 0; j < kC; ++j)
-      if ((j * 32 + lane) * 8 < k && r0 + r < n)
+      if (lane_has_chunk(j, lane, k) && r0 + r < n)
         wv[r][j] = load16_hint(w + size_t(r0 + r) * k + (j * 32 + lane) * 8, policy);
 }
 

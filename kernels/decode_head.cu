@@ -9,10 +9,11 @@
 // Two CTAs of 256 threads per SM (one for hidden sizes over 1,024). A warp owns kRows consecutive
 // rows at a time and lane l reads the 16-byte chunks l, l + 32, ... of each row, so one load
 // instruction of a warp covers 512 contiguous bytes; where the hidden size is not a multiple of
-// 256 (Qwen2.5-0.5B's 896), the last such instruction has fewer lanes. The first rows' loads are issued before the
-// PDL wait (the weights are constants): the stream starts while the last layer still runs, and the
-// loads of the next rows are in flight while a warp reduces the current ones. Every warp computes the norm of h itself:
-// its lanes' chunks of h cover the whole vector, so the sum of squares needs no block barrier.
+// 256 (Qwen2.5-0.5B's 896), the last such instruction has fewer lanes. The first rows' loads are
+// issued before the PDL wait (the weights are constants): the stream starts while the last layer
+// still runs, and the loads of the next rows are in flight while a warp reduces the current ones.
+// Every warp computes the norm of h itself: its lanes' chunks of h cover the whole vector, so the
+// sum of squares needs no block barrier.
 // This replaces three kernels (rmsnorm, the LM head gemv, argmax_rows) and their boundaries.
 //
 // The argmax: per warp in registers (its rows in increasing order), per CTA in shared memory, then
@@ -59,7 +60,6 @@ template <int kC, int kRows, int kCtas>
 __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHeadArgs a) {
   __shared__ unsigned long long best_s[kWarps];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  auto has = [&](int j) { return (j * 32 + lane) * 8 < a.hidden; };  // this lane holds its chunk j
   const int step = gridDim.x * kWarps * kRows;
   const uint64_t policy = l2_evict_first();
 
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kC; ++j) {
-    if (!has(j)) continue;
+    if (!lane_has_chunk(j, lane, a.hidden)) continue;
     xv[j] = __ldcg(reinterpret_cast<const uint4*>(a.h + (j * 32 + lane) * 8));
     float v[8];
     bf16x8_to_float(xv[j], v);
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
   const float rstd = rsqrtf(warp_sum(ss) / a.hidden + a.eps);
 #pragma unroll
   for (int j = 0; j < kC; ++j) {
-    if (!has(j)) continue;
+    if (!lane_has_chunk(j, lane, a.hidden)) continue;
     float v[8], nw[8];
     bf16x8_to_float(xv[j], v);
     bf16x8_to_float(*reinterpret_cast<const uint4*>(a.norm_w + (j * 32 + lane) * 8), nw);
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
       acc[r] = 0.f;
 #pragma unroll
       for (int j = 0; j < kC; ++j) {
-        if (!has(j)) continue;
+        if (!lane_has_chunk(j, lane, a.hidden)) continue;
         float wf[8], xf[8];
         bf16x8_to_float(wv[r][j], wf);
         bf16x8_to_float(xv[j], xf);

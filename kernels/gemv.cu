@@ -6,17 +6,18 @@
 // below; gemv_short_rows says where). Otherwise the weight stream (gemv_stream.cuh): blocks of 128
 // threads, each walking row groups of kRows rows with K split among its threads (16-byte chunks t,
 // t + 128, ... of each row), the weights coming through a shared-memory ring kept full by cp.async
-// ahead of the math, the first steps issued before the PDL wait. Each chunk of x is loaded once per thread and used for all kRows
-// rows, keeping L1 traffic for x at batch / kRows of the weight traffic. A row's sum runs in the
-// same order at every batch size. Variants: fp32 output (the LM head's logits); gemv_push, whose
+// ahead of the math, the first steps issued before the PDL wait. Each chunk of x is loaded once
+// per thread and used for all kRows rows, keeping L1 traffic for x at batch / kRows of the weight
+// traffic. A row's sum runs in the same order at every batch size. Variants: fp32 output (the LM head's logits); gemv_push, whose
 // outputs go as flagged words into every tensor-parallel rank's inbox (peer_inbox.cuh) for the sum
 // after a row-parallel projection.
 //
 // Measured against a tensor-core design (bench/NOTES.md, twelfth session): warps of 16-32 rows
 // whose lanes hold mma fragments read 64 bytes of 8 rows per load instruction, and streamed at
 // 70-75% where this layout's long contiguous runs reach 95-103% of 3.03 TB/s on large matrices.
-// What this kernel does poorly: batches over 2 (FMA issue: batch x 8 FMAs and conversions per
-// 16 loaded bytes); cuBLASLt takes those (the runner).
+// What this kernel does poorly: batches over 2; cuBLASLt takes those (the runner). Not for its
+// FMAs: the same sums on the tensor cores (mma.sync, bench/NOTES.md fortieth session) left batch 8
+// where it was; ncu found its blocks held to 4 an SM by registers (124 at batch 5-8).
 #include <algorithm>
 
 #include "kernels/common.cuh"
@@ -120,7 +121,6 @@ __global__ void __launch_bounds__(kRowsThreads, kRowsCtas) gemv_rows_kernel(cons
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int step = gridDim.x * kWarps * kRows;
   const uint64_t policy = l2_evict_first();
-  auto has = [&](int j) { return (j * 32 + lane) * 8 < k; };  // this lane holds its chunk j
   uint4 wv[kRows][kC];
   auto load_rows = [&](int r0) { load_warp_rows(wv, w, r0, n, k, lane, policy); };
   int r0 = (blockIdx.x * kWarps + warp) * kRows;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kRowsThreads, kRowsCtas) gemv_rows_kernel(cons
       for (int b = 0; b < kBatch; ++b) acc[r][b] = 0.f;
 #pragma unroll
     for (int j = 0; j < kC; ++j) {
-      if (!has(j)) continue;
+      if (!lane_has_chunk(j, lane, k)) continue;
       float wf[kRows][8];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) to_float8(reinterpret_cast<const Bf16x8&>(wv[r][j]), wf[r]);
