@@ -8,7 +8,10 @@
 // t + 128, ... of each row), the weights coming through a shared-memory ring kept full by cp.async
 // ahead of the math, the first steps issued before the PDL wait. Each chunk of x is loaded once
 // per thread and used for all kRows rows, keeping L1 traffic for x at batch / kRows of the weight
-// traffic. A row's sum runs in the same order at every batch size. Variants: fp32 output (the LM head's logits); gemv_push, whose
+// traffic. A row's sum runs in the same order at every batch size. Variants: fp32 output (the
+// LM head's logits); gemv_silu, a gate_up projection walked in gate/up pairs whose blocks write
+// silu(gate) * up (one kernel and one round trip of the products less: Llama-3-8B batch 1-2 1.5%
+// faster a step on the H200, FP8 even; bench/NOTES.md, forty-first session); gemv_push, whose
 // outputs go as flagged words into every tensor-parallel rank's inbox (peer_inbox.cuh) for the sum
 // after a row-parallel projection.
 //
@@ -41,8 +44,8 @@ template <int kBatch, int kRows>
 struct Bf16Step {
   const bf16* x;
   int batch, k;
-  template <typename Ready>
-  __device__ __forceinline__ void operator()(float (&acc)[kRows][kBatch], int, int c, Ready ready) const {
+  template <typename Group, typename Ready>
+  __device__ __forceinline__ void operator()(float (&acc)[kRows][kBatch], Group, int c, Ready ready) const {
     Bf16x8 xv[kBatch];  // the inputs' loads first: their latency runs beside the weights' wait
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
@@ -69,8 +72,22 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__
                                                         OutT* __restrict__ y, int batch, int n, int k) {
   __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
-  gemv_stream<kThreads>(slots, partial, w, n, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
+  gemv_stream<kThreads>(slots, partial, w, GemvRows{n}, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
                         [&](int row, int b, float v) { store_out(y + size_t(b) * n + row, v); });
+}
+
+// gemv_silu: gate_up [2 * half, k] walked in gate/up pairs (GemvPairedRows), act = silu(gate) *
+// up written at each group's end: the bits of gemv_kernel's outputs then silu_mul.
+template <int kBatch, int kRows>
+__global__ void __launch_bounds__(kThreads) gemv_silu_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                                             bf16* __restrict__ act, int batch, int half, int k) {
+  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ float partial[kThreads / 32][kRows][kBatch];
+  __shared__ bf16 out[kBatch][kRows];
+  const GemvSiluOut<kRows, kBatch> o{out, act, half, batch};
+  gemv_stream<kThreads>(
+      slots, partial, w, GemvPairedRows{half}, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
+      [&](int row, int b, float v) { o.finish(row, b, v); }, [&](int g) { o.end(g); });
 }
 
 // gemv_push: gemv_kernel's outputs, rounded as it stores them, gathered per group in shared memory
@@ -83,14 +100,14 @@ __global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restr
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   __shared__ __nv_bfloat162 out[kBatch][kRows / 2];
   gemv_stream<kThreads>(
-      slots, partial, w, n, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
+      slots, partial, w, GemvRows{n}, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
       [&](int row, int b, float v) {
         __nv_bfloat16* pair = reinterpret_cast<__nv_bfloat16*>(&out[b][(row % kRows) / 2]);
         pair[row % 2] = __float2bfloat16(v);
       },
-      [&](int row0) {  // after the group's finish calls: this thread's word, to every rank
+      [&](int g) {  // after the group's finish calls: this thread's word, to every rank
         const int b = threadIdx.x / (kRows / 2), j = threadIdx.x % (kRows / 2);
-        const int row = row0 + 2 * j;
+        const int row = g * kRows + 2 * j;
         if (b >= batch || row >= n) return;
         // The sum's call counter: written by the sum before, which ended before this kernel's wait.
         const uint32_t epoch = p.push_epochs[b % kPeerBlocks] + 1;
@@ -112,18 +129,30 @@ __global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restr
 // row's sum runs in the same order at every batch size and template (each lane's chunks in order,
 // then the warp's shuffle tree), which is not the ring's order (longer rows give other bits).
 constexpr int kRowsThreads = 256, kRowsCtas = 2;  // two CTAs an SM
-template <int kC, int kRows, int kBatch, typename OutT>
+// kSilu: w is a gate_up projection [2 n, k] and y [batch, n] its activation: a warp's kRows rows
+// are kRows / 2 gates and the ups of the same index, and y = silu(gate) * up with silu_mul's
+// arithmetic on the rounded products (the bits of the plain kernel then silu_mul).
+template <int kC, int kRows, int kBatch, typename OutT, bool kSilu = false>
 __global__ void __launch_bounds__(kRowsThreads, kRowsCtas) gemv_rows_kernel(const bf16* __restrict__ x,
                                                                        const bf16* __restrict__ w,
                                                                        OutT* __restrict__ y, int batch, int n, int k) {
   constexpr int kWarps = kRowsThreads / 32;
+  constexpr int kStride = kSilu ? kRows / 2 : kRows;  // output rows a warp's turn
   __shared__ uint4 xs[kBatch][kC][32];  // sequence b's chunk j * 32 + lane
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int step = gridDim.x * kWarps * kRows;
+  const int step = gridDim.x * kWarps * kStride;
   const uint64_t policy = l2_evict_first();
   uint4 wv[kRows][kC];
-  auto load_rows = [&](int r0) { load_warp_rows(wv, w, r0, n, k, lane, policy); };
-  int r0 = (blockIdx.x * kWarps + warp) * kRows;
+  auto load_rows = [&](int r0) {
+    if constexpr (kSilu) {
+      using Half = uint4[kRows / 2][kC];
+      load_warp_rows(reinterpret_cast<Half&>(wv[0]), w, r0, n, k, lane, policy);
+      load_warp_rows(reinterpret_cast<Half&>(wv[kRows / 2]), w + size_t(n) * k, r0, n, k, lane, policy);
+    } else {
+      load_warp_rows(wv, w, r0, n, k, lane, policy);
+    }
+  };
+  int r0 = (blockIdx.x * kWarps + warp) * kStride;
   load_rows(r0);  // weights are constants: before the wait
   pdl_enter();
   for (int i = threadIdx.x; i < batch * kC * 32; i += kRowsThreads) {
@@ -160,9 +189,18 @@ __global__ void __launch_bounds__(kRowsThreads, kRowsCtas) gemv_rows_kernel(cons
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         if (b >= batch) continue;
-        const float v = warp_sum(acc[r][b]);
-        if (lane == r * kBatch + b && r0 + r < n) store_out(y + size_t(b) * n + r0 + r, v);
+        acc[r][b] = warp_sum(acc[r][b]);  // every lane holds the row's sum
+        if constexpr (!kSilu)
+          if (lane == r * kBatch + b && r0 + r < n) store_out(y + size_t(b) * n + r0 + r, acc[r][b]);
       }
+    if constexpr (kSilu)
+#pragma unroll
+      for (int r = 0; r < kRows / 2; ++r)
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          if (b < batch && lane == r * kBatch + b && r0 + r < n)
+            y[size_t(b) * n + r0 + r] =
+                __float2bfloat16(silu_mul_one(round_bf16(acc[r][b]), round_bf16(acc[kRows / 2 + r][b])));
   }
 }
 
@@ -173,13 +211,13 @@ int rows_grid() {
   static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
   return kRowsCtas * sms;
 }
-template <typename OutT>
+template <typename OutT, bool kSilu = false>
 void launch_rows(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {
   const dim3 grid(rows_grid()), block(kRowsThreads);
   if (batch <= 2)
-    launch_pdl(gemv_rows_kernel<4, kGemvRowsGroup, 2, OutT>, grid, block, 0, stream, x, w, y, batch, n, k);
+    launch_pdl(gemv_rows_kernel<4, kGemvRowsGroup, 2, OutT, kSilu>, grid, block, 0, stream, x, w, y, batch, n, k);
   else
-    launch_pdl(gemv_rows_kernel<4, 2, 8, OutT>, grid, block, 0, stream, x, w, y, batch, n, k);
+    launch_pdl(gemv_rows_kernel<4, 2, 8, OutT, kSilu>, grid, block, 0, stream, x, w, y, batch, n, k);
 }
 
 // Rows per block by batch, as measured on the H100 (bench.gemv): two for batch 1-2 (more blocks
@@ -206,7 +244,7 @@ void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cu
   NVLLM_CHECK(k % 8 == 0, "gemv: K = ", k, " must be a multiple of 8 (16-byte rows)");
   if (gemv_short_rows(n, k)) return launch_rows(x, w, y, batch, n, k, stream);
   by_batch(batch, [&]<int kBatch, int kRows>() {
-    launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads, kRows>(n, stream, x, w, y, batch, n, k);
+    launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads>(ceil_div(n, kRows), stream, x, w, y, batch, n, k);
   });
 }
 
@@ -230,7 +268,7 @@ void gemv_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int
   NVLLM_CHECK(batch <= kGemvMaxBatch && k % 8 == 0 && n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_push: ",
               batch, " x ", n, " (K ", k, ") is not a pushed sum's projection");
   by_batch(batch, [&]<int kBatch, int kRows>() {
-    launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads, kRows>(n, stream, x, w, p, batch, n, k);
+    launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads>(ceil_div(n, kRows), stream, x, w, p, batch, n, k);
   });
 }
 
@@ -240,6 +278,19 @@ void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaSt
 
 void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream) {
   dispatch(x, w, y, batch, n, k, stream);
+}
+
+void gemv_silu(const bf16* x, const bf16* gate_up, bf16* act, int batch, int half, int k, cudaStream_t stream) {
+  if (batch <= 0 || half <= 0) return;
+  NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv_silu: batch ", batch, " is over ", kGemvMaxBatch,
+              "; use the GEMM path");
+  NVLLM_CHECK(k % 8 == 0, "gemv_silu: K = ", k, " must be a multiple of 8 (16-byte rows)");
+  // The same kernel as gemv for the whole projection (gemv_short_rows of its 2 x half rows).
+  if (gemv_short_rows(2 * half, k)) return launch_rows<bf16, true>(x, gate_up, act, batch, half, k, stream);
+  by_batch(batch, [&]<int kBatch, int kRows>() {
+    launch_gemv<gemv_silu_kernel<kBatch, kRows>, kThreads>(ceil_div(half, kRows / 2), stream, x, gate_up, act,
+                                                            batch, half, k);
+  });
 }
 
 }  // namespace nvllm::kernels

@@ -24,14 +24,18 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kChunk = 16;  // codes per 16-byte load
 
-template <int kBatch, int kRows, Fp8Scaling kScaling>
+// y [batch, n] = x w^T; with kSilu, w is a gate_up projection [2 n, k] and y [batch, n] its
+// activation silu(gate) * up (GemvPairedRows, GemvSiluOut): the bits of the plain kernel's two
+// halves then silu_mul.
+template <int kBatch, int kRows, Fp8Scaling kScaling, bool kSilu = false>
 __global__ void __launch_bounds__(kThreads)
     gemv_fp8_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
                     bf16* __restrict__ y, int batch, int n, int k) {
   __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
+  __shared__ bf16 out[kSilu ? kBatch : 1][kSilu ? kRows : 1];
   const int k_blocks = (k + 127) / 128;
-  auto step = [&](float (&acc)[kRows][kBatch], int row0, int c, auto ready) {
+  auto step = [&](float (&acc)[kRows][kBatch], auto group, int c, auto ready) {
     // The inputs' and block scales' loads first: their latency runs beside the weights' wait.
     Bf16x8 xv[kBatch][2];
 #pragma unroll
@@ -45,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kScaling == Fp8Scaling::kBlock128)
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
-        block_scale[r] = row0 + r < n ? scale[size_t((row0 + r) / 128) * k_blocks + (c * kChunk) / 128] : 0.f;
+        block_scale[r] = group(r) >= 0 ? scale[size_t(group(r) / 128) * k_blocks + (c * kChunk) / 128] : 0.f;
     const auto codes = ready();
     float wf[kRows][kChunk];  // each chunk converted once, used for every sequence
 #pragma unroll
@@ -67,30 +71,42 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kChunk; ++i) acc[r][b] = fmaf(xf[i], wf[r][i], acc[r][b]);
     }
   };
-  gemv_stream<kThreads>(slots, partial, w, n, k, batch, step, [&](int row, int b, float v) {
+  auto scaled = [&](int row, float v) {
     if constexpr (kScaling == Fp8Scaling::kRow) v *= scale[row];
     if constexpr (kScaling == Fp8Scaling::kTensor) v *= scale[0];
-    y[size_t(b) * n + row] = __float2bfloat16(v);
-  });
+    return v;
+  };
+  if constexpr (kSilu) {
+    const GemvSiluOut<kRows, kBatch> o{out, y, n, batch};
+    gemv_stream<kThreads>(
+        slots, partial, w, GemvPairedRows{n}, k, batch, step,
+        [&](int row, int b, float v) { o.finish(row, b, scaled(row, v)); }, [&](int g) { o.end(g); });
+  } else {
+    gemv_stream<kThreads>(slots, partial, w, GemvRows{n}, k, batch, step, [&](int row, int b, float v) {
+      y[size_t(b) * n + row] = __float2bfloat16(scaled(row, v));
+    });
+  }
 }
 
-template <int kBatch, int kRows, Fp8Scaling kScaling>
+template <int kBatch, int kRows, Fp8Scaling kScaling, bool kSilu>
 void launch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
             cudaStream_t stream) {
-  launch_gemv<gemv_fp8_kernel<kBatch, kRows, kScaling>, kThreads, kRows>(n, stream, x, w, scale, y, batch, n, k);
+  const int groups = kSilu ? ceil_div(n, kRows / 2) : ceil_div(n, kRows);
+  launch_gemv<gemv_fp8_kernel<kBatch, kRows, kScaling, kSilu>, kThreads>(groups, stream, x, w, scale, y, batch, n,
+                                                                          k);
 }
 
-template <int kRows, Fp8Scaling kScaling>
+template <int kRows, Fp8Scaling kScaling, bool kSilu = false>
 void dispatch_batch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
                     cudaStream_t stream) {
   if (batch == 1)
-    launch<1, kRows, kScaling>(x, w, scale, y, batch, n, k, stream);
+    launch<1, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
   else if (batch == 2)
-    launch<2, kRows, kScaling>(x, w, scale, y, batch, n, k, stream);
+    launch<2, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
   else if (batch <= 4)
-    launch<4, kRows, kScaling>(x, w, scale, y, batch, n, k, stream);
+    launch<4, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
   else
-    launch<8, kRows, kScaling>(x, w, scale, y, batch, n, k, stream);
+    launch<8, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
 }
 
 template <Fp8Scaling kScaling>
@@ -119,6 +135,17 @@ void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling sc
     case Fp8Scaling::kRow: dispatch<Fp8Scaling::kRow>(x, w, scale, y, batch, n, k, rows, stream); break;
     case Fp8Scaling::kBlock128: dispatch<Fp8Scaling::kBlock128>(x, w, scale, y, batch, n, k, rows, stream); break;
   }
+}
+
+void gemv_fp8_silu(const bf16* x, const uint8_t* gate_up, const float* scale, Fp8Scaling scaling, bf16* act,
+                   int batch, int half, int k, cudaStream_t stream) {
+  if (batch <= 0 || half <= 0) return;
+  NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv_fp8_silu: batch ", batch, " is over ", kGemvMaxBatch,
+              "; use the GEMM path");
+  NVLLM_CHECK(k % kChunk == 0, "gemv_fp8_silu: K = ", k, " must be a multiple of 16 (16-byte rows of codes)");
+  // Row scales only: the runner's FP8 weights (every checkpoint scheme is loaded as row scales).
+  NVLLM_CHECK(scaling == Fp8Scaling::kRow, "gemv_fp8_silu: row scales only");
+  dispatch_batch<4, Fp8Scaling::kRow, true>(x, gate_up, scale, act, batch, half, k, stream);  // gemv_fp8's 4 rows
 }
 
 }  // namespace nvllm::kernels

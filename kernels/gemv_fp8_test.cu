@@ -124,6 +124,49 @@ TEST_CASE("gpu.kernels.gemv_fp8 gives a row the same bits at every batch size") 
   }
 }
 
+TEST_CASE("gpu.kernels.gemv_fp8_silu gives gemv_fp8 then silu_mul's bits") {
+  // gate_up [2 * half, k] of codes with row scales, two pairs a group: odd halves end on a group's
+  // first pair; K of one chunk, 129 (the last step partial) and 1,041 chunks (the ring wraps);
+  // halves past a block's walk (2,053 groups); blocks walking groups too. The activation's buffer
+  // runs 64 values past [batch, half], which must stay as poisoned.
+  for (const auto& [half, k] : {std::pair{1, 16}, std::pair{3, 2064}, std::pair{501, 144}, std::pair{4105, 1024},
+                                std::pair{65, 16656}}) {
+    for (int batch = 1; batch <= kGemvMaxBatch; ++batch) {
+      std::mt19937 rng(uint32_t(half * 17 + k * 5 + batch));
+      auto x = random_bf16(rng, size_t(batch) * k);
+      auto w = random_codes(rng, size_t(2) * half * k);
+      std::vector<float> s(size_t(2) * half);
+      std::uniform_real_distribution<float> dist(1e-4f, 1e-2f);
+      for (float& v : s) v = dist(rng);
+      DeviceBuffer<bf16> d_x(x), d_gate_up(size_t(batch) * 2 * half), d_ref(size_t(batch) * half),
+          d_act(size_t(batch) * half + 64);
+      DeviceBuffer<uint8_t> d_w(w);
+      DeviceBuffer<float> d_s(s);
+      gemv_fp8(d_x.get(), d_w.get(), d_s.get(), Fp8Scaling::kRow, d_gate_up.get(), batch, 2 * half, k, nullptr);
+      silu_mul(d_gate_up.get(), d_ref.get(), batch, half, nullptr);
+      const std::vector<bf16> ref = d_ref.download();
+      for (const int blocks_per_sm : {0, 6}) {
+        set_gemv_blocks_per_sm(blocks_per_sm);
+        d_act.poison();
+        gemv_fp8_silu(d_x.get(), d_w.get(), d_s.get(), Fp8Scaling::kRow, d_act.get(), batch, half, k, nullptr);
+        const std::vector<bf16> act = d_act.download();
+        int differ = 0, past = 0;
+        for (size_t i = 0; i < ref.size(); ++i) differ += !(to_f(act[i]) == to_f(ref[i]));
+        for (size_t i = ref.size(); i < act.size(); ++i) past += !std::isnan(to_f(act[i]));
+        INFO("half=", half, " k=", k, " batch=", batch, ", ", blocks_per_sm, " blocks an SM");
+        CHECK(differ == 0);
+        CHECK(past == 0);
+      }
+      set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm);
+    }
+  }
+  DeviceBuffer<bf16> x(16), act(2);
+  DeviceBuffer<uint8_t> w(4 * 16);
+  DeviceBuffer<float> s(4);
+  CHECK_THROWS_WITH(gemv_fp8_silu(x.get(), w.get(), s.get(), Fp8Scaling::kTensor, act.get(), 1, 2, 16, nullptr),
+                    doctest::Contains("row scales only"));
+}
+
 TEST_CASE("gpu.kernels.gemv_fp8 refuses a K that is not a multiple of 16 and a batch over 8") {
   DeviceBuffer<bf16> x(9 * 24), y(9 * 4);
   DeviceBuffer<uint8_t> w(4 * 24);

@@ -2,7 +2,8 @@
 // E4M3 codes): how a block's weights reach it, how its sums leave, and how many blocks run. The
 // kernels supply only what one 16-byte chunk of a row means (8 bf16 or 16 codes) and the math.
 //
-// Layout: a block of kThreads threads owns row groups of kRows consecutive output rows and splits
+// Layout: a block of kThreads threads owns row groups of kRows output rows (consecutive ones, or a
+// gate_up projection's gates and the ups of the same index: GemvRows, GemvPairedRows) and splits
 // K among its threads. Step s of a group brings chunk s * kThreads + t of each of the group's rows
 // to thread t (one warp load covers 512 contiguous bytes of a row), through a ring of kStages
 // slots in shared memory filled by cp.async kStages - 1 steps ahead of the math. A thread reads
@@ -39,10 +40,10 @@ namespace nvllm::kernels {
 // The end of a row group: each thread's partial sums acc[r][b] of the group's kRows rows and
 // kBatch sequences, summed over the block (warp sums through `partial`, then in warp order, so a
 // row's result does not depend on the batch), and finish(r, b, sum) for every sequence b < batch
-// and row r < rows (the rows left before the matrix ends).
+// and every row r of the group (the caller skips rows past the matrix).
 template <int kThreads, int kRows, int kBatch, typename Finish>
 __device__ __forceinline__ void gemv_block_sums(const float (&acc)[kRows][kBatch],
-                                                float (&partial)[kThreads / 32][kRows][kBatch], int batch, int rows,
+                                                float (&partial)[kThreads / 32][kRows][kBatch], int batch,
                                                 Finish finish) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
@@ -55,7 +56,7 @@ __device__ __forceinline__ void gemv_block_sums(const float (&acc)[kRows][kBatch
   __syncthreads();
   if (threadIdx.x < kRows * kBatch) {
     const int r = threadIdx.x / kBatch, b = threadIdx.x % kBatch;
-    if (b < batch && r < rows) {
+    if (b < batch) {
       float v = 0.f;
 #pragma unroll
       for (int j = 0; j < kThreads / 32; ++j) v += partial[j][r][b];
@@ -63,6 +64,57 @@ __device__ __forceinline__ void gemv_block_sums(const float (&acc)[kRows][kBatch
     }
   }
 }
+
+// Which weight rows row group g reads: kRows consecutive ones from g * kRows, of n.
+struct GemvRows {
+  int n;
+  __device__ __forceinline__ int groups(int k_rows) const { return (n + k_rows - 1) / k_rows; }
+  // The weight row of the group's row r; -1 past the matrix.
+  __device__ __forceinline__ int row(int g, int r, int k_rows) const {
+    const int i = g * k_rows + r;
+    return i < n ? i : -1;
+  }
+};
+// A gate_up projection's pairs: rows [0, half) are the gates, [half, 2 half) the ups of the same
+// index. Group g's first kRows / 2 rows are the gates j = g * kRows / 2 ..., its last kRows / 2
+// the ups of the same j, so that the group's end holds both halves of its outputs.
+struct GemvPairedRows {
+  int half;
+  __device__ __forceinline__ int groups(int k_rows) const { return (half + k_rows / 2 - 1) / (k_rows / 2); }
+  __device__ __forceinline__ int row(int g, int r, int k_rows) const {
+    const int h = k_rows / 2, j = g * h + r % h;
+    return j < half ? (r < h ? j : half + j) : -1;
+  }
+};
+// The weight rows of one group (a step's view of the walk).
+template <typename Rows, int kRows>
+struct GemvGroup {
+  Rows rows;
+  int g;
+  __device__ __forceinline__ int operator()(int r) const { return rows.row(g, r, kRows); }
+};
+
+// A paired walk's outputs (GemvPairedRows): finish() keeps the group's products rounded to bf16
+// in `out`, and end() writes act[b][j] = silu(gate) * up for the group's pairs with silu_mul's
+// arithmetic, so the pair gives the bits of the projection's outputs then silu_mul.
+template <int kRows, int kBatch>
+struct GemvSiluOut {
+  __nv_bfloat16 (&out)[kBatch][kRows];
+  __nv_bfloat16* act;
+  int half, batch;
+  __device__ __forceinline__ void finish(int row, int b, float v) const {
+    const int h = kRows / 2;
+    out[b][row < half ? row % h : h + (row - half) % h] = __float2bfloat16(v);
+  }
+  __device__ __forceinline__ void end(int g) const {
+    constexpr int h = kRows / 2;
+    static_assert(kBatch * h <= 128);
+    const int b = threadIdx.x / h, i = threadIdx.x % h, j = g * h + i;
+    if (b < batch && j < half)
+      act[size_t(b) * half + j] =
+          __float2bfloat16(silu_mul_one(__bfloat162float(out[b][i]), __bfloat162float(out[b][h + i])));
+  }
+};
 
 // Slots of the ring: 16 bytes of each of kRows rows for each thread, kStages deep. The kernels'
 // depth: 8 row-steps ahead of the math (4 steps of 2 rows, 2 of 4), 20 / 24 KB at 128 threads.
@@ -88,23 +140,24 @@ struct GemvNoGroupEnd {
   __device__ void operator()(int) const {}
 };
 
-// The walk above for weights [n, row_bytes] (row_bytes % 16 == 0): step(acc, row0, c, ready) for
-// each of this thread's chunks c of the group at row0, where ready() waits for the step's weights
-// and returns their GemvChunks (call it after issuing the step's other loads, so that their
-// latency runs beside the wait); then finish(row, b, sum) for each output of the group, and
-// group_end(row0) in every thread once all of the group's finish calls are done (a barrier
-// between; the next group's finish calls come after another). acc is float[kRows][kBatch],
-// zeroed per group.
-template <int kThreads, int kRows, int kBatch, int kStages, typename Step, typename Finish,
+// The walk above for the weight rows `rows` names (GemvRows, GemvPairedRows) of row_bytes each
+// (a multiple of 16): step(acc, group, c, ready) for each of this thread's chunks c of a group
+// (group(r): the weight row of its row r, -1 past the matrix), where ready() waits for the step's
+// weights and returns their GemvChunks (call it after issuing the step's other loads, so that
+// their latency runs beside the wait); then finish(row, b, sum) for each output of the group (row:
+// the weight row), and group_end(g) in every thread once all of group g's finish calls are done (a
+// barrier between; the next group's finish calls come after another). acc is
+// float[kRows][kBatch], zeroed per group.
+template <int kThreads, int kRows, int kBatch, int kStages, typename Rows, typename Step, typename Finish,
           typename GroupEnd = GemvNoGroupEnd>
 __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>& slots,
                                             float (&partial)[kThreads / 32][kRows][kBatch], const void* weights,
-                                            int n, int row_bytes, int batch, Step step, Finish finish,
+                                            Rows rows, int row_bytes, int batch, Step step, Finish finish,
                                             GroupEnd group_end = {}) {
   const uint8_t* w = static_cast<const uint8_t*>(weights);
   const int chunks = row_bytes / 16;
   const int steps = (chunks + kThreads - 1) / kThreads;
-  const int groups = (n + kRows - 1) / kRows;
+  const int groups = rows.groups(kRows);
   const int mine = int(blockIdx.x) < groups ? (groups - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
   const int items = mine * steps;  // (group, step) pairs of this block, in walk order
 
@@ -112,12 +165,13 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
   auto issue_next = [&] {  // one commit group an item, empty past the last: wait counts stay uniform
     if (issued < items) {
       const int c = issue_step * kThreads + threadIdx.x;
-      const int row0 = issue_group * kRows;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)  // rows past n: zeros, nothing read
+      for (int r = 0; r < kRows; ++r) {  // rows past the matrix: zeros, nothing read
+        const int row = rows.row(issue_group, r, kRows);
         if (c < chunks)
-          cp_async16(&slots[issued % kStages][r][threadIdx.x],
-                     w + size_t(min(row0 + r, n - 1)) * row_bytes + size_t(c) * 16, row0 + r < n);
+          cp_async16(&slots[issued % kStages][r][threadIdx.x], w + size_t(max(row, 0)) * row_bytes + size_t(c) * 16,
+                     row >= 0);
+      }
       if (++issue_step == steps) issue_step = 0, issue_group += gridDim.x;
     }
     ++issued;
@@ -129,7 +183,7 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
 
   int item = 0;
   for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-    const int row0 = g * kRows;
+    const GemvGroup<Rows, kRows> group{rows, g};
     float acc[kRows][kBatch];
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
@@ -140,15 +194,16 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
       const int c = s * kThreads + threadIdx.x;
       if (c >= chunks) continue;
       const int slot = item % kStages;
-      step(acc, row0, c, [&] {
+      step(acc, group, c, [&] {
         cp_async_wait<kStages - 1>();  // this item's group has landed (kStages - 1 issued after it)
         return GemvChunks<kThreads>{&slots[slot][0][threadIdx.x]};
       });
     }
-    gemv_block_sums<kThreads>(acc, partial, batch, n - row0,
-                              [&](int r, int b, float v) { finish(row0 + r, b, v); });
+    gemv_block_sums<kThreads>(acc, partial, batch, [&](int r, int b, float v) {
+      if (const int row = group(r); row >= 0) finish(row, b, v);
+    });
     __syncthreads();  // the next group's sums rewrite partial
-    group_end(row0);
+    group_end(g);
   }
 }
 
@@ -178,12 +233,12 @@ inline int gemv_grid(int groups, GemvFit fit) {
   return ceil_div(groups, ceil_div(groups, most));
 }
 
-// Launches kKernel (a gemv_stream kernel of kThreads threads and kRows rows a group) over n rows
-// with PDL, on gemv_grid's grid; the fit is asked once per kernel.
-template <auto kKernel, int kThreads, int kRows, typename... Args>
-void launch_gemv(int n, cudaStream_t stream, Args&&... args) {
+// Launches kKernel (a gemv_stream kernel of kThreads threads) over `groups` row groups with PDL,
+// on gemv_grid's grid; the fit is asked once per kernel.
+template <auto kKernel, int kThreads, typename... Args>
+void launch_gemv(int groups, cudaStream_t stream, Args&&... args) {
   static const GemvFit fit = gemv_fit(kKernel, kThreads);
-  launch_pdl(kKernel, dim3(gemv_grid(ceil_div(n, kRows), fit)), dim3(kThreads), 0, stream,
+  launch_pdl(kKernel, dim3(gemv_grid(groups, fit)), dim3(kThreads), 0, stream,
              std::forward<Args>(args)...);
 }
 

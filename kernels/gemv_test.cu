@@ -118,4 +118,40 @@ TEST_CASE("gpu.kernels.gemv_f32 keeps fp32 outputs") {
   }
 }
 
+TEST_CASE("gpu.kernels.gemv_silu gives gemv then silu_mul's bits") {
+  // gate_up [2 * half, k]: the ring (a group of one pair at batch 1-2, two at 3-8: odd halves end
+  // on a group's first pair; K of 1, 65, 513 and 1,153 chunks wrap both rings) and the warp's rows
+  // (2 x half past gemv_short_rows' threshold, K of 1,000, 1,024 and 8); blocks walking groups too.
+  // The activation's buffer runs 64 values past [batch, half]: they must stay as poisoned.
+  const int many = 2 * 16 * sm_count() + 3;
+  for (const auto& [half, k] : {std::pair{1, 8}, std::pair{13, 520}, std::pair{33, 4104}, std::pair{70, 9224},
+                                std::pair{161, 2048}, std::pair{many, 1032}, std::pair{many, 1000},
+                                std::pair{many, 1024}, std::pair{many, 8}}) {
+    CHECK(gemv_short_rows(2 * half, k) == (half == many && k <= 1024));
+    for (int batch = 1; batch <= kGemvMaxBatch; ++batch) {
+      std::mt19937 rng(uint32_t(half * 13 + k * 3 + batch));
+      auto x = random_bf16(rng, size_t(batch) * k);
+      auto w = random_bf16(rng, size_t(2) * half * k, -0.1f, 0.1f);
+      DeviceBuffer<bf16> d_x(x), d_w(w), d_gate_up(size_t(batch) * 2 * half), d_ref(size_t(batch) * half),
+          d_act(size_t(batch) * half + 64);
+      gemv(d_x.get(), d_w.get(), d_gate_up.get(), batch, 2 * half, k, nullptr);
+      silu_mul(d_gate_up.get(), d_ref.get(), batch, half, nullptr);
+      const std::vector<bf16> ref = d_ref.download();
+      for (const int blocks_per_sm : {0, 6}) {
+        set_gemv_blocks_per_sm(blocks_per_sm);
+        d_act.poison();
+        gemv_silu(d_x.get(), d_w.get(), d_act.get(), batch, half, k, nullptr);
+        const std::vector<bf16> act = d_act.download();
+        int differ = 0, past = 0;
+        for (size_t i = 0; i < ref.size(); ++i) differ += !(to_f(act[i]) == to_f(ref[i]));
+        for (size_t i = ref.size(); i < act.size(); ++i) past += !std::isnan(to_f(act[i]));
+        INFO("half=", half, " k=", k, " batch=", batch, ", ", blocks_per_sm, " blocks an SM");
+        CHECK(differ == 0);
+        CHECK(past == 0);
+      }
+    }
+  }
+  set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm);
+}
+
 }  // namespace nvllm::kernels::test

@@ -175,6 +175,11 @@ constexpr int kGemvMaxBatch = 8;
 void gemv(const bf16* x, const bf16* w, bf16* y, int batch, int n, int k, cudaStream_t stream);
 // The same with fp32 output: the LM head's logits.
 void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, cudaStream_t stream);
+// A gate_up projection's activation in one kernel: act [batch, half] = silu(x gate^T) * (x up^T)
+// for gate_up [2 * half, k] (the gates' rows, then the ups'), bit for bit gemv into [batch, 2 *
+// half] then silu_mul (each product rounded to bf16 first), without the products' round trip and
+// silu_mul's launch. gemv_fp8_silu: the same for E4M3 codes and their row scales (gemv_fp8, kRow).
+void gemv_silu(const bf16* x, const bf16* gate_up, bf16* act, int batch, int half, int k, cudaStream_t stream);
 // Whether gemv and gemv_f32 of n rows of k values take the kernel for many short rows (a warp a
 // group of rows) rather than the ring of row groups (gemv.cu); the same at every batch size.
 bool gemv_short_rows(int n, int k);
@@ -194,6 +199,8 @@ enum class Fp8Scaling : uint8_t { kTensor, kRow, kBlock128 };
 // is for timing the kernel's variants only.
 void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling scaling, bf16* y, int batch, int n,
               int k, cudaStream_t stream, int rows_per_block = 0);
+void gemv_fp8_silu(const bf16* x, const uint8_t* gate_up, const float* scale, Fp8Scaling scaling, bf16* act,
+                   int batch, int half, int k, cudaStream_t stream);
 
 // E4M3 codes of each row of x [rows, cols] (fp8_quant.cu): scales[r] = amax(row r) / 448 and
 // codes[r, c] = e4m3(x[r, c] / scales[r]), rounded to nearest even (an all-zero row: scale 0,

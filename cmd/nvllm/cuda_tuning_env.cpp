@@ -40,6 +40,7 @@ CudaTuning cuda_tuning_from_env() {
   t.peer_all_reduce = on_unless_zero("NVLLM_PEER_ALL_REDUCE", t.peer_all_reduce);
   t.peer_push = on_unless_zero("NVLLM_PEER_PUSH", t.peer_push);
   t.gemv_push = on_unless_zero("NVLLM_GEMV_PUSH", t.gemv_push);
+  t.gemv_silu = on_unless_zero("NVLLM_GEMV_SILU", t.gemv_silu);
   if (const char* trace = std::getenv("NVLLM_FUSED_TRACE")) t.fused_trace = trace;
   if (const char* trace = std::getenv("NVLLM_PEER_TRACE")) t.peer_trace = trace;
   t.fused_stream_smem = size_t(positive_or("NVLLM_FUSED_STREAM_SMEM", 0));

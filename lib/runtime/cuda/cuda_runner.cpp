@@ -54,6 +54,7 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
   token_cap_ = std::max(opt_.max_num_batched_tokens, seq_cap_);
   width_cap_ = blocks_for(opt_.max_model_len, opt_.block_size);
   model_.set_l2_ahead(opt_.tuning.l2_ahead_bytes);
+  model_.set_gemv_silu(opt_.tuning.gemv_silu);
   model_.allocate_activations(token_cap_, seq_cap_, opt_.max_model_len);
   sampler_.allocate(seq_cap_, model_.vocab());
   io_.allocate(make_step_layout(token_cap_, seq_cap_, width_cap_, seq_cap_).bytes, sampler_.out().bytes());

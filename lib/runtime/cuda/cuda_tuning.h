@@ -66,6 +66,10 @@ struct CudaTuning {
   // waiting for their grid's end (TpComm::gemv_all_reduce_add_rmsnorm). NVLLM_GEMV_PUSH=0: the gemv
   // (o_proj) or cuBLASLt (down), then the pushed sum. Bit for bit the same sums.
   bool gemv_push = true;
+  // At the gemv's batches, gate_up and silu_mul as one kernel (kernels::gemv_silu, gemv_fp8_silu:
+  // the products of a gate and its up summed by one block, the activation written at its end).
+  // NVLLM_GEMV_SILU=0: the gemv into the gate_up buffer, then silu_mul. Bit for bit the same.
+  bool gemv_silu = true;
   // Decode steps of at most kernels::kDecodeSmallStep sequences on the tensor-core decode
   // attention split each context into parts so that one sequence runs about one CTA an SM
   // (kernels::set_decode_small_step_ctas with the SM count). NVLLM_DECODE_SMALL_PARTS=0: the one

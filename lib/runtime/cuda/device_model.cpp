@@ -329,17 +329,24 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
     gemm_.matmul_fp8(x8, act_scales, w.down.codes, w.down.scales, x, T, H, I, s, true, act_.tokens);
     return false;
   }
-  linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
+  if (gemv_silu_ && use_gemv(T, H)) {  // gate_up and silu_mul in one kernel
+    if (w.gate_up.fp8())
+      kernels::gemv_fp8_silu(x, w.gate_up.codes, w.gate_up.scales, kernels::Fp8Scaling::kRow, act, T, I, H, s);
+    else
+      kernels::gemv_silu(x, w.gate_up.w, act, T, I, H, s);
+  } else {
+    linear(x, w.gate_up, gate_up, T, 2 * I, H, s);
+    kernels::silu_mul(gate_up, act, T, I, s, ahead(w.down, H, I, T));
+  }
   // The bf16 down projection on cuBLASLt at every batch, after silu_mul: its K (the intermediate
   // size) is 3-5x its N. gemv with the activation computed on load (silu(gate) * up recomputed for
   // every two rows) streamed it at 30-56% of 3.03 TB/s at batch 1, cuBLASLt at 30-89%: faster on
   // four of the five shapes measured, by 0.8 ms a step on Llama-3-8B (bench/NOTES.md, twelfth
-  // session). FP8 down goes where the other projections go (the FP8 gemv reads silu_mul's output).
+  // session). FP8 down goes where the other projections go (the FP8 gemv reads the activation).
   // Under tensor parallelism at the gemv's batches it goes to the gemv that pushes its rows to
   // every rank itself, as o_proj does (layer()): the sum then starts as the last rows land, and
   // the chain stays in PDL (cuBLASLt's kernels do not take part): 4 x H200, TP 4 batch 1 4% faster,
   // TP 2 even (bench/NOTES.md, twenty-eighth session).
-  kernels::silu_mul(gate_up, act, T, I, s, ahead(w.down, H, I, T));
   if (pushes_from_gemv(w.down, T, I)) {
     tp_.comm->gemv_all_reduce_add_rmsnorm(
         act, w.down.w, x, act_.residual.as<bf16>(), next_norm, T, H, I, static_cast<float>(c_.rms_norm_eps), s,

@@ -103,6 +103,8 @@ class DeviceModel {
   // `bytes` of the next projection's weights (kernels::L2Ahead; CudaTuning::l2_ahead_bytes); 0: off.
   static constexpr int kL2AheadMaxTokens = 16;
   void set_l2_ahead(size_t bytes) { l2_ahead_ = bytes; }
+  // At the gemv's batches, gate_up and silu_mul as one kernel (CudaTuning::gemv_silu).
+  void set_gemv_silu(bool on) { gemv_silu_ = on; }
 
   const ModelConfig& config() const { return c_; }  // the rank's share under tensor parallelism
   int vocab() const { return tp_.comm ? tp_.vocab : c_.vocab_size; }  // the width of act().logits
@@ -154,6 +156,7 @@ class DeviceModel {
   ModelConfig c_;
   int block_size_ = 0, gemv_max_batch_ = 0;
   size_t l2_ahead_ = 0;
+  bool gemv_silu_ = true;
   Gemm gemm_;
   DeviceWeights w_;
   Activations act_;

@@ -12,9 +12,11 @@
 // rate (read + write counted) is printed beside it. Weights are random bf16 (the same 64 MB
 // block repeated: 15 GB for the 8B shape, far past the 50 MB L2). Paths: "gemv" is the runner at
 // batch <= gemv_max_batch (gemv; the down projection silu_mul then cuBLASLt; the LM head with
-// fp32 logits), "gemv/down-gemv" the same with down on gemv too, "gemv-walk6" / "-walk4" the
-// gemv path with its grid capped at 6 / 4 blocks an SM walking the row groups (kernels.h:
-// set_gemv_blocks_per_sm; the default is a block a group), "cublaslt" the GEMMs alone and
+// fp32 logits; the runner computes silu_mul inside gate_up's gemv, gemv_silu, where this harness
+// keeps it a kernel before down so that each kind also times alone), "gemv/down-gemv" the same
+// with down on gemv too, "gemv-walk6" / "-walk4" the gemv path with its grid capped at 6 / 4
+// blocks an SM walking the row groups (kernels.h: set_gemv_blocks_per_sm; the default is a block a
+// group), "cublaslt" the GEMMs alone and
 // "cublaslt+silu" the runner at larger batches (with the silu_mul kernel before down); FP8
 // weights (one byte a weight, LM head bf16): "fp8-gemv" the runner at small batches (gemv_fp8 for
 // every projection, down included; "fp8-gemv-r2" with two rows a block instead of four,
