@@ -1,7 +1,8 @@
 // Shared pieces of the kernel tests: seeded random bf16 inputs, an RAII device buffer that can
 // be poisoned (0xFF bytes: every bf16 / fp32 element reads as NaN, so an element the kernel
-// never writes fails the comparison), the device's SM count, the relative error ||out - ref|| / ||ref||, and the timing
-// cases' graph replay (graph_median_us).
+// never writes fails the comparison), the device's SM count, the relative error ||out - ref|| / ||ref||, a
+// fused kernel's bits against its unfused reference (count_bits), and the timing cases' graph
+// replay (graph_median_us).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -106,6 +107,19 @@ int outside_bf16(const std::vector<T>& y, const std::vector<double>& ref) {
     if (!(d <= std::ldexp(std::fabs(ref[i]), -8) * 1.001 + 1e-4 * rms)) ++bad;
   }
   return bad;
+}
+
+// A fused kernel against its unfused reference, bit for bit: `out` (poisoned, NaN everywhere)
+// holds the kernel's outputs over ref.size() elements and a margin past them. Counts the
+// elements that differ from ref (NaN: never written) and those written past ref.
+struct BitsCount {
+  int differ = 0, past = 0;
+};
+inline BitsCount count_bits(const std::vector<bf16>& out, const std::vector<bf16>& ref) {
+  BitsCount c;
+  for (size_t i = 0; i < ref.size(); ++i) c.differ += !(to_f(out[i]) == to_f(ref[i]));
+  for (size_t i = ref.size(); i < out.size(); ++i) c.past += !std::isnan(to_f(out[i]));
+  return c;
 }
 
 // Timing cases: the median of 20 replays, after 2 untimed ones, of a CUDA graph holding
