@@ -98,6 +98,12 @@ __device__ __forceinline__ float scaled(float v, float row_scale, float col_scal
 __device__ __forceinline__ float silu_mul_one(float g, float u) {
   return round_bf16(g / (1.f + __expf(-g))) * u;
 }
+// The activation of a gate and an up product summed in fp32 by a fused projection: each rounded
+// to bf16 as the projection would store it, then silu_mul's arithmetic (the bits of the
+// projection then silu_mul).
+__device__ __forceinline__ __nv_bfloat16 silu_mul_products(float g, float u) {
+  return __float2bfloat16(silu_mul_one(round_bf16(g), round_bf16(u)));
+}
 
 // A q or k head's RMSNorm of one value as Hugging Face computes it in bf16: x * rstd rounded to
 // bf16, times the weight, rounded again.

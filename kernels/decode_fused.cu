@@ -547,7 +547,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
       g *= mine ? gate_scale0 : gate_up.scale[r0 + r];
       u *= mine ? up_scale0 : gate_up.scale[inter + r0 + r];
     }
-    act[size_t(b) * inter + r0 + r] = __float2bfloat16(silu_mul_one(round_bf16(g), round_bf16(u)));
+    act[size_t(b) * inter + r0 + r] = silu_mul_products(g, u);
   }
   trace.end();
 }

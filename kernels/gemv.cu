@@ -199,8 +199,7 @@ __global__ void __launch_bounds__(kRowsThreads, kRowsCtas) gemv_rows_kernel(cons
 #pragma unroll
         for (int b = 0; b < kBatch; ++b)
           if (b < batch && lane == r * kBatch + b && r0 + r < n)
-            y[size_t(b) * n + r0 + r] =
-                __float2bfloat16(silu_mul_one(round_bf16(acc[r][b]), round_bf16(acc[kRows / 2 + r][b])));
+            y[size_t(b) * n + r0 + r] = silu_mul_products(acc[r][b], acc[kRows / 2 + r][b]);
   }
 }
 
@@ -236,15 +235,20 @@ void by_batch(int batch, Launch launch) {
     launch.template operator()<8, 4>();
 }
 
+// What gemv and gemv_silu take: at most kGemvMaxBatch sequences, rows of whole 16-byte chunks.
+void check_args(const char* what, int batch, int k) {
+  NVLLM_CHECK(batch <= kGemvMaxBatch, what, ": batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
+  NVLLM_CHECK(k % 8 == 0, what, ": K = ", k, " must be a multiple of 8 (16-byte rows)");
+}
+
 template <typename OutT>
 void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {
   if (batch <= 0 || n <= 0) return;
-  NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv: batch ", batch, " is over ", kGemvMaxBatch,
-              "; use the GEMM path");
-  NVLLM_CHECK(k % 8 == 0, "gemv: K = ", k, " must be a multiple of 8 (16-byte rows)");
+  check_args("gemv", batch, k);
   if (gemv_short_rows(n, k)) return launch_rows(x, w, y, batch, n, k, stream);
   by_batch(batch, [&]<int kBatch, int kRows>() {
-    launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads>(ceil_div(n, kRows), stream, x, w, y, batch, n, k);
+    launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads>(GemvRows{n}.groups(kRows), stream, x, w, y, batch, n,
+                                                              k);
   });
 }
 
@@ -268,7 +272,7 @@ void gemv_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int
   NVLLM_CHECK(batch <= kGemvMaxBatch && k % 8 == 0 && n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_push: ",
               batch, " x ", n, " (K ", k, ") is not a pushed sum's projection");
   by_batch(batch, [&]<int kBatch, int kRows>() {
-    launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads>(ceil_div(n, kRows), stream, x, w, p, batch, n, k);
+    launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads>(GemvRows{n}.groups(kRows), stream, x, w, p, batch, n, k);
   });
 }
 
@@ -282,14 +286,12 @@ void gemv_f32(const bf16* x, const bf16* w, float* y, int batch, int n, int k, c
 
 void gemv_silu(const bf16* x, const bf16* gate_up, bf16* act, int batch, int half, int k, cudaStream_t stream) {
   if (batch <= 0 || half <= 0) return;
-  NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv_silu: batch ", batch, " is over ", kGemvMaxBatch,
-              "; use the GEMM path");
-  NVLLM_CHECK(k % 8 == 0, "gemv_silu: K = ", k, " must be a multiple of 8 (16-byte rows)");
+  check_args("gemv_silu", batch, k);
   // The same kernel as gemv for the whole projection (gemv_short_rows of its 2 x half rows).
   if (gemv_short_rows(2 * half, k)) return launch_rows<bf16, true>(x, gate_up, act, batch, half, k, stream);
   by_batch(batch, [&]<int kBatch, int kRows>() {
-    launch_gemv<gemv_silu_kernel<kBatch, kRows>, kThreads>(ceil_div(half, kRows / 2), stream, x, gate_up, act,
-                                                            batch, half, k);
+    launch_gemv<gemv_silu_kernel<kBatch, kRows>, kThreads>(GemvPairedRows{half}.groups(kRows), stream, x, gate_up,
+                                                            act, batch, half, k);
   });
 }
 

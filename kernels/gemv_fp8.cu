@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kBatch, int kRows, Fp8Scaling kScaling, bool kSilu>
 void launch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
             cudaStream_t stream) {
-  const int groups = kSilu ? ceil_div(n, kRows / 2) : ceil_div(n, kRows);
+  const int groups = kSilu ? GemvPairedRows{n}.groups(kRows) : GemvRows{n}.groups(kRows);
   launch_gemv<gemv_fp8_kernel<kBatch, kRows, kScaling, kSilu>, kThreads>(groups, stream, x, w, scale, y, batch, n,
                                                                           k);
 }
@@ -109,6 +109,13 @@ void dispatch_batch(const bf16* x, const uint8_t* w, const float* scale, bf16* y
     launch<8, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
 }
 
+// What gemv_fp8 and gemv_fp8_silu take: at most kGemvMaxBatch sequences, rows of whole 16-byte
+// chunks of codes.
+void check_args(const char* what, int batch, int k) {
+  NVLLM_CHECK(batch <= kGemvMaxBatch, what, ": batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
+  NVLLM_CHECK(k % kChunk == 0, what, ": K = ", k, " must be a multiple of 16 (16-byte rows of codes)");
+}
+
 template <Fp8Scaling kScaling>
 void dispatch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k, int rows,
               cudaStream_t stream) {
@@ -123,8 +130,7 @@ void dispatch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int 
 void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling scaling, bf16* y, int batch, int n,
               int k, cudaStream_t stream, int rows_per_block) {
   if (batch <= 0 || n <= 0) return;
-  NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv_fp8: batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
-  NVLLM_CHECK(k % kChunk == 0, "gemv_fp8: K = ", k, " must be a multiple of 16 (16-byte rows of codes)");
+  check_args("gemv_fp8", batch, k);
   NVLLM_CHECK(rows_per_block == 0 || rows_per_block == 2 || rows_per_block == 4, "gemv_fp8: ", rows_per_block,
               " rows a block; 2 or 4 (0: the default)");
   // Four rows a block at every batch: a block then streams as many bytes as the bf16 gemv's two
@@ -140,9 +146,7 @@ void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling sc
 void gemv_fp8_silu(const bf16* x, const uint8_t* gate_up, const float* scale, Fp8Scaling scaling, bf16* act,
                    int batch, int half, int k, cudaStream_t stream) {
   if (batch <= 0 || half <= 0) return;
-  NVLLM_CHECK(batch <= kGemvMaxBatch, "gemv_fp8_silu: batch ", batch, " is over ", kGemvMaxBatch,
-              "; use the GEMM path");
-  NVLLM_CHECK(k % kChunk == 0, "gemv_fp8_silu: K = ", k, " must be a multiple of 16 (16-byte rows of codes)");
+  check_args("gemv_fp8_silu", batch, k);
   // Row scales only: the runner's FP8 weights (every checkpoint scheme is loaded as row scales).
   NVLLM_CHECK(scaling == Fp8Scaling::kRow, "gemv_fp8_silu: row scales only");
   dispatch_batch<4, Fp8Scaling::kRow, true>(x, gate_up, scale, act, batch, half, k, stream);  // gemv_fp8's 4 rows

@@ -68,7 +68,7 @@ __device__ __forceinline__ void gemv_block_sums(const float (&acc)[kRows][kBatch
 // Which weight rows row group g reads: kRows consecutive ones from g * kRows, of n.
 struct GemvRows {
   int n;
-  __device__ __forceinline__ int groups(int k_rows) const { return (n + k_rows - 1) / k_rows; }
+  __host__ __device__ int groups(int k_rows) const { return (n + k_rows - 1) / k_rows; }
   // The weight row of the group's row r; -1 past the matrix.
   __device__ __forceinline__ int row(int g, int r, int k_rows) const {
     const int i = g * k_rows + r;
@@ -80,7 +80,7 @@ struct GemvRows {
 // the ups of the same j, so that the group's end holds both halves of its outputs.
 struct GemvPairedRows {
   int half;
-  __device__ __forceinline__ int groups(int k_rows) const { return (half + k_rows / 2 - 1) / (k_rows / 2); }
+  __host__ __device__ int groups(int k_rows) const { return (half + k_rows / 2 - 1) / (k_rows / 2); }
   __device__ __forceinline__ int row(int g, int r, int k_rows) const {
     const int h = k_rows / 2, j = g * h + r % h;
     return j < half ? (r < h ? j : half + j) : -1;
@@ -111,7 +111,7 @@ struct GemvSiluOut {
     static_assert(kBatch * h <= 128);
     const int b = threadIdx.x / h, i = threadIdx.x % h, j = g * h + i;
     if (b < batch && j < half)
-      act[size_t(b) * half + j] =
+      act[size_t(b) * half + j] =  // the products are stored rounded: silu_mul_one on them as they are
           __float2bfloat16(silu_mul_one(__bfloat162float(out[b][i]), __bfloat162float(out[b][h + i])));
   }
 };
@@ -233,8 +233,9 @@ inline int gemv_grid(int groups, GemvFit fit) {
   return ceil_div(groups, ceil_div(groups, most));
 }
 
-// Launches kKernel (a gemv_stream kernel of kThreads threads) over `groups` row groups with PDL,
-// on gemv_grid's grid; the fit is asked once per kernel.
+// Launches kKernel (a gemv_stream kernel of kThreads threads) over `groups` row groups (its rows'
+// groups(kRows): GemvRows, GemvPairedRows) with PDL, on gemv_grid's grid; the fit is asked once
+// per kernel.
 template <auto kKernel, int kThreads, typename... Args>
 void launch_gemv(int groups, cudaStream_t stream, Args&&... args) {
   static const GemvFit fit = gemv_fit(kKernel, kThreads);
