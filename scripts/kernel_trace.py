@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a step's time goes, from bench/tools/kernel_trace.cpp's CSV (every kernel's GPU start and end).
 
-    python3 scripts/kernel_trace.py trace.csv [--steps N] [--step-kernel SUBSTRING] [--device D]
+    python3 scripts/kernel_trace.py trace.csv [--steps N] [--step-kernel SUBSTRING] [--device D] [--layers L]
 
 Steps begin at each kernel whose name holds --step-kernel (default "embedding": every forward pass
 starts with the token lookup). Of the last N whole steps (default 20) with the run's most common
@@ -11,7 +11,8 @@ calls a step, its mean duration (start to end) and its share of the step: the st
 split by kernel in start order, each kernel owning the time from the previous kernel's end (or its own
 start, if later) to its own end. With PDL a kernel starts before the one ahead of it ends, so its
 duration overlaps its neighbour's; its share does not, and the shares add up to the step. "idle" is
-time inside a step with no kernel running. A share is not what removing the kernel would save: while a
+time inside a step with no kernel running. With --layers L, a kernel kind called a multiple of L
+times a step is split by its place in the layer ("gemv_kernel #2": the third call of each layer). A share is not what removing the kernel would save: while a
 small kernel (a norm, RoPE) runs, the next projection's blocks are already streaming their weights
 (bench/NOTES.md, thirty-fourth session: releasing them later cost 2-4% of the step).
 """
@@ -57,6 +58,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--step-kernel", default="embedding")
     ap.add_argument("--device", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=0, help="split kinds called a multiple of L times a step by place")
     args = ap.parse_args()
     rows = []
     with open(args.csv) as f:
@@ -82,11 +84,17 @@ def main():
     duration = collections.defaultdict(float)
     share = collections.defaultdict(float)
     span_total = idle_total = 0.0
+    per_step = collections.Counter(short[name] for _, _, name in rows[steps[0][0]:steps[0][1]]) if steps else {}
     for a, b in steps:
         ks = rows[a:b]
+        seen = collections.Counter()
         t0, prev_end = ks[0][0], ks[0][0]
         for s, e, name in ks:
             k = short[name]
+            if args.layers and per_step[k] % args.layers == 0 and per_step[k] > args.layers:
+                place = seen[k] % (per_step[k] // args.layers)
+                seen[k] += 1
+                k = f"{k} #{place}"
             calls[k] += 1
             duration[k] += e - s
             share[k] += max(0, e - max(prev_end, s))  # the time this kernel adds past the ones before
