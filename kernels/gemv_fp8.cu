@@ -71,18 +71,36 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kChunk; ++i) acc[r][b] = fmaf(xf[i], wf[r][i], acc[r][b]);
     }
   };
+  // The scales of the block's first group (blockIdx.x: every block's, unless the grid walks), read
+  // by the threads that finish its rows before the stream starts: they are constants, so the load
+  // runs before the PDL wait, and the group's end waits on no load. At the end it was a dependent
+  // L2 round trip at every block's tail (FP8 Llama-3-8B batch 1: 1% of the step, bench/NOTES.md,
+  // forty-second session).
+  const auto rows = [&] {
+    if constexpr (kSilu)
+      return GemvPairedRows{n};
+    else
+      return GemvRows{n};
+  }();
+  int first_row = -1;
+  float first_scale = 0.f;
+  if constexpr (kScaling != Fp8Scaling::kBlock128)
+    if (threadIdx.x < kRows * kBatch) {  // gemv_block_sums' finishing thread of row r
+      first_row = rows.row(blockIdx.x, threadIdx.x / kBatch, kRows);
+      if (first_row >= 0) first_scale = scale[kScaling == Fp8Scaling::kRow ? first_row : 0];
+    }
   auto scaled = [&](int row, float v) {
-    if constexpr (kScaling == Fp8Scaling::kRow) v *= scale[row];
-    if constexpr (kScaling == Fp8Scaling::kTensor) v *= scale[0];
+    if constexpr (kScaling == Fp8Scaling::kRow) v *= row == first_row ? first_scale : scale[row];
+    if constexpr (kScaling == Fp8Scaling::kTensor) v *= row == first_row ? first_scale : scale[0];
     return v;
   };
   if constexpr (kSilu) {
     const GemvSiluOut<kRows, kBatch> o{out, y, n, batch};
     gemv_stream<kThreads>(
-        slots, partial, w, GemvPairedRows{n}, k, batch, step,
+        slots, partial, w, rows, k, batch, step,
         [&](int row, int b, float v) { o.finish(row, b, scaled(row, v)); }, [&](int g) { o.end(g); });
   } else {
-    gemv_stream<kThreads>(slots, partial, w, GemvRows{n}, k, batch, step, [&](int row, int b, float v) {
+    gemv_stream<kThreads>(slots, partial, w, rows, k, batch, step, [&](int row, int b, float v) {
       y[size_t(b) * n + row] = __float2bfloat16(scaled(row, v));
     });
   }
