@@ -28,7 +28,6 @@
 #include "kernels/gemv_stream.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
-#include "kernels/peer_inbox.cuh"
 
 namespace nvllm::kernels {
 namespace {
@@ -90,33 +89,18 @@ __global__ void __launch_bounds__(kThreads) gemv_silu_kernel(const bf16* __restr
       [&](int row, int b, float v) { o.finish(row, b, v); }, [&](int g) { o.end(g); });
 }
 
-// gemv_push: gemv_kernel's outputs, rounded as it stores them, gathered per group in shared memory
-// and sent as words of two rows (the inbox's element pairs: kRows is even) to every rank.
+// gemv_push: gemv_kernel's outputs, rounded as it stores them, sent to every rank's inbox at each
+// group's end (GemvPushOut).
 template <int kBatch, int kRows>
 __global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                              PeerReduce p, int batch, int n, int k) {
-  static_assert(kRows % 2 == 0 && kBatch * kRows / 2 <= kThreads);
   __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   __shared__ __nv_bfloat162 out[kBatch][kRows / 2];
+  const GemvPushOut<kRows, kBatch> o{out, p, n, batch};
   gemv_stream<kThreads>(
       slots, partial, w, GemvRows{n}, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
-      [&](int row, int b, float v) {
-        __nv_bfloat16* pair = reinterpret_cast<__nv_bfloat16*>(&out[b][(row % kRows) / 2]);
-        pair[row % 2] = __float2bfloat16(v);
-      },
-      [&](int g) {  // after the group's finish calls: this thread's word, to every rank
-        const int b = threadIdx.x / (kRows / 2), j = threadIdx.x % (kRows / 2);
-        const int row = g * kRows + 2 * j;
-        if (b >= batch || row >= n) return;
-        // The sum's call counter: written by the sum before, which ended before this kernel's wait.
-        const uint32_t epoch = p.push_epochs[b % kPeerBlocks] + 1;
-        const uint64_t word = flagged(reinterpret_cast<const uint32_t&>(out[b][j]), epoch);
-        const size_t at = inbox_word(epoch, p.rank, size_t(b) * n + row);
-        for (int q = 0; q < p.ranks; ++q) store_word(p.inbox[q] + at, word);
-        if (p.trace != nullptr && threadIdx.x == 0)  // a timing tool (PeerReduce::trace)
-          atomicMax(trace_call(p, epoch) + kPeerTraceGemvLast, static_cast<unsigned long long>(global_ns()));
-      });
+      [&](int row, int b, float v) { o.finish(row, b, v); }, [&](int g) { o.end(g); });
 }
 
 // Rows of at most 1,024 values (kC <= 4 16-byte chunks a lane). There a row group of the ring's

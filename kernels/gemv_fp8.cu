@@ -24,18 +24,15 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kChunk = 16;  // codes per 16-byte load
 
-// y [batch, n] = x w^T; with kSilu, w is a gate_up projection [2 n, k] and y [batch, n] its
-// activation silu(gate) * up (GemvPairedRows, GemvSiluOut): the bits of the plain kernel's two
-// halves then silu_mul.
-template <int kBatch, int kRows, Fp8Scaling kScaling, bool kSilu = false>
-__global__ void __launch_bounds__(kThreads)
-    gemv_fp8_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
-                    bf16* __restrict__ y, int batch, int n, int k) {
-  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
-  __shared__ float partial[kThreads / 32][kRows][kBatch];
-  __shared__ bf16 out[kSilu ? kBatch : 1][kSilu ? kRows : 1];
-  const int k_blocks = (k + 127) / 128;
-  auto step = [&](float (&acc)[kRows][kBatch], auto group, int c, auto ready) {
+// A thread's step of the walk (gemv_stream): its chunk c (16 codes) of each of the group's rows
+// against the same 16 inputs of every sequence; block scales applied per chunk.
+template <int kBatch, int kRows, Fp8Scaling kScaling>
+struct Fp8Step {
+  const bf16* x;
+  const float* scale;
+  int batch, k;
+  template <typename Group, typename Ready>
+  __device__ __forceinline__ void operator()(float (&acc)[kRows][kBatch], Group group, int c, Ready ready) const {
     // The inputs' and block scales' loads first: their latency runs beside the weights' wait.
     Bf16x8 xv[kBatch][2];
 #pragma unroll
@@ -46,10 +43,12 @@ __global__ void __launch_bounds__(kThreads)
         xv[b][1] = load8(xb + 8);
       }
     [[maybe_unused]] float block_scale[kRows];
-    if constexpr (kScaling == Fp8Scaling::kBlock128)
+    if constexpr (kScaling == Fp8Scaling::kBlock128) {
+      const int k_blocks = (k + 127) / 128;
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
         block_scale[r] = group(r) >= 0 ? scale[size_t(group(r) / 128) * k_blocks + (c * kChunk) / 128] : 0.f;
+    }
     const auto codes = ready();
     float wf[kRows][kChunk];  // each chunk converted once, used for every sequence
 #pragma unroll
@@ -70,40 +69,77 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < kChunk; ++i) acc[r][b] = fmaf(xf[i], wf[r][i], acc[r][b]);
     }
-  };
-  // The scales of the block's first group (blockIdx.x: every block's, unless the grid walks), read
-  // by the threads that finish its rows before the stream starts: they are constants, so the load
-  // runs before the PDL wait, and the group's end waits on no load. At the end it was a dependent
-  // L2 round trip at every block's tail (FP8 Llama-3-8B batch 1: 1% of the step, bench/NOTES.md,
-  // forty-second session).
-  const auto rows = [&] {
-    if constexpr (kSilu)
-      return GemvPairedRows{n};
-    else
-      return GemvRows{n};
-  }();
+  }
+};
+
+// A row's sum times its row (or the tensor's) scale; block scales were applied per chunk. The
+// scales of the block's first group (blockIdx.x: every block's, unless the grid walks) are read
+// by the threads that finish its rows before the stream starts: they are constants, so the load
+// runs before the PDL wait, and the group's end waits on no load. At the end it was a dependent
+// L2 round trip at every block's tail (FP8 Llama-3-8B batch 1: 1% of the step, bench/NOTES.md,
+// forty-second session).
+template <int kBatch, int kRows, Fp8Scaling kScaling>
+struct Fp8Scale {
+  const float* scale;
   int first_row = -1;
   float first_scale = 0.f;
-  if constexpr (kScaling != Fp8Scaling::kBlock128)
-    if (threadIdx.x < kRows * kBatch) {  // gemv_block_sums' finishing thread of row r
-      first_row = rows.row(blockIdx.x, threadIdx.x / kBatch, kRows);
-      if (first_row >= 0) first_scale = scale[kScaling == Fp8Scaling::kRow ? first_row : 0];
-    }
-  auto scaled = [&](int row, float v) {
+  template <typename Rows>
+  __device__ __forceinline__ Fp8Scale(const float* s, Rows rows) : scale(s) {
+    if constexpr (kScaling != Fp8Scaling::kBlock128)
+      if (threadIdx.x < kRows * kBatch) {  // gemv_block_sums' finishing thread of row r
+        first_row = rows.row(blockIdx.x, threadIdx.x / kBatch, kRows);
+        if (first_row >= 0) first_scale = scale[kScaling == Fp8Scaling::kRow ? first_row : 0];
+      }
+  }
+  __device__ __forceinline__ float operator()(int row, float v) const {
     if constexpr (kScaling == Fp8Scaling::kRow) v *= row == first_row ? first_scale : scale[row];
     if constexpr (kScaling == Fp8Scaling::kTensor) v *= row == first_row ? first_scale : scale[0];
     return v;
-  };
+  }
+};
+
+// y [batch, n] = x w^T; with kSilu, w is a gate_up projection [2 n, k] and y [batch, n] its
+// activation silu(gate) * up (GemvPairedRows, GemvSiluOut): the bits of the plain kernel's two
+// halves then silu_mul.
+template <int kBatch, int kRows, Fp8Scaling kScaling, bool kSilu = false>
+__global__ void __launch_bounds__(kThreads)
+    gemv_fp8_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
+                    bf16* __restrict__ y, int batch, int n, int k) {
+  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ float partial[kThreads / 32][kRows][kBatch];
+  __shared__ bf16 out[kSilu ? kBatch : 1][kSilu ? kRows : 1];
+  const Fp8Step<kBatch, kRows, kScaling> step{x, scale, batch, k};
   if constexpr (kSilu) {
+    const GemvPairedRows rows{n};
+    const Fp8Scale<kBatch, kRows, kScaling> scaled(scale, rows);
     const GemvSiluOut<kRows, kBatch> o{out, y, n, batch};
     gemv_stream<kThreads>(
-        slots, partial, w, rows, k, batch, step,
-        [&](int row, int b, float v) { o.finish(row, b, scaled(row, v)); }, [&](int g) { o.end(g); });
+        slots, partial, w, rows, k, batch, step, [&](int row, int b, float v) { o.finish(row, b, scaled(row, v)); },
+        [&](int g) { o.end(g); });
   } else {
+    const GemvRows rows{n};
+    const Fp8Scale<kBatch, kRows, kScaling> scaled(scale, rows);
     gemv_stream<kThreads>(slots, partial, w, rows, k, batch, step, [&](int row, int b, float v) {
       y[size_t(b) * n + row] = __float2bfloat16(scaled(row, v));
     });
   }
+}
+
+// gemv_fp8_push: gemv_fp8_kernel's outputs (row scales), rounded as it stores them, sent to every
+// rank's inbox at each group's end (GemvPushOut), as gemv.cu's gemv_push does for bf16 weights.
+template <int kBatch, int kRows>
+__global__ void __launch_bounds__(kThreads)
+    gemv_fp8_push_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
+                         PeerReduce p, int batch, int n, int k) {
+  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ float partial[kThreads / 32][kRows][kBatch];
+  __shared__ __nv_bfloat162 out[kBatch][kRows / 2];
+  const GemvRows rows{n};
+  const Fp8Scale<kBatch, kRows, Fp8Scaling::kRow> scaled(scale, rows);
+  const GemvPushOut<kRows, kBatch> o{out, p, n, batch};
+  gemv_stream<kThreads>(
+      slots, partial, w, rows, k, batch, Fp8Step<kBatch, kRows, Fp8Scaling::kRow>{x, scale, batch, k},
+      [&](int row, int b, float v) { o.finish(row, b, scaled(row, v)); }, [&](int g) { o.end(g); });
 }
 
 template <int kBatch, int kRows, Fp8Scaling kScaling, bool kSilu>
@@ -159,6 +195,24 @@ void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling sc
     case Fp8Scaling::kRow: dispatch<Fp8Scaling::kRow>(x, w, scale, y, batch, n, k, rows, stream); break;
     case Fp8Scaling::kBlock128: dispatch<Fp8Scaling::kBlock128>(x, w, scale, y, batch, n, k, rows, stream); break;
   }
+}
+
+void gemv_fp8_push(const bf16* x, const uint8_t* w, const float* scale, const PeerReduce& p, int batch, int n, int k,
+                   cudaStream_t stream) {
+  if (batch <= 0 || n <= 0) return;
+  check_args("gemv_fp8_push", batch, k);
+  NVLLM_CHECK(n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_fp8_push: ", batch, " x ", n,
+              " is not a pushed sum's projection");
+  constexpr int kRows = 4;  // gemv_fp8's rows a block
+  const int groups = GemvRows{n}.groups(kRows);
+  if (batch == 1)
+    launch_gemv<gemv_fp8_push_kernel<1, kRows>, kThreads>(groups, stream, x, w, scale, p, batch, n, k);
+  else if (batch == 2)
+    launch_gemv<gemv_fp8_push_kernel<2, kRows>, kThreads>(groups, stream, x, w, scale, p, batch, n, k);
+  else if (batch <= 4)
+    launch_gemv<gemv_fp8_push_kernel<4, kRows>, kThreads>(groups, stream, x, w, scale, p, batch, n, k);
+  else
+    launch_gemv<gemv_fp8_push_kernel<8, kRows>, kThreads>(groups, stream, x, w, scale, p, batch, n, k);
 }
 
 void gemv_fp8_silu(const bf16* x, const uint8_t* gate_up, const float* scale, Fp8Scaling scaling, bf16* act,

@@ -34,6 +34,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/peer_inbox.cuh"
 
 namespace nvllm::kernels {
 
@@ -113,6 +114,33 @@ struct GemvSiluOut {
     if (b < batch && j < half)
       act[size_t(b) * half + j] =  // the products are stored rounded: silu_mul_one on them as they are
           __float2bfloat16(silu_mul_one(__bfloat162float(out[b][i]), __bfloat162float(out[b][h + i])));
+  }
+};
+
+// A row-parallel projection's outputs for the pushed sum (gemv_push, gemv_fp8_push; a GemvRows
+// walk, kRows even): finish() keeps the group's outputs rounded to bf16 in `out`, and end() sends
+// them as words of two rows (the inbox's element pairs) to every rank, this one's too.
+template <int kRows, int kBatch>
+struct GemvPushOut {
+  static_assert(kRows % 2 == 0 && kBatch * kRows / 2 <= 128);
+  __nv_bfloat162 (&out)[kBatch][kRows / 2];
+  const PeerReduce& p;
+  int n, batch;
+  __device__ __forceinline__ void finish(int row, int b, float v) const {
+    __nv_bfloat16* pair = reinterpret_cast<__nv_bfloat16*>(&out[b][(row % kRows) / 2]);
+    pair[row % 2] = __float2bfloat16(v);
+  }
+  __device__ __forceinline__ void end(int g) const {  // after the group's finish calls: this thread's word
+    const int b = threadIdx.x / (kRows / 2), j = threadIdx.x % (kRows / 2);
+    const int row = g * kRows + 2 * j;
+    if (b >= batch || row >= n) return;
+    // The sum's call counter: written by the sum before, which ended before this kernel's wait.
+    const uint32_t epoch = p.push_epochs[b % kPeerBlocks] + 1;
+    const uint64_t word = flagged(reinterpret_cast<const uint32_t&>(out[b][j]), epoch);
+    const size_t at = inbox_word(epoch, p.rank, size_t(b) * n + row);
+    for (int q = 0; q < p.ranks; ++q) store_word(p.inbox[q] + at, word);
+    if (p.trace != nullptr && threadIdx.x == 0)  // a timing tool (PeerReduce::trace)
+      atomicMax(trace_call(p, epoch) + kPeerTraceGemvLast, static_cast<unsigned long long>(global_ns()));
   }
 };
 

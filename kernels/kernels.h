@@ -201,6 +201,10 @@ void gemv_fp8(const bf16* x, const uint8_t* w, const float* scale, Fp8Scaling sc
               int k, cudaStream_t stream, int rows_per_block = 0);
 void gemv_fp8_silu(const bf16* x, const uint8_t* gate_up, const float* scale, Fp8Scaling scaling, bf16* act,
                    int batch, int half, int k, cudaStream_t stream);
+// gemv_push for E4M3 codes and their row scales: gemv_fp8's outputs (kRow), rounded to bf16 as it
+// stores them, into every rank's push inbox for peer_reduce_pushed. The same conditions.
+void gemv_fp8_push(const bf16* x, const uint8_t* w, const float* scale, const PeerReduce& p, int batch, int n, int k,
+                   cudaStream_t stream);
 
 // E4M3 codes of each row of x [rows, cols] (fp8_quant.cu): scales[r] = amax(row r) / 448 and
 // codes[r, c] = e4m3(x[r, c] / scales[r]), rounded to nearest even (an all-zero row: scale 0,

@@ -61,7 +61,7 @@ struct CudaTuning {
   // the barrier). Bit for bit the same sums.
   bool peer_push = true;
   // Under tensor parallelism, at the gemv's batch sizes and where sums go by pushes, the two
-  // row-parallel projections (o_proj, down; bf16 weights) run on the gemv and push their own rows
+  // row-parallel projections (o_proj, down; bf16 or FP8 weights) run on the gemv and push their own rows
   // into every rank's inbox as each row group finishes, and the sum after them polls without
   // waiting for their grid's end (TpComm::gemv_all_reduce_add_rmsnorm). NVLLM_GEMV_PUSH=0: the gemv
   // (o_proj) or cuBLASLt (down), then the pushed sum. Bit for bit the same sums.

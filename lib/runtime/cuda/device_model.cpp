@@ -282,7 +282,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
                      act_.tokens);
     kernels::add_rmsnorm_fp8(x, x_scales, w.o_proj.scales, res, w.post_norm, x8, x_scales, T, H, eps, s);
   } else if (pushes_from_gemv(w.o_proj, T, c_.q_size())) {
-    tp_.comm->gemv_all_reduce_add_rmsnorm(attn, w.o_proj.w, x, res, w.post_norm, T, H, c_.q_size(), eps, s,
+    tp_.comm->gemv_all_reduce_add_rmsnorm(attn, w.o_proj, x, res, w.post_norm, T, H, c_.q_size(), eps, s,
                                           ahead(w.gate_up, 2 * c_.intermediate_size, H, T));
   } else {
     linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
@@ -296,7 +296,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
 }
 
 bool DeviceModel::pushes_from_gemv(const DeviceLinear& w, int m, int k) const {
-  return tp_.comm != nullptr && !w.fp8() && use_gemv(m, k) && tp_.comm->pushes_from_gemv(m, c_.hidden_size);
+  return tp_.comm != nullptr && use_gemv(m, k) && tp_.comm->pushes_from_gemv(m, c_.hidden_size);
 }
 
 bool DeviceModel::fp8_norm_fused(int tokens) const {
@@ -349,7 +349,7 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   // TP 2 even (bench/NOTES.md, twenty-eighth session).
   if (pushes_from_gemv(w.down, T, I)) {
     tp_.comm->gemv_all_reduce_add_rmsnorm(
-        act, w.down.w, x, act_.residual.as<bf16>(), next_norm, T, H, I, static_cast<float>(c_.rms_norm_eps), s,
+        act, w.down, x, act_.residual.as<bf16>(), next_norm, T, H, I, static_cast<float>(c_.rms_norm_eps), s,
         ahead_next_qkv(l, T));
     return true;
   }

@@ -16,21 +16,13 @@
 #include "model/kv_scales.h"
 #include "model/weights.h"
 #include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/device_linear.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/step_io.h"
 
 namespace nvllm::cuda_detail {
 
 using bf16 = __nv_bfloat16;
-
-// One projection's weight [n, k]: bf16, or (FP8 weights) E4M3 codes with one fp32 scale per
-// output row, quantised at upload as the CPU's --quantization fp8 does.
-struct DeviceLinear {
-  const bf16* w = nullptr;
-  const uint8_t* codes = nullptr;
-  const float* scales = nullptr;  // [n]
-  bool fp8() const { return codes != nullptr; }
-};
 
 struct DeviceLayer {
   const bf16 *input_norm = nullptr, *qkv_bias = nullptr, *q_norm = nullptr, *k_norm = nullptr, *post_norm = nullptr;
@@ -123,7 +115,7 @@ class DeviceModel {
   bool use_gemv(int m, int k) const;
   // Whether a row-parallel projection (o_proj, down) of m rows with k inputs runs on the gemv
   // that pushes its rows to every rank itself (TpComm::gemv_all_reduce_add_rmsnorm): tensor
-  // parallel, bf16 weights, the gemv's batches, a pushed sum.
+  // parallel, the gemv's batches (bf16 or FP8 weights), a pushed sum.
   bool pushes_from_gemv(const DeviceLinear& w, int m, int k) const;
   // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt; FP8 weights: the
   // FP8 gemv for small m, else x quantised per token and cuBLASLt's FP8 GEMM.

@@ -136,12 +136,15 @@ bool TpComm::pushes_from_gemv(int tokens, int hidden) const {
   return gemv_push_ && tokens <= kernels::kGemvMaxBatch && kernels::peer_push_fits(peer_, tokens, hidden);
 }
 
-void TpComm::gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const __nv_bfloat16* w, __nv_bfloat16* x,
+void TpComm::gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const DeviceLinear& w, __nv_bfloat16* x,
                                          __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens, int hidden,
                                          int k, float eps, cudaStream_t stream, kernels::L2Ahead ahead) {
   NVLLM_CHECK(pushes_from_gemv(tokens, hidden), "gemv_all_reduce_add_rmsnorm: ", tokens, " x ", hidden,
               " does not go by pushes from the projection");
-  kernels::gemv_push(in, w, peer_, tokens, hidden, k, stream);
+  if (w.fp8())
+    kernels::gemv_fp8_push(in, w.codes, w.scales, peer_, tokens, hidden, k, stream);
+  else
+    kernels::gemv_push(in, w.w, peer_, tokens, hidden, k, stream);
   kernels::peer_reduce_pushed(peer_, x, residual, weight, tokens, hidden, eps, stream, ahead);
 }
 

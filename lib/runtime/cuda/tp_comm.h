@@ -20,6 +20,7 @@
 
 #include "kernels/kernels.h"
 #include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/device_linear.h"
 
 namespace nvllm::cuda_detail {
 
@@ -49,13 +50,14 @@ class TpComm {
   void all_reduce_add_rmsnorm(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens,
                               int hidden, float eps, cudaStream_t stream, kernels::L2Ahead ahead = {});
   // Whether a row-parallel projection of `tokens` rows on the gemv can push its outputs straight
-  // into the ranks' inboxes (gemv_all_reduce_add_rmsnorm): pushed sums, bf16 weights, the switch on.
+  // into the ranks' inboxes (gemv_all_reduce_add_rmsnorm): pushed sums, the switch on.
   bool pushes_from_gemv(int tokens, int hidden) const;
   // x [tokens, hidden] = the sum over the ranks of in [tokens, k] . w [hidden, k]^T, then the residual
-  // step as all_reduce_add_rmsnorm: the projection (kernels::gemv_push) sends each row group to every
-  // rank as it finishes, and the sum (kernels::peer_reduce_pushed) does not wait for its grid's end.
-  // The same bits as kernels::gemv then all_reduce_add_rmsnorm.
-  void gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const __nv_bfloat16* w, __nv_bfloat16* x,
+  // step as all_reduce_add_rmsnorm: the projection (kernels::gemv_push, or gemv_fp8_push for E4M3
+  // codes and row scales) sends each row group to every rank as it finishes, and the sum
+  // (kernels::peer_reduce_pushed) does not wait for its grid's end. The same bits as kernels::gemv
+  // (gemv_fp8) then all_reduce_add_rmsnorm.
+  void gemv_all_reduce_add_rmsnorm(const __nv_bfloat16* in, const DeviceLinear& w, __nv_bfloat16* x,
                                    __nv_bfloat16* residual, const __nv_bfloat16* weight, int tokens, int hidden, int k,
                                    float eps, cudaStream_t stream, kernels::L2Ahead ahead = {});
   // Whether sums of [tokens, hidden] go through peer memory.

@@ -280,10 +280,11 @@ TEST_CASE("gpu.tp_comm peer all-reduce and add_rmsnorm match the reference, eage
   }
 }
 
-// A row-parallel projection that pushes its own rows (gemv_push, then the sum that does not wait
-// for its grid) against the gemv, then the pushed sum: the same bits, on every rank, in every
-// call (the two alternate, so their shared call counters and inbox halves interleave), eager and
-// replayed from a graph; shapes at and past the push's limit.
+// A row-parallel projection that pushes its own rows (gemv_push / gemv_fp8_push, then the sum that
+// does not wait for its grid) against the gemv (gemv_fp8), then the pushed sum: the same bits, on
+// every rank, in every call (the two alternate, so their shared call counters and inbox halves
+// interleave), eager and replayed from a graph; bf16 weights and E4M3 codes with row scales;
+// shapes at and past the push's limit.
 TEST_CASE("gpu.tp_comm a projection that pushes its rows equals the gemv then the pushed sum, bit for bit") {
   const int gpus = gpu_count();
   if (gpus < 2) {
@@ -316,8 +317,10 @@ TEST_CASE("gpu.tp_comm a projection that pushes its rows equals the gemv then th
     for (const Shape shape : {Shape{1, 4096, 1024}, Shape{2, 1024, 512}, Shape{3, 2048, 768}, Shape{8, 8192, 256}}) {
       const int T = shape.tokens, H = shape.hidden, K = shape.k;
       const size_t count = static_cast<size_t>(T) * H;
-      for (const bool norm : {true, false}) {
-        INFO(n, " ranks, ", T, " x ", H, " (K ", K, ")", norm ? " with" : " without", " the norm");
+      for (const bool norm : {true, false})
+      for (const bool fp8 : {false, true}) {
+        INFO(n, " ranks, ", T, " x ", H, " (K ", K, ")", norm ? " with" : " without", " the norm, ",
+             fp8 ? "E4M3" : "bf16", " weights");
         constexpr int kCalls = 4;  // two eager, then two replays of a graph of both
         std::vector<std::vector<std::vector<uint16_t>>> got(kCalls, std::vector<std::vector<uint16_t>>(n * 4));
         threads.run(
@@ -329,20 +332,35 @@ TEST_CASE("gpu.tp_comm a projection that pushes its rows equals the gemv then th
               for (size_t i = 0; i < in.size(); ++i) in[i] = test_value(10 + r, i);
               for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(bf16_to_f32(test_value(20 + r, i)) / 64.f);
               for (int i = 0; i < H; ++i) nw[i] = test_value(999, i);
+              // E4M3 codes (never 0x7f / 0xff, the NaNs) and a scale a row.
+              std::vector<uint8_t> codes(w.size());
+              for (size_t i = 0; i < codes.size(); ++i) {
+                const uint16_t v = test_value(30 + r, i);
+                codes[i] = static_cast<uint8_t>((v % 0x7f) | (v & 0x8000 ? 0x80 : 0));
+              }
+              std::vector<float> scales(H);
+              for (int i = 0; i < H; ++i) scales[i] = 1e-3f * static_cast<float>(1 + (i * 7 + r) % 13);
               for (size_t i = 0; i < count; ++i) res[i] = test_value(50, i);  // the same on every rank
               DeviceBuffer din(in.size() * 2), dw(w.size() * 2), dn(H * 2), xa(count * 2), ra(count * 2),
-                  xb(count * 2), rb(count * 2);
+                  xb(count * 2), rb(count * 2), dc(codes.size()), ds(scales.size() * sizeof(float));
+              CUDA_CHECK(cudaMemcpy(dc.get(), codes.data(), dc.bytes(), cudaMemcpyHostToDevice));
+              CUDA_CHECK(cudaMemcpy(ds.get(), scales.data(), ds.bytes(), cudaMemcpyHostToDevice));
               CUDA_CHECK(cudaMemcpy(din.get(), in.data(), din.bytes(), cudaMemcpyHostToDevice));
               CUDA_CHECK(cudaMemcpy(dw.get(), w.data(), dw.bytes(), cudaMemcpyHostToDevice));
               CUDA_CHECK(cudaMemcpy(dn.get(), nw.data(), dn.bytes(), cudaMemcpyHostToDevice));
               CUDA_CHECK(cudaMemcpy(ra.get(), res.data(), ra.bytes(), cudaMemcpyHostToDevice));
               CUDA_CHECK(cudaMemcpy(rb.get(), res.data(), rb.bytes(), cudaMemcpyHostToDevice));
               const bf16* weight = norm ? dn.as<bf16>() : nullptr;
+              const DeviceLinear lin = fp8 ? DeviceLinear{nullptr, dc.as<uint8_t>(), ds.as<float>()}
+                                           : DeviceLinear{dw.as<bf16>()};
               const auto both = [&] {
-                comms[r]->gemv_all_reduce_add_rmsnorm(din.as<bf16>(), dw.as<bf16>(), xa.as<bf16>(), ra.as<bf16>(),
-                                                      weight, T, H, K, eps, s,
-                                                      kernels::L2Ahead{dw.get(), dw.bytes() / 16 * 16});
-                kernels::gemv(din.as<bf16>(), dw.as<bf16>(), xb.as<bf16>(), T, H, K, s);
+                comms[r]->gemv_all_reduce_add_rmsnorm(din.as<bf16>(), lin, xa.as<bf16>(), ra.as<bf16>(), weight, T, H,
+                                                      K, eps, s, kernels::L2Ahead{dw.get(), dw.bytes() / 16 * 16});
+                if (fp8)
+                  kernels::gemv_fp8(din.as<bf16>(), lin.codes, lin.scales, kernels::Fp8Scaling::kRow, xb.as<bf16>(), T,
+                                    H, K, s);
+                else
+                  kernels::gemv(din.as<bf16>(), lin.w, xb.as<bf16>(), T, H, K, s);
                 comms[r]->all_reduce_add_rmsnorm(xb.as<bf16>(), rb.as<bf16>(), weight, T, H, eps, s);
               };
               cudaGraphExec_t exec = nullptr;
@@ -403,7 +421,7 @@ TEST_CASE("gpu.tp_comm the peer trace stamps both pushed sums on every rank") {
         CUDA_CHECK(cudaSetDevice(r));
         DeviceBuffer in(K * 2), w(size_t(H) * K * 2), x(H * 2), res(H * 2), norm(H * 2);
         for (DeviceBuffer* b : {&in, &w, &x, &res, &norm}) CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
-        comms[r]->gemv_all_reduce_add_rmsnorm(in.as<bf16>(), w.as<bf16>(), x.as<bf16>(), res.as<bf16>(),
+        comms[r]->gemv_all_reduce_add_rmsnorm(in.as<bf16>(), DeviceLinear{w.as<bf16>()}, x.as<bf16>(), res.as<bf16>(),
                                               norm.as<bf16>(), 1, H, K, 1e-6f, nullptr);
         comms[r]->all_reduce_add_rmsnorm(x.as<bf16>(), res.as<bf16>(), norm.as<bf16>(), 1, H, 1e-6f, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
