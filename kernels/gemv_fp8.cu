@@ -150,17 +150,23 @@ void launch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int ba
                                                                           k);
 }
 
+// launch.template operator()<kBatch>() for the kernels' batch bucket of `batch` (1, 2, 4, 8).
+template <typename Launch>
+void by_batch(int batch, Launch launch) {
+  if (batch == 1)
+    launch.template operator()<1>();
+  else if (batch == 2)
+    launch.template operator()<2>();
+  else if (batch <= 4)
+    launch.template operator()<4>();
+  else
+    launch.template operator()<8>();
+}
+
 template <int kRows, Fp8Scaling kScaling, bool kSilu = false>
 void dispatch_batch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
                     cudaStream_t stream) {
-  if (batch == 1)
-    launch<1, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
-  else if (batch == 2)
-    launch<2, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
-  else if (batch <= 4)
-    launch<4, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
-  else
-    launch<8, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream);
+  by_batch(batch, [&]<int kBatch>() { launch<kBatch, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream); });
 }
 
 // What gemv_fp8 and gemv_fp8_silu take: at most kGemvMaxBatch sequences, rows of whole 16-byte
@@ -204,15 +210,10 @@ void gemv_fp8_push(const bf16* x, const uint8_t* w, const float* scale, const Pe
   NVLLM_CHECK(n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_fp8_push: ", batch, " x ", n,
               " is not a pushed sum's projection");
   constexpr int kRows = 4;  // gemv_fp8's rows a block
-  const int groups = GemvRows{n}.groups(kRows);
-  if (batch == 1)
-    launch_gemv<gemv_fp8_push_kernel<1, kRows>, kThreads>(groups, stream, x, w, scale, p, batch, n, k);
-  else if (batch == 2)
-    launch_gemv<gemv_fp8_push_kernel<2, kRows>, kThreads>(groups, stream, x, w, scale, p, batch, n, k);
-  else if (batch <= 4)
-    launch_gemv<gemv_fp8_push_kernel<4, kRows>, kThreads>(groups, stream, x, w, scale, p, batch, n, k);
-  else
-    launch_gemv<gemv_fp8_push_kernel<8, kRows>, kThreads>(groups, stream, x, w, scale, p, batch, n, k);
+  by_batch(batch, [&]<int kBatch>() {
+    launch_gemv<gemv_fp8_push_kernel<kBatch, kRows>, kThreads>(GemvRows{n}.groups(kRows), stream, x, w, scale, p,
+                                                               batch, n, k);
+  });
 }
 
 void gemv_fp8_silu(const bf16* x, const uint8_t* gate_up, const float* scale, Fp8Scaling scaling, bf16* act,

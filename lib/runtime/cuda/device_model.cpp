@@ -281,7 +281,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
     gemm_.matmul_fp8(x8, x_scales, w.o_proj.codes, w.o_proj.scales, x, T, H, c_.q_size(), s, /*scale=*/false,
                      act_.tokens);
     kernels::add_rmsnorm_fp8(x, x_scales, w.o_proj.scales, res, w.post_norm, x8, x_scales, T, H, eps, s);
-  } else if (pushes_from_gemv(w.o_proj, T, c_.q_size())) {
+  } else if (pushes_from_gemv(T, c_.q_size())) {
     tp_.comm->gemv_all_reduce_add_rmsnorm(attn, w.o_proj, x, res, w.post_norm, T, H, c_.q_size(), eps, s,
                                           ahead(w.gate_up, 2 * c_.intermediate_size, H, T));
   } else {
@@ -295,7 +295,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
     reduce_add_rmsnorm(x, res, next_norm, T, s, ahead_next_qkv(l, T));
 }
 
-bool DeviceModel::pushes_from_gemv(const DeviceLinear& w, int m, int k) const {
+bool DeviceModel::pushes_from_gemv(int m, int k) const {
   return tp_.comm != nullptr && use_gemv(m, k) && tp_.comm->pushes_from_gemv(m, c_.hidden_size);
 }
 
@@ -347,7 +347,7 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   // every rank itself, as o_proj does (layer()): the sum then starts as the last rows land, and
   // the chain stays in PDL (cuBLASLt's kernels do not take part): 4 x H200, TP 4 batch 1 4% faster,
   // TP 2 even (bench/NOTES.md, twenty-eighth session).
-  if (pushes_from_gemv(w.down, T, I)) {
+  if (pushes_from_gemv(T, I)) {
     tp_.comm->gemv_all_reduce_add_rmsnorm(
         act, w.down, x, act_.residual.as<bf16>(), next_norm, T, H, I, static_cast<float>(c_.rms_norm_eps), s,
         ahead_next_qkv(l, T));

@@ -116,7 +116,7 @@ class DeviceModel {
   // Whether a row-parallel projection (o_proj, down) of m rows with k inputs runs on the gemv
   // that pushes its rows to every rank itself (TpComm::gemv_all_reduce_add_rmsnorm): tensor
   // parallel, the gemv's batches (bf16 or FP8 weights), a pushed sum.
-  bool pushes_from_gemv(const DeviceLinear& w, int m, int k) const;
+  bool pushes_from_gemv(int m, int k) const;
   // y [m, n] bf16 = x [m, k] · w [n, k]^T: gemv for small m, else cuBLASLt; FP8 weights: the
   // FP8 gemv for small m, else x quantised per token and cuBLASLt's FP8 GEMM.
   void linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, int n, int k, cudaStream_t stream);
