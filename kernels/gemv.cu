@@ -219,7 +219,8 @@ void by_batch(int batch, Launch launch) {
     launch.template operator()<8, 4>();
 }
 
-// What gemv and gemv_silu take: at most kGemvMaxBatch sequences, rows of whole 16-byte chunks.
+// What gemv, gemv_silu and gemv_push take: at most kGemvMaxBatch sequences, rows of whole 16-byte
+// chunks.
 void check_args(const char* what, int batch, int k) {
   NVLLM_CHECK(batch <= kGemvMaxBatch, what, ": batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
   NVLLM_CHECK(k % 8 == 0, what, ": K = ", k, " must be a multiple of 8 (16-byte rows)");
@@ -253,8 +254,9 @@ bool gemv_short_rows(int n, int k) {
 
 void gemv_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int n, int k, cudaStream_t stream) {
   if (batch <= 0 || n <= 0) return;
-  NVLLM_CHECK(batch <= kGemvMaxBatch && k % 8 == 0 && n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_push: ",
-              batch, " x ", n, " (K ", k, ") is not a pushed sum's projection");
+  check_args("gemv_push", batch, k);
+  NVLLM_CHECK(n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_push: ", batch, " x ", n,
+              " is not a pushed sum's projection");
   by_batch(batch, [&]<int kBatch, int kRows>() {
     launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads>(GemvRows{n}.groups(kRows), stream, x, w, p, batch, n, k);
   });

@@ -92,9 +92,8 @@ struct Fp8Scale {
       }
   }
   __device__ __forceinline__ float operator()(int row, float v) const {
-    if constexpr (kScaling == Fp8Scaling::kRow) v *= row == first_row ? first_scale : scale[row];
-    if constexpr (kScaling == Fp8Scaling::kTensor) v *= row == first_row ? first_scale : scale[0];
-    return v;
+    if constexpr (kScaling == Fp8Scaling::kBlock128) return v;
+    return v * (row == first_row ? first_scale : scale[kScaling == Fp8Scaling::kRow ? row : 0]);
   }
 };
 
@@ -169,8 +168,8 @@ void dispatch_batch(const bf16* x, const uint8_t* w, const float* scale, bf16* y
   by_batch(batch, [&]<int kBatch>() { launch<kBatch, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream); });
 }
 
-// What gemv_fp8 and gemv_fp8_silu take: at most kGemvMaxBatch sequences, rows of whole 16-byte
-// chunks of codes.
+// What gemv_fp8, gemv_fp8_silu and gemv_fp8_push take: at most kGemvMaxBatch sequences, rows of
+// whole 16-byte chunks of codes.
 void check_args(const char* what, int batch, int k) {
   NVLLM_CHECK(batch <= kGemvMaxBatch, what, ": batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
   NVLLM_CHECK(k % kChunk == 0, what, ": K = ", k, " must be a multiple of 16 (16-byte rows of codes)");
