@@ -143,16 +143,7 @@ __global__ void __launch_bounds__(kThreads, kCtas) decode_head_kernel(DecodeHead
     const unsigned long long k = atomicExch(a.scratch, 0ull);
     const int token = k == 0 ? 0 : int(0xFFFFFFFFu - static_cast<uint32_t>(k));  // all NaN: 0, as argmax_rows
     *a.token = token;
-    if (a.next_token != nullptr) *a.next_token = token;
-    if (a.position != nullptr) {  // the next step's inputs, and the token for the host
-      const int pos = *a.position, next = pos + 1, block = next / a.block_size;
-      a.host_token[pos & 1] = (static_cast<unsigned long long>(pos) << 32) | static_cast<uint32_t>(token);
-      *a.position = next;
-      *a.context_len += 1;
-      *a.slot = block < a.table_width && a.block_table[block] >= 0
-                    ? a.block_table[block] * a.block_size + next % a.block_size
-                    : -1;
-    }
+    if (a.advance.on()) advance_row(a.advance, 0, token);
     atomicExch(a.scratch + 1, 0ull);
   }
 }

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kernels.h"
+#include "kernels/step_advance.h"
 
 namespace nvllm::kernels {
 
@@ -19,17 +20,9 @@ struct DecodeHeadArgs {
   float eps;
   float* logits;                // [vocab]
   int32_t* token;               // the argmax of logits, lowest id on ties
-  int32_t* next_token;          // also written there when not null
   unsigned long long* scratch;  // 2 words, zero before the first launch; each launch leaves them zero
-  // Chained steps (all null, or all set): the step's inputs in the device staging, which the
-  // last CTA advances to the sequence's next decode step (position + 1, its slot from the
-  // block-table row of `table_width` entries or -1 past them, context + 1), and two words of
-  // mapped host memory: word position % 2 gets (position << 32) | token, so the host reads the
-  // token without a copy.
-  int32_t *position = nullptr, *slot = nullptr, *context_len = nullptr;
-  const int32_t* block_table = nullptr;
-  int block_size = 0, table_width = 0;
-  unsigned long long* host_token = nullptr;
+  // Chained steps: the last CTA advances row 0 of the step's inputs (kernels/step_advance.h).
+  StepAdvance advance;
   // Bytes the next step reads first (layer 0's qkv weights, which no earlier kernel of that step
   // can have copied ahead), asked into L2 by each CTA once it has read its rows (null: none).
   const void* l2_next = nullptr;

@@ -59,7 +59,7 @@ std::pair<std::vector<float>, int> run_head(const Case& c, float eps, int launch
   for (int i = 0; i < launches; ++i) {
     d_logits.poison();
     d_token.poison();
-    decode_head({d_h.get(), d_norm.get(), d_w.get(), c.vocab, c.hidden, eps, d_logits.get(), d_token.get(), nullptr,
+    decode_head({d_h.get(), d_norm.get(), d_w.get(), c.vocab, c.hidden, eps, d_logits.get(), d_token.get(),
                  d_scratch.get()},
                 sm_count(), nullptr);
   }

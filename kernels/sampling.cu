@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 // flight at a time: a row of 151,936 logits took 40.7 us on the H100 with one dependent 4-byte
 // load per step, a twentieth of a batch-1 decode step.
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ logits, int vocab,
-                                                          int32_t* out_ids) {
+                                                          int32_t* out_ids, StepAdvance advance) {
   __shared__ Shared sh;
   const RowPart part;
   const float* row = logits + static_cast<size_t>(blockIdx.y) * vocab;
@@ -388,7 +388,10 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restric
     }
   }
   a = row_argmax(a, part, sh);
-  if (threadIdx.x == 0 && part.rank == 0) out_ids[blockIdx.y] = a.i == INT_MAX ? 0 : a.i;
+  if (threadIdx.x != 0 || part.rank != 0) return;
+  const int token = a.i == INT_MAX ? 0 : a.i;
+  out_ids[blockIdx.y] = token;
+  if (advance.on()) advance_row(advance, blockIdx.y, token);
 }
 
 __global__ void count_kernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ row_begin,
@@ -465,9 +468,10 @@ void sample_rows(const float* logits, int vocab, const SampleRow* rows, int num_
               out_logprobs, out_top_ids, out_top_logprobs);
 }
 
-void argmax_rows(const float* logits, int num_rows, int vocab, int32_t* out_ids, cudaStream_t stream) {
+void argmax_rows(const float* logits, int num_rows, int vocab, int32_t* out_ids, cudaStream_t stream,
+                 const StepAdvance& advance) {
   if (num_rows <= 0) return;
-  launch_rows(argmax_kernel, num_rows, stream, logits, vocab, out_ids);
+  launch_rows(argmax_kernel, num_rows, stream, logits, vocab, out_ids, advance);
 }
 
 }  // namespace nvllm::kernels

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/step_advance.h"
+
 namespace nvllm::kernels {
 
 // One sampled row's parameters: plain data, uploaded with the step's inputs. 64 bytes.
@@ -48,8 +50,10 @@ void sample_rows(const float* logits, int vocab, const SampleRow* rows, int num_
                  int32_t* out_top_ids, float* out_top_logprobs, cudaStream_t stream);
 
 // The all-greedy fast path: out_ids[r] = argmax of logits row r, lowest id on ties.
-// Reads num_rows * vocab * 4 bytes.
-void argmax_rows(const float* logits, int num_rows, int vocab, int32_t* out_ids, cudaStream_t stream);
+// Reads num_rows * vocab * 4 bytes. With `advance` on, row r's token also advances row r of a
+// chained step's inputs (kernels/step_advance.h).
+void argmax_rows(const float* logits, int num_rows, int vocab, int32_t* out_ids, cudaStream_t stream,
+                 const StepAdvance& advance = {});
 
 // The CTAs that sample_rows and argmax_rows give each of `rows` rows: the largest power of two up
 // to 8 (a thread-block cluster, sm_90+; smaller where the device cannot run a cluster of 8 such

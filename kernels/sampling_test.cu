@@ -211,6 +211,49 @@ TEST_CASE("gpu.sampling.argmax_rows matches the CPU argmax, lowest id on ties") 
   }
 }
 
+TEST_CASE("gpu.sampling.argmax_rows advances a chained step's inputs and hands the tokens to the host") {
+  // 4 rows argmaxed, a fifth (a padded graph row) left alone. Block size 16, tables of 3 entries:
+  // row 0 stays in its block, row 1 crosses into the next one (position 15 -> 16), row 2's next
+  // block is unassigned (-1), row 3's lies past the table.
+  const int vocab = 4096, rows = 4, staged = 5, bs = 16, width = 3;
+  std::vector<float> logits = random_logits(rows, vocab, 7, 2.0f);
+  const std::vector<int> want{11, 4095, 0, 2048};
+  for (int r = 0; r < rows; ++r) logits[size_t(r) * vocab + want[r]] = 100.0f;
+  const std::vector<int32_t> positions{14, 15, 31, 47, 3}, contexts{15, 16, 32, 48, 4};
+  const std::vector<int32_t> tables{5, 7, -1, /**/ 2, 9, 4, /**/ 1, 6, -1, /**/ 3, 8, 10, /**/ 0, 0, 0};
+  float* d_logits = to_device(logits);
+  int32_t* d_out = to_device(std::vector<int32_t>(rows, -7));
+  int32_t* d_token = to_device(std::vector<int32_t>(staged, -3));
+  int32_t* d_pos = to_device(positions);
+  int32_t* d_slot = to_device(std::vector<int32_t>(staged, -5));
+  int32_t* d_ctx = to_device(contexts);
+  int32_t* d_table = to_device(tables);
+  unsigned long long* host = nullptr;
+  CUDA_CHECK(cudaMallocHost(&host, 2 * staged * sizeof(unsigned long long)));
+  std::fill_n(host, 2 * staged, ~0ull);
+  const StepAdvance advance{d_token, d_pos, d_slot, d_ctx, d_table, bs, width, host};
+  kernels::argmax_rows(d_logits, rows, vocab, d_out, nullptr, advance);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(to_host(d_out, rows) == std::vector<int32_t>(want.begin(), want.end()));
+  CHECK(to_host(d_token, staged) == std::vector<int32_t>{11, 4095, 0, 2048, -3});
+  CHECK(to_host(d_pos, staged) == std::vector<int32_t>{15, 16, 32, 48, 3});
+  CHECK(to_host(d_ctx, staged) == std::vector<int32_t>{16, 17, 33, 49, 4});
+  CHECK(to_host(d_slot, staged) == std::vector<int32_t>{5 * bs + 15, 9 * bs + 0, -1, -1, -5});
+  for (int r = 0; r < staged; ++r) {
+    INFO("row ", r);
+    const int parity = positions[r] & 1;
+    const unsigned long long word = host[2 * r + parity], other = host[2 * r + (parity ^ 1)];
+    if (r < rows) {
+      CHECK(word == ((static_cast<unsigned long long>(positions[r]) << 32) | static_cast<uint32_t>(want[r])));
+    } else {
+      CHECK(word == ~0ull);
+    }
+    CHECK(other == ~0ull);
+  }
+  for (void* p : std::initializer_list<void*>{d_logits, d_out, d_token, d_pos, d_slot, d_ctx, d_table}) cudaFree(p);
+  cudaFreeHost(host);
+}
+
 TEST_CASE("gpu.sampling.row_ctas: clusters while the rows' CTAs fit on the SMs, one each") {
   const int sms = test::sm_count();
   int major = 0;

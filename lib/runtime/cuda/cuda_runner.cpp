@@ -57,7 +57,8 @@ CudaRunner::CudaRunner(const ModelConfig& config, const ModelWeights& w, const C
   model_.set_gemv_silu(opt_.tuning.gemv_silu);
   model_.allocate_activations(token_cap_, seq_cap_, opt_.max_model_len);
   sampler_.allocate(seq_cap_, model_.vocab());
-  io_.allocate(make_step_layout(token_cap_, seq_cap_, width_cap_, seq_cap_).bytes, sampler_.out().bytes());
+  io_.allocate(make_step_layout(token_cap_, seq_cap_, width_cap_, seq_cap_).bytes, sampler_.out().bytes(),
+               opt_.tuning.chain_decode ? seq_cap_ : 0);
   size_kv_cache();
   fused_.setup(model_, opt_.tuning);
   if (!opt_.enforce_eager) capture_graphs();
@@ -72,13 +73,9 @@ void CudaRunner::execute(const Batch& b, StepOutput& out) {
   const GraphCache::Hit graph = pick_path(b);
   const PackedStep packed = stage_and_launch(b, graph);
   if (graph && opt_.tuning.chain_decode && !fused_.tracing()) {
-    // The tokens the chained step decodes: written into the staging by the fused head (batch 1),
-    // else the sampler's argmax (several sequences, the separate kernels, tensor parallelism),
-    // copied there on the device.
-    const bool head = fused_.head(b.decode_only, graph.size, graph.bound);
-    chain_.next(b, packed, graph, slot_, graphs_, io_, head,
-                [this, head](const Batch& n, const PackedStep& p, int slot, size_t from, GraphCache::Hit g) {
-                  enqueue(n, p, slot, from, g, head ? nullptr : sampler_.out_tokens());
+    chain_.next(b, packed, graph, slot_, graphs_, io_,
+                [this](const Batch& n, const PackedStep& p, int slot, size_t from, GraphCache::Hit g) {
+                  enqueue(n, p, slot, from, g);
                 });
   }
   io_.wait(slot_);
@@ -121,13 +118,11 @@ PackedStep CudaRunner::stage_and_launch(const Batch& b, GraphCache::Hit graph) {
   return packed;
 }
 
-void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, GraphCache::Hit graph,
-                         const int32_t* device_token) {
+void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, GraphCache::Hit graph) {
   cudaStream_t st = stream_.get();
   const int S = b.num_seqs(), T = b.num_tokens();
   const int R = static_cast<int>(packed.sampled_seqs.size());
   io_.begin(slot, from, packed.layout.bytes, st);
-  if (device_token != nullptr) io_.copy_tokens(packed.layout.token_ids, device_token, S, st);
   if (graph)
     CUDA_CHECK(cudaGraphLaunch(graph.exec, st));
   else
@@ -135,18 +130,27 @@ void CudaRunner::enqueue(const Batch& b, const PackedStep& packed, int slot, siz
                      packed.decode_seqs));
   const bool token_ready =
       fused_.head(b.decode_only, graph ? graph.size : T, graph ? graph.bound : packed.max_context_len);
+  // With chaining, the greedy tokens of a graph step (and of the fused head, graph or not) advance
+  // the step's inputs on the device and come back through mapped memory: the head does it inside
+  // the forward pass, the argmax here.
+  const bool advance = opt_.tuning.chain_decode && packed.all_greedy_plain && R == S && (graph || token_ready);
   sampler_.launch(model_.act().logits.as<float>(), packed,
-                  io_.device<kernels::SampleRow>(packed.layout.sample_params), graph ? S : R, token_ready, st);
-  // The fused head's token of a batch-1 step is in mapped memory already; everything else is copied.
-  token_from_host_[slot] = R == 1 && S == 1 && packed.all_greedy_plain && token_ready && fused_.token_to_host();
-  io_.end(slot, sampler_.out(), token_from_host_[slot] ? 0 : sampler_.copy_bytes(packed), st);
+                  io_.device<kernels::SampleRow>(packed.layout.sample_params), graph ? S : R, token_ready,
+                  advance && !token_ready ? io_.advance(packed.layout, S, opt_.block_size) : kernels::StepAdvance{},
+                  st);
+  token_from_host_[slot] = advance;
+  io_.end(slot, sampler_.out(), advance ? 0 : sampler_.copy_bytes(packed), st);
 }
 
 void CudaRunner::forward(const ForwardStep& step) {
-  if (fused_.applies(step.decode, step.layout.tokens, step.max_context_len))
-    fused_.forward(step, model_, sampler_.out_tokens(), stream_.get());
-  else
+  if (!fused_.applies(step.decode, step.layout.tokens, step.max_context_len)) {
     model_.forward(step, stream_.get());
+    return;
+  }
+  const bool advance =
+      opt_.tuning.chain_decode && fused_.head(step.decode, step.layout.tokens, step.max_context_len);
+  fused_.forward(step, model_, sampler_.out_tokens(),
+                 advance ? io_.advance(step.layout, 1, opt_.block_size) : kernels::StepAdvance{}, stream_.get());
 }
 
 void CudaRunner::read_back(const Batch& b, const PackedStep& packed, bool use_graph, StepOutput& out) {
@@ -157,8 +161,8 @@ void CudaRunner::read_back(const Batch& b, const PackedStep& packed, bool use_gr
   out.token_ids.assign(S, -1);
   out.logprobs.assign(S, 0.0f);
   out.top_logprobs.assign(S, {});
-  if (token_from_host_[slot_])  // (position << 32) | token, at word position % 2 (decode_head)
-    out.token_ids[0] = fused_.host_token(b.positions[0]);
+  if (token_from_host_[slot_])
+    for (int s = 0; s < S; ++s) out.token_ids[s] = io_.host_token(s, b.positions[s]);
   else
     sampler_.unpack(b, packed, io_.host_out(slot_), use_graph, out);
 }

@@ -50,11 +50,9 @@ class CudaRunner final : public Runner {
   GraphCache::Hit pick_path(const Batch& b) const;
   // The step in slot_: the chained one when it matches `b`, else `b` packed and enqueued.
   PackedStep stage_and_launch(const Batch& b, GraphCache::Hit graph);
-  // Copies the slot's inputs in (from byte `from`), runs the graph or the forward pass, samples,
-  // and copies the outputs back. `device_token`: a chained step's token, copied on the device into
-  // its staging (the step before sampled it with the argmax); null where the inputs are all there.
-  void enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, GraphCache::Hit graph,
-               const int32_t* device_token = nullptr);
+  // Copies the slot's inputs in (from byte `from`: a chained step's are partly or wholly on the
+  // device already), runs the graph or the forward pass, samples, and copies the outputs back.
+  void enqueue(const Batch& b, const PackedStep& packed, int slot, size_t from, GraphCache::Hit graph);
   void forward(const ForwardStep& step);
   void read_back(const Batch& b, const PackedStep& packed, bool use_graph, StepOutput& out);
   void size_kv_cache();
@@ -71,7 +69,7 @@ class CudaRunner final : public Runner {
   GraphCache graphs_;
   DecodeChain chain_;
   int slot_ = 0;  // the staging / out / event set of the latest step
-  bool token_from_host_[2] = {false, false};  // per slot: the step's token is in FusedDecode's mapped word
+  bool token_from_host_[2] = {false, false};  // per slot: the step's tokens are in StepIo's mapped words
   std::vector<int> last_logits_rows_;  // logits row of each sampled sequence in the last step
 };
 

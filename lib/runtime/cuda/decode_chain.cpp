@@ -34,7 +34,7 @@ PackedStep DecodeChain::take() {
 // The step after `b` for its greedy sequences, each one token: the next position, its slot (in a
 // block the sequence already holds), context + 1, the same table; the tokens come from the device.
 void DecodeChain::next(const Batch& b, const PackedStep& packed, GraphCache::Hit hit, int slot,
-                       const GraphCache& graphs, StepIo& io, bool advanced, const Enqueue& enqueue) {
+                       const GraphCache& graphs, StepIo& io, const Enqueue& enqueue) {
   const int S = b.num_seqs(), bs = block_size_, W = b.max_blocks_per_seq;
   if (S > max_seqs_ || b.num_tokens() != S || !packed.all_greedy_plain || int(packed.sampled_seqs.size()) != S)
     return;
@@ -64,9 +64,9 @@ void DecodeChain::next(const Batch& b, const PackedStep& packed, GraphCache::Hit
   SamplerExtras extras;
   PackedStep p = pack_step(n, next.size, width, true, kMaxTopLogprobs, host.get(), host.bytes(), extras);
   if (!p.all_greedy_plain || !extras.empty()) return;
-  // On the same graph after decode_head the device staging already holds these inputs (it
-  // advanced them); otherwise every input but the token, which the device has.
-  enqueue(n, p, other, advanced && next.bound == hit.bound ? p.layout.bytes : p.layout.positions, next);
+  // The device staging holds these inputs already (the step advanced them) where the layout is
+  // the same; on a larger graph's, every input after the tokens goes in.
+  enqueue(n, p, other, next.bound == hit.bound ? p.layout.bytes : p.layout.positions, next);
   pending_ = true;
   slot_ = other;
   packed_ = std::move(p);

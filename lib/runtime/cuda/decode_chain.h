@@ -1,10 +1,11 @@
 // DecodeChain: chained greedy decode steps (CudaTuning::chain_decode). Before waiting for a
 // greedy decode step of at most CudaTuning::chain_max_seqs sequences (1 by default), the step
 // after it is enqueued with the inputs it will have (each sequence's next position, slot and
-// context; the tokens are the ones this step leaves on the device: the fused head writes a batch-1
-// token into the device staging, else the sampler's argmax tokens are copied there), so the GPU
-// runs on while the host finishes the step (and, under tensor parallelism, the ranks' host threads
-// no longer start each step apart). The next execute() uses it when its batch packs to the same
+// context, and the token this step picks), so the GPU runs on while the host finishes the step
+// (and, under tensor parallelism, the ranks' host threads no longer start each step apart). The
+// kernel that picks the tokens (the fused head at batch 1, else the argmax) has already advanced
+// those inputs in the device staging (kernels/step_advance.h): on the same graph nothing is
+// copied in; on a larger one, everything after the tokens. The next execute() uses it when its batch packs to the same
 // inputs, and otherwise waits for it and drops it (its only effect is the cache writes at the
 // sequences' next slots, in blocks that only those sequences hold, which the real step would
 // write the same way or not at all). A dropped step costs a whole step of GPU time: a sequence
@@ -43,11 +44,9 @@ class DecodeChain {
   void drop() { pending_ = false; }
   // After `b` was enqueued in `slot` on graph `hit`: enqueues the step after it in the other
   // slot when it qualifies (1 to max_seqs greedy sequences, each one token, none past max_tokens,
-  // the context limit or its last held block). `advanced`: the step's last kernel (decode_head,
-  // batch 1) also moved the device staging's position, slot and context on, so on the same graph
-  // nothing is copied in; otherwise every input but the tokens is.
+  // the context limit or its last held block).
   void next(const Batch& b, const PackedStep& packed, GraphCache::Hit hit, int slot, const GraphCache& graphs,
-            StepIo& io, bool advanced, const Enqueue& enqueue);
+            StepIo& io, const Enqueue& enqueue);
   // The pending step decodes the tokens the current step sampled (one a sequence).
   void set_tokens(const std::vector<int32_t>& tokens) { tokens_ = tokens; }
 

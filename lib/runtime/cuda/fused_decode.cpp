@@ -4,7 +4,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -68,7 +67,10 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   }
   ss_ = DeviceBuffer(kernels::kFusedSsWords * sizeof(float));
   head_ = kernels::decode_head_supported(c.hidden_size) && tuning.fused_head;
-  if (head_) setup_head(tuning.chain_decode);
+  if (head_) {
+    head_scratch_ = DeviceBuffer(2 * sizeof(unsigned long long));
+    CUDA_CHECK(cudaMemset(head_scratch_.get(), 0, head_scratch_.bytes()));
+  }
   if (!tuning.fused_trace.empty()) {
     trace_path_ = tuning.fused_trace;
     trace_ = DeviceBuffer(size_t(c.num_layers) * kernels::kFusedTraceLayerWords * sizeof(unsigned long long));
@@ -76,19 +78,11 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   }
 }
 
-void FusedDecode::setup_head(bool chain) {
-  head_scratch_ = DeviceBuffer(2 * sizeof(unsigned long long));
-  CUDA_CHECK(cudaMemset(head_scratch_.get(), 0, head_scratch_.bytes()));
-  if (chain) {
-    head_token_host_ = PinnedBuffer(2 * sizeof(unsigned long long));
-    std::memset(head_token_host_.get(), 0xff, head_token_host_.bytes());
-  }
-}
-
 // The embedding goes straight into the residual stream inside layer 0's attention kernel, then
 // four fused kernels per layer, then the final norm, the LM head and (one sequence) the greedy
 // token in one kernel where the hidden size allows.
-void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* out_token, cudaStream_t s) {
+void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* out_token,
+                          const kernels::StepAdvance& advance, cudaStream_t s) {
   const ModelConfig& c = model.config();
   const DeviceWeights& w = model.weights();
   Activations& a = model.act();
@@ -116,29 +110,11 @@ void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* ou
     model.lm_head(a.x.as<bf16>(), L.tokens, s);
     return;
   }
-  // The token also goes to the staging's token slot: a chained next step reads it there.
   kernels::DecodeHeadArgs head{res, w.final_norm, w.lm_head, c.vocab_size, H, eps, a.logits.as<float>(), out_token,
-                               st.at<int32_t>(L.token_ids), head_scratch_.as<unsigned long long>()};
-  if (token_to_host()) {  // chained steps: advance the inputs, the token to the host
-    head.position = st.at<int32_t>(L.positions);
-    head.slot = st.at<int32_t>(L.slots);
-    head.context_len = st.at<int32_t>(L.context_lens);
-    head.block_table = st.at<int32_t>(L.block_tables);
-    head.block_size = model.block_size();
-    head.table_width = L.width;
-    head.host_token = head_token_host_.as<unsigned long long>();
-  }
+                               head_scratch_.as<unsigned long long>(), advance};
   head.l2_next = layers_[0].qkv.w;
   head.l2_next_bytes = size_t(c.qkv_size()) * H * (layers_[0].qkv.scale != nullptr ? 1 : sizeof(bf16));
   kernels::decode_head(head, plan_.grid, s);
-}
-
-int32_t FusedDecode::host_token(int32_t position) const {
-  const uint32_t pos = static_cast<uint32_t>(position);
-  const auto* words = reinterpret_cast<const volatile unsigned long long*>(head_token_host_.get());
-  const unsigned long long word = words[pos & 1];
-  NVLLM_CHECK(word >> 32 == pos, "internal: the batch-1 token of position ", pos, " was not written");
-  return static_cast<int32_t>(word & 0xffffffffu);
 }
 
 // One line per CTA of each fused kernel of the latest step: kernel index (layer * 4 + which),

@@ -2,9 +2,8 @@
 // layer (kernels/decode_fused.h). A step of one sequence has its own plan (less shared memory)
 // and, where the hidden size allows, one last kernel for the final norm, the LM head and the
 // greedy token (kernels/decode_head.h). With chaining, that last kernel also advances the step's
-// inputs in the device staging to the sequence's next step and leaves the token in mapped host
-// memory, so a chained step on the same graph needs no copy either way. Steps of several
-// sequences end in the final norm and the LM head of the separate path (the sampler follows).
+// inputs (kernels/step_advance.h). Steps of several sequences end in the final norm and the LM
+// head of the separate path (the sampler follows).
 #pragma once
 
 #include <cstdint>
@@ -37,19 +36,16 @@ class FusedDecode {
   bool head(bool decode, int tokens, int max_context) const {
     return head_ && tokens == 1 && applies(decode, tokens, max_context);
   }
-  // Whether decode_head hands the token over in mapped host memory (chained steps).
-  bool token_to_host() const { return head_token_host_.get() != nullptr; }
-  // The step's kernels; the greedy token goes to *out_token (where head() holds for the step).
-  void forward(const ForwardStep& step, DeviceModel& model, int32_t* out_token, cudaStream_t stream);
-  // The token decode_head left for the step at `position`; throws if it is not there.
-  int32_t host_token(int32_t position) const;
+  // The step's kernels; the greedy token goes to *out_token (where head() holds for the step),
+  // and decode_head advances the inputs as `advance` says (off: not).
+  void forward(const ForwardStep& step, DeviceModel& model, int32_t* out_token, const kernels::StepAdvance& advance,
+               cudaStream_t stream);
   // CudaTuning::fused_trace (on the path): write_trace rewrites the file with the latest step's
   // per-CTA stamps.
   bool tracing() const { return !trace_path_.empty(); }
   void write_trace();
 
  private:
-  void setup_head(bool chain);
   // The fused attention runs num_kv_heads clusters of 16 or 8 CTAs a step whatever the context;
   // the separate kernel's CTAs grow with it (kernels::attention_decode_ctas) and each CTA's warps
   // take their 16-token tiles one after another (~1 us a tile on the H100). Measured (bench/NOTES.md,
@@ -72,7 +68,6 @@ class FusedDecode {
   DeviceBuffer ss_;  // the norms' published sums of squares (kernels::FusedDecodeStep::ss)
   bool head_ = false;
   DeviceBuffer head_scratch_;
-  PinnedBuffer head_token_host_;  // (position << 32) | token, at word position % 2
   std::string trace_path_;
   DeviceBuffer trace_;
 };

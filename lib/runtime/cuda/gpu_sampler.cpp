@@ -27,13 +27,13 @@ void GpuSampler::warn_top_clamp(const Batch& b) {
 }
 
 void GpuSampler::launch(const float* logits, const PackedStep& packed, const kernels::SampleRow* rows,
-                        int argmax_rows, bool token_ready, cudaStream_t st) {
+                        int argmax_rows, bool token_ready, const kernels::StepAdvance& advance, cudaStream_t st) {
   const int R = static_cast<int>(packed.sampled_seqs.size());
   if (R == 0 || (packed.all_greedy_plain && token_ready)) return;  // the fused head wrote the greedy token
   int32_t* out_ids = out_dev_.as<int32_t>();
   if (packed.all_greedy_plain) {
     // Graph steps keep logits in sequence order; argmax every real row and pick in unpack().
-    kernels::argmax_rows(logits, argmax_rows, vocab_, out_ids, st);
+    kernels::argmax_rows(logits, argmax_rows, vocab_, out_ids, st, advance);
     return;
   }
   const int32_t* counts = nullptr;

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/runner.h"
+#include "kernels/step_advance.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/step_inputs.h"
 
@@ -30,9 +31,9 @@ class GpuSampler {
   void warn_top_clamp(const Batch& b);
   // Samples the packed step's rows from `logits`: nothing where the fused head already wrote the
   // greedy token (token_ready), an argmax over `argmax_rows` logits rows where every row is
-  // greedy and plain, else the full sampler.
+  // greedy and plain (advancing a chained step's inputs as `advance` says), else the full sampler.
   void launch(const float* logits, const PackedStep& packed, const kernels::SampleRow* rows, int argmax_rows,
-              bool token_ready, cudaStream_t stream);
+              bool token_ready, const kernels::StepAdvance& advance, cudaStream_t stream);
   // Bytes of the outputs to copy back for `packed` (top logprobs only when asked for).
   size_t copy_bytes(const PackedStep& packed) const {
     return packed.any_top_logprobs ? out_dev_.bytes() : out_top_ids_;
