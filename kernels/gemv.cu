@@ -69,7 +69,7 @@ struct Bf16Step {
 template <int kBatch, int kRows, typename OutT>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                         OutT* __restrict__ y, int batch, int n, int k) {
-  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ GemvSlots<kGemvRing<kRows, true>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   gemv_stream<kThreads>(slots, partial, w, GemvRows{n}, k * 2, batch, Bf16Step<kBatch, kRows>{x, batch, k},
                         [&](int row, int b, float v) { store_out(y + size_t(b) * n + row, v); });
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const bf16* __restrict__
 template <int kBatch, int kRows>
 __global__ void __launch_bounds__(kThreads) gemv_silu_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                              bf16* __restrict__ act, int batch, int half, int k) {
-  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ GemvSlots<kGemvRing<kRows, true>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   __shared__ bf16 out[kBatch][kRows];
   const GemvSiluOut<kRows, kBatch> o{out, act, half, batch};
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) gemv_silu_kernel(const bf16* __restr
 template <int kBatch, int kRows>
 __global__ void __launch_bounds__(kThreads) gemv_push_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                                                              PeerReduce p, int batch, int n, int k) {
-  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ GemvSlots<kGemvRing<kRows, true>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   __shared__ __nv_bfloat162 out[kBatch][kRows / 2];
   const GemvPushOut<kRows, kBatch> o{out, p, n, batch};

@@ -104,7 +104,7 @@ template <int kBatch, int kRows, Fp8Scaling kScaling, bool kSilu = false>
 __global__ void __launch_bounds__(kThreads)
     gemv_fp8_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
                     bf16* __restrict__ y, int batch, int n, int k) {
-  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ GemvSlots<kGemvRing<kRows, false>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   __shared__ bf16 out[kSilu ? kBatch : 1][kSilu ? kRows : 1];
   const Fp8Step<kBatch, kRows, kScaling> step{x, scale, batch, k};
@@ -130,7 +130,7 @@ template <int kBatch, int kRows>
 __global__ void __launch_bounds__(kThreads)
     gemv_fp8_push_kernel(const bf16* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
                          PeerReduce p, int batch, int n, int k) {
-  __shared__ GemvSlots<kGemvStages<kRows>, kRows, kThreads> slots;
+  __shared__ GemvSlots<kGemvRing<kRows, false>, kRows, kThreads> slots;
   __shared__ float partial[kThreads / 32][kRows][kBatch];
   __shared__ __nv_bfloat162 out[kBatch][kRows / 2];
   const GemvRows rows{n};

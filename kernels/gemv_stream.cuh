@@ -6,11 +6,11 @@
 // gate_up projection's gates and the ups of the same index: GemvRows, GemvPairedRows) and splits
 // K among its threads. Step s of a group brings chunk s * kThreads + t of each of the group's rows
 // to thread t (one warp load covers 512 contiguous bytes of a row), through a ring of kStages
-// slots in shared memory filled by cp.async kStages - 1 steps ahead of the math. A thread reads
-// back only the slots it filled, so its own cp.async.wait_group orders them: the loop has no
-// block barrier. The first kStages - 1 steps are issued before the PDL wait (weights are
-// constants): a block made resident while the kernel before it runs has its stream going when
-// that kernel ends.
+// slots in shared memory filled by cp.async kGemvAhead steps ahead of the math (kGemvRing: the
+// slots, that many or one more). A thread reads back only the slots it filled, so its own
+// cp.async.wait_group orders them: the loop has no block barrier. The first kGemvAhead steps are
+// issued before the PDL wait (weights are constants): a block made resident while the kernel
+// before it runs has its stream going when that kernel ends.
 //
 // Grid: one block a row group by default. The ring is what pays: the earlier design loaded a
 // step's chunks into registers, then did its math, so a block's memory latency and its math ran
@@ -144,16 +144,25 @@ struct GemvPushOut {
   }
 };
 
-// Slots of the ring: 16 bytes of each of kRows rows for each thread, kStages deep. The kernels'
-// depth: 8 row-steps ahead of the math (4 steps of 2 rows, 2 of 4), 20 / 24 KB at 128 threads.
-// That holds a 16 KB row group (K = 4,096 of bf16 at 2 rows, or of E4M3 codes at 4) whole
-// before the wait and leaves room for 8-10 blocks an SM where registers allow. At 16 row-steps
-// (32 KB) shared memory allowed 6 blocks, 24 warps, and ncu found the projections' warps waiting
-// on their loads with ~1 eligible a scheduler (bench/NOTES.md, fortieth session).
+// Slots of the ring: 16 bytes of each of kRows rows for each thread, kStages deep. The depth in
+// flight: 8 row-steps ahead of the math (4 steps of 2 rows, 2 of 4), 16 KB at 128 threads, which
+// holds a 16 KB row group (K = 4,096 of bf16 at 2 rows, or of E4M3 codes at 4) whole before the
+// wait. The slots: that many, a step's slot refilled once its math has read it; or one more, a
+// step's slot refilled before its math (with the step kGemvAhead later, into the slot the step
+// before read). The one more is 4 KB of shared memory a block, which is what sets the blocks an
+// SM where registers allow more (bench/NOTES.md, fortieth and forty-third sessions):
+//   - the FP8 kernels (56 registers at batch 1) take the exact ring: 9 blocks an SM against 8,
+//     FP8 Llama-3-8B single stream -2.2%;
+//   - the bf16 kernels (28-48 registers) keep the spare slot: 10 blocks an SM; at 13, with the
+//     exact ring, the bf16 8B single stream ran 1.1% slower.
+// At 16 row-steps (32 KB) shared memory allowed 6 blocks, 24 warps, and ncu found the
+// projections' warps waiting on their loads with ~1 eligible a scheduler.
 template <int kStages, int kRows, int kThreads>
 using GemvSlots = uint4[kStages][kRows][kThreads];
 template <int kRows>
-constexpr int kGemvStages = 8 / kRows + 1;
+constexpr int kGemvAhead = 8 / kRows;
+template <int kRows, bool kSpareSlot>
+constexpr int kGemvRing = kGemvAhead<kRows> + (kSpareSlot ? 1 : 0);
 
 // A thread's chunk of each row of a step, in its ring slot: chunks[r] is row r's 16 bytes (zeros
 // for rows past the matrix's end).
@@ -182,6 +191,9 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
                                             float (&partial)[kThreads / 32][kRows][kBatch], const void* weights,
                                             Rows rows, int row_bytes, int batch, Step step, Finish finish,
                                             GroupEnd group_end = {}) {
+  constexpr int kAhead = kGemvAhead<kRows>;
+  static_assert(kStages == kAhead || kStages == kAhead + 1, "a ring of kGemvRing slots");
+  constexpr bool kRefillFirst = kStages > kAhead;  // the spare slot: refill before the step's math
   const uint8_t* w = static_cast<const uint8_t*>(weights);
   const int chunks = row_bytes / 16;
   const int steps = (chunks + kThreads - 1) / kThreads;
@@ -206,7 +218,7 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
     cp_async_commit();
   };
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue_next();
+  for (int i = 0; i < kAhead; ++i) issue_next();
   pdl_enter();
 
   int item = 0;
@@ -218,14 +230,18 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) acc[r][b] = 0.f;
     for (int s = 0; s < steps; ++s, ++item) {
-      issue_next();  // into the slot the step before this one read
+      if constexpr (kRefillFirst) issue_next();  // into the slot the step before this one read
       const int c = s * kThreads + threadIdx.x;
-      if (c >= chunks) continue;
-      const int slot = item % kStages;
-      step(acc, group, c, [&] {
-        cp_async_wait<kStages - 1>();  // this item's group has landed (kStages - 1 issued after it)
-        return GemvChunks<kThreads>{&slots[slot][0][threadIdx.x]};
-      });
+      if (c < chunks) {
+        const int slot = item % kStages;
+        step(acc, group, c, [&] {
+          // This item's group has landed; the ones issued after it (kAhead with the refill first,
+          // else kAhead - 1) may still be in flight.
+          cp_async_wait<kRefillFirst ? kAhead : kAhead - 1>();
+          return GemvChunks<kThreads>{&slots[slot][0][threadIdx.x]};
+        });
+      }
+      if constexpr (!kRefillFirst) issue_next();  // into the slot this step read
     }
     gemv_block_sums<kThreads>(acc, partial, batch, [&](int r, int b, float v) {
       if (const int row = group(r); row >= 0) finish(row, b, v);
