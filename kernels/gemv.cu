@@ -219,12 +219,7 @@ void by_batch(int batch, Launch launch) {
     launch.template operator()<8, 4>();
 }
 
-// What gemv, gemv_silu and gemv_push take: at most kGemvMaxBatch sequences, rows of whole 16-byte
-// chunks.
-void check_args(const char* what, int batch, int k) {
-  NVLLM_CHECK(batch <= kGemvMaxBatch, what, ": batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
-  NVLLM_CHECK(k % 8 == 0, what, ": K = ", k, " must be a multiple of 8 (16-byte rows)");
-}
+void check_args(const char* what, int batch, int k) { gemv_check_args(what, batch, k, 8); }
 
 template <typename OutT>
 void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cudaStream_t stream) {

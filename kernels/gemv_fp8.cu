@@ -168,12 +168,7 @@ void dispatch_batch(const bf16* x, const uint8_t* w, const float* scale, bf16* y
   by_batch(batch, [&]<int kBatch>() { launch<kBatch, kRows, kScaling, kSilu>(x, w, scale, y, batch, n, k, stream); });
 }
 
-// What gemv_fp8, gemv_fp8_silu and gemv_fp8_push take: at most kGemvMaxBatch sequences, rows of
-// whole 16-byte chunks of codes.
-void check_args(const char* what, int batch, int k) {
-  NVLLM_CHECK(batch <= kGemvMaxBatch, what, ": batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
-  NVLLM_CHECK(k % kChunk == 0, what, ": K = ", k, " must be a multiple of 16 (16-byte rows of codes)");
-}
+void check_args(const char* what, int batch, int k) { gemv_check_args(what, batch, k, kChunk); }
 
 template <Fp8Scaling kScaling>
 void dispatch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k, int rows,

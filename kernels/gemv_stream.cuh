@@ -253,6 +253,15 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
 
 int gemv_blocks_per_sm();  // the grid's cap (kernels.h: set_gemv_blocks_per_sm; launch.cu)
 
+// What every gemv_stream projection takes (gemv, gemv_silu, gemv_push and their FP8 forms): at
+// most kGemvMaxBatch sequences, rows of whole 16-byte chunks of `per_chunk` weights each (8 bf16
+// values, 16 E4M3 codes).
+inline void gemv_check_args(const char* what, int batch, int k, int per_chunk) {
+  NVLLM_CHECK(batch <= kGemvMaxBatch, what, ": batch ", batch, " is over ", kGemvMaxBatch, "; use the GEMM path");
+  NVLLM_CHECK(k % per_chunk == 0, what, ": K = ", k, " must be a multiple of ", per_chunk,
+              " (rows of whole 16-byte chunks)");
+}
+
 // The device's SMs and how many blocks of `kernel` fit on one at once (threads a block, static
 // shared memory only). Ask once per kernel (a static at the call site).
 struct GemvFit {

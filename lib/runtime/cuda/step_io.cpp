@@ -11,7 +11,6 @@ void StepIo::allocate(size_t staging_bytes, size_t out_bytes, int chain_seqs) {
   staging_dev_ = DeviceBuffer(staging_bytes);
   for (PinnedBuffer& h : staging_host_) h = PinnedBuffer(staging_bytes);
   for (PinnedBuffer& h : out_host_) h = PinnedBuffer(out_bytes);
-  chain_seqs_ = chain_seqs;
   if (chain_seqs > 0) {
     host_tokens_ = PinnedBuffer(2 * sizeof(unsigned long long) * chain_seqs);
     std::memset(host_tokens_.get(), 0xff, host_tokens_.bytes());  // no position's word
@@ -19,8 +18,8 @@ void StepIo::allocate(size_t staging_bytes, size_t out_bytes, int chain_seqs) {
 }
 
 kernels::StepAdvance StepIo::advance(const StepLayout& l, int rows, int block_size) const {
-  NVLLM_CHECK(rows <= chain_seqs_ && rows <= l.seqs && l.tokens == l.seqs, "internal: advancing ", rows, " rows of ",
-              l.seqs, " sequences (", l.tokens, " tokens), ", chain_seqs_, " with host words");
+  NVLLM_CHECK(rows <= host_rows() && rows <= l.seqs && l.tokens == l.seqs, "internal: advancing ", rows, " rows of ",
+              l.seqs, " sequences (", l.tokens, " tokens), ", host_rows(), " with host words");
   std::byte* d = staging_dev_.as<std::byte>();
   return {reinterpret_cast<int32_t*>(d + l.token_ids),
           reinterpret_cast<int32_t*>(d + l.positions),
@@ -33,7 +32,7 @@ kernels::StepAdvance StepIo::advance(const StepLayout& l, int rows, int block_si
 }
 
 int32_t StepIo::host_token(int row, int32_t position) const {
-  NVLLM_CHECK(row < chain_seqs_, "internal: no host word for row ", row);
+  NVLLM_CHECK(row < host_rows(), "internal: no host word for row ", row);
   const uint32_t pos = static_cast<uint32_t>(position);
   const auto* words = reinterpret_cast<const volatile unsigned long long*>(host_tokens_.get());
   const unsigned long long word = words[2 * row + (pos & 1)];

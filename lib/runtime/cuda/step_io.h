@@ -64,11 +64,13 @@ class StepIo {
   double last_step_device_seconds() const { return last_step_device_s_; }
 
  private:
+  // The sequences with host words.
+  int host_rows() const { return static_cast<int>(host_tokens_.bytes() / (2 * sizeof(unsigned long long))); }
+
   DeviceBuffer staging_dev_;
   PinnedBuffer staging_host_[2];
   PinnedBuffer out_host_[2];
   PinnedBuffer host_tokens_;  // 2 words a sequence (kernels::StepAdvance::host_token)
-  int chain_seqs_ = 0;
   CudaEvent step_begin_[2], step_end_[2];
   double last_step_device_s_ = 0;
 };
