@@ -156,9 +156,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   };
   const int i0 = rank * L.rows;
   copy_rows(ws, H, kFp8W, L.rows, [&](int i) { return weight_row<kFp8W>(w.qkv, matrix_row(i0 + i), H); }, bar, flags);
-  // FP8 weights: the scale of this thread's row (a CTA has at most 10 heads of 128 rows over 8
-  // CTAs, 160 rows: one a thread).
-  const float qkv_scale = early_scale<kFp8W>(w.qkv, tid < L.rows, matrix_row(i0 + tid));
+  // The constants of this thread's first item below (row tid % L.rows of sequence tid / L.rows),
+  // read before the wait: the row's FP8 scale and its bias. (A CTA has at most 10 heads of 128
+  // rows over 8 CTAs, 160 rows: at batch 1 one a thread.) Later items read theirs after the wait.
+  const int first_row = kMulti ? tid % L.rows : tid;
+  const bool has_first = tid < B * L.rows;
+  const float qkv_scale = early_scale<kFp8W>(w.qkv, has_first, matrix_row(i0 + first_row));
+  const float qkv_bias = early_bias(w.qkv_bias, has_first, matrix_row(i0 + first_row));
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
   bf16* q_norm_s = w.q_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) : nullptr;  // null: no q/k norm
   bf16* k_norm_s = w.k_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) + D : nullptr;
@@ -225,10 +229,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   whole_dots<kFp8W>(ws, x, L.rows, H, dots, B);
   for (int i = tid; i < B * L.rows; i += kThreads) {  // row r's value replaces warp 0's partial
     const int b = kMulti ? i / L.rows : 0, r = kMulti ? i % L.rows : i;
+    const bool first = i == tid;
     float v = row_dot(dots, L.rows, r, b, B);
-    if constexpr (kFp8W) v *= r == tid ? qkv_scale : __ldg(w.qkv.scale + matrix_row(i0 + r));
+    if constexpr (kFp8W) v *= first ? qkv_scale : __ldg(w.qkv.scale + matrix_row(i0 + r));
     v = round_bf16(v);
-    if (w.qkv_bias != nullptr) v = round_bf16(v + __bfloat162float(w.qkv_bias[matrix_row(i0 + r)]));
+    if (w.qkv_bias != nullptr)
+      v = round_bf16(v + (first ? qkv_bias : __bfloat162float(w.qkv_bias[matrix_row(i0 + r)])));
     dots[b * padded + r] = v;
   }
   __syncthreads();
@@ -442,7 +448,9 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
   float* res = reinterpret_cast<float*>(smem + L.res);
   float* dots = reinterpret_cast<float*>(smem + L.dots);
   auto src = [&](int i) { return weight_row<kFp8W>(w, r0 + i, k); };
-  const float scale0 = early_scale<kFp8W>(w, int(threadIdx.x) < rows, r0 + threadIdx.x);
+  // The FP8 scale of this thread's first item's row (as in attention_kernel).
+  const int first_row = kMulti && rows > 0 ? int(threadIdx.x) % rows : int(threadIdx.x);
+  const float scale0 = early_scale<kFp8W>(w, int(threadIdx.x) < batch * rows, r0 + first_row);
   const Ring ring = share_start<kStream, kFp8W>(smem, L, stages, parts, k, rows, src, flags);
   wait_inputs(flags);
   trace.mark(kTraceWaited);
@@ -461,7 +469,7 @@ __global__ void __launch_bounds__(kThreads) residual_proj_kernel(const bf16* x_i
     for (int i = threadIdx.x; i < batch * rows; i += kThreads) {
       const int b = i / rows, r = i % rows;
       float y = row_dot(dots, rows, r, b, batch);
-      if constexpr (kFp8W) y *= r == int(threadIdx.x) ? scale0 : w.scale[r0 + r];
+      if constexpr (kFp8W) y *= i == int(threadIdx.x) ? scale0 : w.scale[r0 + r];
       const bf16 v = __float2bfloat16(res[b * max_rows + r] + round_bf16(y));
       h[size_t(b) * n + r0 + r] = v;
       res[b * max_rows + r] = __bfloat162float(v) * __bfloat162float(v);
@@ -524,9 +532,11 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   float* red = reinterpret_cast<float*>(smem + L.red);
   auto matrix_row = [&](int i) { return i < rows ? r0 + i : inter + r0 + i - rows; };  // gate rows, then up rows
   auto src = [&](int i) { return weight_row<kFp8W>(gate_up, matrix_row(i), hidden); };
-  const bool my_row = int(threadIdx.x) < rows;
-  const float gate_scale0 = early_scale<kFp8W>(gate_up, my_row, r0 + threadIdx.x),
-              up_scale0 = early_scale<kFp8W>(gate_up, my_row, inter + r0 + threadIdx.x);
+  // The FP8 scales of this thread's first item's rows (as in attention_kernel).
+  const bool has_first = int(threadIdx.x) < batch * rows;
+  const int first_row = kMulti && rows > 0 ? int(threadIdx.x) % rows : int(threadIdx.x);
+  const float gate_scale0 = early_scale<kFp8W>(gate_up, has_first, r0 + first_row),
+              up_scale0 = early_scale<kFp8W>(gate_up, has_first, inter + r0 + first_row);
   const Ring ring = share_start<kStream, kFp8W>(smem, L, stages, k_parts, hidden, 2 * rows, src, flags);
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
   stage(norm_s, norm_w, hidden * 2);
@@ -543,9 +553,9 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
     const int b = kMulti ? i / rows : 0, r = kMulti ? i % rows : i;
     float g = row_dot(dots, 2 * rows, r, b, batch), u = row_dot(dots, 2 * rows, rows + r, b, batch);
     if constexpr (kFp8W) {
-      const bool mine = r == int(threadIdx.x);
-      g *= mine ? gate_scale0 : gate_up.scale[r0 + r];
-      u *= mine ? up_scale0 : gate_up.scale[inter + r0 + r];
+      const bool first = i == int(threadIdx.x);
+      g *= first ? gate_scale0 : gate_up.scale[r0 + r];
+      u *= first ? up_scale0 : gate_up.scale[inter + r0 + r];
     }
     act[size_t(b) * inter + r0 + r] = silu_mul_products(g, u);
   }

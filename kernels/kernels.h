@@ -156,11 +156,13 @@ void peer_reduce_pushed(const PeerReduce& p, bf16* x, bf16* residual, const bf16
 // cache (qkv keeps the bf16 values). With row_scales / col_scales (qkv the unscaled product of an
 // FP8 GEMM), every value first gets its token's and its column's scale as scale_rows_cols would
 // give it (v rows too, written back): bit for bit scale_rows_cols then this kernel, one pass less.
+// With bias [(num_heads + 2 * num_kv_heads) * head_dim] (Qwen2's q/k/v bias), every value then
+// gets its column's bias, the sum rounded to bf16 (v rows written back), before the norm.
 void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const bf16* q_norm, const bf16* k_norm, float eps, const float* inv_freq,
                         const KvCache& cache, int num_tokens, int num_heads, int num_kv_heads,
                         int head_dim, int block_size, cudaStream_t stream, const float* row_scales = nullptr,
-                        const float* col_scales = nullptr, L2Ahead ahead = {});
+                        const float* col_scales = nullptr, const bf16* bias = nullptr, L2Ahead ahead = {});
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, intermediate + i].
 void silu_mul(const bf16* gate_up, bf16* out, int num_tokens, int intermediate, cudaStream_t stream,
@@ -285,8 +287,6 @@ int attention_decode_ctas(int num_seqs, int context_len, int num_heads, int num_
 
 // --- Rows (rows.cu) ---
 
-// x [rows, cols] += bias [cols], in fp32 and rounded once. 4 bytes per element moved.
-void add_bias(bf16* x, const bf16* bias, int rows, int cols, cudaStream_t stream);
 // dst[r, :] = src[index[r], :] for r < rows; rows of `cols` elements.
 void gather_rows(const bf16* src, const int32_t* index, bf16* dst, int rows, int cols, cudaStream_t stream);
 

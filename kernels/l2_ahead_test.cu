@@ -113,7 +113,7 @@ TEST_CASE("gpu.kernels.qk_norm_rope_cache with an L2 look-ahead gives the same b
         v.poison();
         qk_norm_rope_cache(q.get(), d_pos.get(), d_slots.get(), d_norm.get(), d_norm.get(), 1e-6f, d_freq.get(),
                            KvCache{k.get(), v.get()}, tokens, heads, kv_heads, head_dim, block_size, nullptr, nullptr,
-                           nullptr, a);
+                           nullptr, nullptr, a);
         CUDA_CHECK(cudaDeviceSynchronize());
       };
       DeviceBuffer<bf16> base_q(qkv), base_k(cache_elems), base_v(cache_elems);

@@ -9,7 +9,8 @@
 // per head took 164 us; H100, bench/NOTES.md, twenty-sixth session).
 // An FP8 cache gets the codes of the bf16 values divided by the head's scale: the quantisation
 // is part of this write, not a pass of its own. After an FP8 GEMM the product's row and column
-// scales are applied here too (as scale_rows_cols, whose pass this saves).
+// scales are applied here too (as scale_rows_cols, whose pass this saves), and the projection's
+// bias (Qwen2) is added here (a launch of its own a layer before, ~2-3 us of a decode step's chain).
 #include <algorithm>
 #include <type_traits>
 
@@ -40,7 +41,7 @@ __device__ __forceinline__ void store_cache8(T* dst, const float* v, float scale
 // qkv [num_tokens, (H + 2 * KVH) * D], in place; positions, slot_mapping [num_tokens];
 // q_norm, k_norm [D] or null; inv_freq [D / 2] fp32; caches [blocks, block_size, KVH, D] of T
 // (bf16, or fp8_e4m3 with k_scale / v_scale [KVH]); row_scales [num_tokens] and col_scales
-// [(H + 2 * KVH) * D] (an FP8 product's) or null.
+// [(H + 2 * KVH) * D] (an FP8 product's) or null; bias [(H + 2 * KVH) * D] or null.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     qk_norm_rope_cache_kernel(bf16* __restrict__ qkv, const int32_t* __restrict__ positions,
@@ -49,19 +50,25 @@ __global__ void __launch_bounds__(kThreads)
                               T* __restrict__ k_cache, T* __restrict__ v_cache, const float* __restrict__ k_scale,
                               const float* __restrict__ v_scale, int num_heads, int num_kv_heads,
                               const float* __restrict__ row_scales, const float* __restrict__ col_scales,
-                              int num_tokens, L2Ahead ahead) {
+                              const bf16* __restrict__ bias, int num_tokens, L2Ahead ahead) {
   constexpr int kHalf = D / 2, kLanes = D / 16;  // a head's lanes: two 8-value pieces each
   __shared__ float cos_s[kHalf], sin_s[kHalf];
   if (int(blockIdx.x) >= num_tokens)
     return l2_ahead_block(ahead, (int(blockIdx.x) - num_tokens) * int(gridDim.y) + int(blockIdx.y),
                           (int(gridDim.x) - num_tokens) * int(gridDim.y));
-  pdl_enter();
   const int t = blockIdx.x, heads = num_heads + 2 * num_kv_heads;
   const int head = (blockIdx.y * blockDim.x + threadIdx.x) / kLanes;
   const int part = threadIdx.x % kLanes, c0 = 8 * part, c1 = kHalf + 8 * part;
   // Lanes past the last head carry zeros through the head's sum (a shuffle among its lanes) and
-  // store nothing. The loads go out before the angles are computed.
+  // store nothing. The bias (a constant) is read before the wait, the qkv row right after it,
+  // both before the angles are computed.
   const bool live = head < heads;
+  float bias_a[8] = {}, bias_b[8] = {};
+  if (live && bias != nullptr) {
+    to_float8(load8(bias + size_t(head) * D + c0), bias_a);
+    to_float8(load8(bias + size_t(head) * D + c1), bias_b);
+  }
+  pdl_enter();
   bf16* x = qkv + (size_t(t) * heads + min(head, heads - 1)) * D;
   float a[8] = {}, b[8] = {};
   if (live) {
@@ -84,6 +91,13 @@ __global__ void __launch_bounds__(kThreads)
       b[j] = round_bf16(scaled(b[j], rs, cb[j]));
     }
   }
+  if (live && bias != nullptr) {  // as the product plus its bias is stored (bf16)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      a[j] = round_bf16(a[j] + bias_a[j]);
+      b[j] = round_bf16(b[j] + bias_b[j]);
+    }
+  }
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) ss += a[j] * a[j];
@@ -93,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!live) return;
 
   if (head >= num_heads + num_kv_heads) {  // v: copied to the cache unchanged
-    if (col_scales != nullptr) {
+    if (col_scales != nullptr || bias != nullptr) {
       store8(x + c0, from_float8(a));
       store8(x + c1, from_float8(b));
     }
@@ -137,7 +151,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 void launch(bf16* qkv, const int32_t* positions, const int32_t* slot_mapping, const bf16* q_norm, const bf16* k_norm,
             float eps, const float* inv_freq, const KvCache& cache, int num_tokens, int num_heads, int num_kv_heads,
-            cudaStream_t stream, const float* row_scales, const float* col_scales, L2Ahead ahead) {
+            cudaStream_t stream, const float* row_scales, const float* col_scales, const bf16* bias, L2Ahead ahead) {
   const int lanes = (num_heads + 2 * num_kv_heads) * (D / 16);
   const int threads = std::min(kThreads, (lanes + 31) / 32 * 32);
   const int y = ceil_div(lanes, threads);
@@ -146,11 +160,11 @@ void launch(bf16* qkv, const int32_t* positions, const int32_t* slot_mapping, co
     NVLLM_CHECK(cache.k_scale != nullptr && cache.v_scale != nullptr, "qk_norm_rope_cache: an FP8 cache needs scales");
     launch_pdl(qk_norm_rope_cache_kernel<fp8_e4m3, D>, grid, block, 0, stream, qkv, positions, slot_mapping, q_norm,
                k_norm, eps, inv_freq, static_cast<fp8_e4m3*>(cache.k), static_cast<fp8_e4m3*>(cache.v),
-               cache.k_scale, cache.v_scale, num_heads, num_kv_heads, row_scales, col_scales, num_tokens, ahead);
+               cache.k_scale, cache.v_scale, num_heads, num_kv_heads, row_scales, col_scales, bias, num_tokens, ahead);
   } else {
     launch_pdl(qk_norm_rope_cache_kernel<bf16, D>, grid, block, 0, stream, qkv, positions, slot_mapping, q_norm,
                k_norm, eps, inv_freq, static_cast<bf16*>(cache.k), static_cast<bf16*>(cache.v), cache.k_scale,
-               cache.v_scale, num_heads, num_kv_heads, row_scales, col_scales, num_tokens, ahead);
+               cache.v_scale, num_heads, num_kv_heads, row_scales, col_scales, bias, num_tokens, ahead);
   }
 }
 
@@ -160,7 +174,7 @@ void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot
                         const bf16* q_norm, const bf16* k_norm, float eps, const float* inv_freq,
                         const KvCache& cache, int num_tokens, int num_heads, int num_kv_heads,
                         int head_dim, int block_size, cudaStream_t stream, const float* row_scales,
-                        const float* col_scales, L2Ahead ahead) {
+                        const float* col_scales, const bf16* bias, L2Ahead ahead) {
   if (num_tokens <= 0) return;
   NVLLM_CHECK((row_scales == nullptr) == (col_scales == nullptr),
               "qk_norm_rope_cache: an FP8 product's row and column scales come together");
@@ -170,10 +184,10 @@ void qk_norm_rope_cache(bf16* qkv, const int32_t* positions, const int32_t* slot
   // viewed as [num_blocks * block_size, KVH, D].
   if (head_dim == 128)
     launch<128>(qkv, positions, slot_mapping, q_norm, k_norm, eps, inv_freq, cache, num_tokens, num_heads,
-                num_kv_heads, stream, row_scales, col_scales, ahead);
+                num_kv_heads, stream, row_scales, col_scales, bias, ahead);
   else
     launch<64>(qkv, positions, slot_mapping, q_norm, k_norm, eps, inv_freq, cache, num_tokens, num_heads,
-               num_kv_heads, stream, row_scales, col_scales, ahead);
+               num_kv_heads, stream, row_scales, col_scales, bias, ahead);
 }
 
 }  // namespace nvllm::kernels

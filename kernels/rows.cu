@@ -1,5 +1,4 @@
-// Row kernels around the model's matmuls: the Qwen2 q/k/v bias and the gather of the rows that
-// sample before the final norm and the LM head.
+// The gather of the rows that sample, before the final norm and the LM head.
 #include <algorithm>
 
 #include "kernels/cuda_check.h"
@@ -7,14 +6,6 @@
 
 namespace nvllm::kernels {
 namespace {
-
-__global__ void add_bias_kernel(__nv_bfloat16* x, const __nv_bfloat16* __restrict__ bias, int cols, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int c = static_cast<int>(i % cols);
-    x[i] = __float2bfloat16(__bfloat162float(x[i]) + __bfloat162float(bias[c]));
-  }
-}
 
 // One block per output row; 16-byte copies when the row allows it.
 __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ src, const int32_t* __restrict__ index,
@@ -30,14 +21,6 @@ __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ src, const 
 }
 
 }  // namespace
-
-void add_bias(__nv_bfloat16* x, const __nv_bfloat16* bias, int rows, int cols, cudaStream_t stream) {
-  const size_t n = static_cast<size_t>(rows) * cols;
-  if (n == 0) return;
-  const int blocks = static_cast<int>(std::min<size_t>((n + 255) / 256, 4096));
-  add_bias_kernel<<<blocks, 256, 0, stream>>>(x, bias, cols, n);
-  CUDA_CHECK(cudaGetLastError());
-}
 
 void gather_rows(const __nv_bfloat16* src, const int32_t* index, __nv_bfloat16* dst, int rows, int cols,
                  cudaStream_t stream) {

@@ -277,9 +277,10 @@ TEST_CASE("gpu.cuda_runner with FP8 weights matches the CPU runner's --quantizat
   // through the FP8 gemv, with bf16 activations as the CPU's float32 ones; with 0 every step goes
   // through the FP8 GEMM, whose activations are quantised per token (the CPU's are not), so its
   // distance to the CPU's FP8 function is larger. Either way the logits must sit closer to the FP8
-  // function than to the unquantised model's, so the codes are really used.
-  for (Arch arch : {Arch::kQwen3, Arch::kLlama}) {
-    const std::string name = arch == Arch::kQwen3 ? "qwen3" : "llama";
+  // function than to the unquantised model's, so the codes are really used. Qwen2's q/k/v bias goes
+  // in after the FP8 GEMM's scales, in the RoPE kernel.
+  for (Arch arch : {Arch::kQwen3, Arch::kLlama, Arch::kQwen2}) {
+    const std::string name = arch == Arch::kQwen3 ? "qwen3" : arch == Arch::kLlama ? "llama" : "qwen2";
     const ModelConfig c = gpu_tiny_config(arch);
     for (const int gemv_max : {8, 0}) {
       for (bool eager : {false, true}) {

@@ -237,19 +237,17 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
   float* x_scales = act_.x8_scales.as<float>();
   // x arrives normalised by this layer's input norm (forward() or the layer before), and as
   // codes in x8 with fused_norm.
-  // With fused_norm and no bias the FP8 product's scales go in with the RoPE (one pass less).
-  const bool scales_in_rope = fused_norm && !w.qkv_bias;
+  // With fused_norm the FP8 product's scales go in with the RoPE (one pass less), and so does the
+  // bias always.
   if (fused_norm)
-    gemm_.matmul_fp8(x8, x_scales, w.qkv.codes, w.qkv.scales, qkv, T, c_.qkv_size(), H, s, !scales_in_rope,
-                     act_.tokens);
+    gemm_.matmul_fp8(x8, x_scales, w.qkv.codes, w.qkv.scales, qkv, T, c_.qkv_size(), H, s, false, act_.tokens);
   else
     linear(x, w.qkv, qkv, T, c_.qkv_size(), H, s);
-  if (w.qkv_bias) kernels::add_bias(qkv, w.qkv_bias, T, c_.qkv_size(), s);
   const kernels::KvCache& cache = kv_.layers[l];
   kernels::qk_norm_rope_cache(qkv, st.at<int32_t>(L.positions), st.at<int32_t>(L.slots), w.q_norm, w.k_norm, eps,
                               w_.inv_freq.as<float>(), cache, T, c_.num_heads, c_.num_kv_heads, c_.head_dim,
-                              block_size_, s, scales_in_rope ? x_scales : nullptr,
-                              scales_in_rope ? w.qkv.scales : nullptr, ahead(w.o_proj, H, c_.q_size(), T));
+                              block_size_, s, fused_norm ? x_scales : nullptr, fused_norm ? w.qkv.scales : nullptr,
+                              w.qkv_bias, ahead(w.o_proj, H, c_.q_size(), T));
   // Sequences with one query token (the decodes, which the scheduler puts first) take the decode
   // kernel, which splits long contexts and reads a KV head once for its query heads; the rest
   // (prompt chunks) the prefill kernel, its sequences and rows offset past the decodes. A mixed
