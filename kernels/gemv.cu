@@ -227,8 +227,8 @@ void dispatch(const bf16* x, const bf16* w, OutT* y, int batch, int n, int k, cu
   check_args("gemv", batch, k);
   if (gemv_short_rows(n, k)) return launch_rows(x, w, y, batch, n, k, stream);
   by_batch(batch, [&]<int kBatch, int kRows>() {
-    launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads>(GemvRows{n}.groups(kRows), stream, x, w, y, batch, n,
-                                                              k);
+    launch_gemv<gemv_kernel<kBatch, kRows, OutT>, kThreads, false>(GemvRows{n}.groups(kRows), stream, x, w, y,
+                                                                     batch, n, k);
   });
 }
 
@@ -253,7 +253,8 @@ void gemv_push(const bf16* x, const bf16* w, const PeerReduce& p, int batch, int
   NVLLM_CHECK(n % 8 == 0 && peer_push_fits(p, batch, n), "gemv_push: ", batch, " x ", n,
               " is not a pushed sum's projection");
   by_batch(batch, [&]<int kBatch, int kRows>() {
-    launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads>(GemvRows{n}.groups(kRows), stream, x, w, p, batch, n, k);
+    launch_gemv<gemv_push_kernel<kBatch, kRows>, kThreads, false>(GemvRows{n}.groups(kRows), stream, x, w, p, batch,
+                                                                    n, k);
   });
 }
 
@@ -271,8 +272,8 @@ void gemv_silu(const bf16* x, const bf16* gate_up, bf16* act, int batch, int hal
   // The same kernel as gemv for the whole projection (gemv_short_rows of its 2 x half rows).
   if (gemv_short_rows(2 * half, k)) return launch_rows<bf16, true>(x, gate_up, act, batch, half, k, stream);
   by_batch(batch, [&]<int kBatch, int kRows>() {
-    launch_gemv<gemv_silu_kernel<kBatch, kRows>, kThreads>(GemvPairedRows{half}.groups(kRows), stream, x, gate_up,
-                                                            act, batch, half, k);
+    launch_gemv<gemv_silu_kernel<kBatch, kRows>, kThreads, false>(GemvPairedRows{half}.groups(kRows), stream, x,
+                                                                    gate_up, act, batch, half, k);
   });
 }
 

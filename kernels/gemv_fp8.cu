@@ -145,8 +145,8 @@ template <int kBatch, int kRows, Fp8Scaling kScaling, bool kSilu>
 void launch(const bf16* x, const uint8_t* w, const float* scale, bf16* y, int batch, int n, int k,
             cudaStream_t stream) {
   const int groups = kSilu ? GemvPairedRows{n}.groups(kRows) : GemvRows{n}.groups(kRows);
-  launch_gemv<gemv_fp8_kernel<kBatch, kRows, kScaling, kSilu>, kThreads>(groups, stream, x, w, scale, y, batch, n,
-                                                                          k);
+  launch_gemv<gemv_fp8_kernel<kBatch, kRows, kScaling, kSilu>, kThreads, true>(groups, stream, x, w, scale, y,
+                                                                                batch, n, k);
 }
 
 // launch.template operator()<kBatch>() for the kernels' batch bucket of `batch` (1, 2, 4, 8).
@@ -205,8 +205,8 @@ void gemv_fp8_push(const bf16* x, const uint8_t* w, const float* scale, const Pe
               " is not a pushed sum's projection");
   constexpr int kRows = 4;  // gemv_fp8's rows a block
   by_batch(batch, [&]<int kBatch>() {
-    launch_gemv<gemv_fp8_push_kernel<kBatch, kRows>, kThreads>(GemvRows{n}.groups(kRows), stream, x, w, scale, p,
-                                                               batch, n, k);
+    launch_gemv<gemv_fp8_push_kernel<kBatch, kRows>, kThreads, true>(GemvRows{n}.groups(kRows), stream, x, w,
+                                                                       scale, p, batch, n, k);
   });
 }
 

@@ -89,14 +89,14 @@ TEST_CASE("gpu.kernels.gemv_fp8 matches the CPU reference for tensor, row and bl
         DeviceBuffer<float> d_s(s);
         for (const int rows : {2, 4})  // both variants of rows per block
           for (const int blocks_per_sm : {0, 1, 6}) {  // a block a group; blocks walking groups
-            set_gemv_blocks_per_sm(blocks_per_sm);
+            set_gemv_blocks_per_sm(blocks_per_sm, blocks_per_sm);
             d_y.poison();
             gemv_fp8(d_x.get(), d_w.get(), d_s.get(), scaling, d_y.get(), batch, sh.n, sh.k, nullptr, rows);
             INFO(name(scaling), " scales, n=", sh.n, " k=", sh.k, " batch=", batch, ", ", rows, " rows a block, ",
                  blocks_per_sm, " blocks an SM");
             CHECK(outside_bf16(d_y.download(), ref) == 0);
           }
-        set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm);
+        set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm, kGemvFp8DefaultBlocksPerSm);
       }
     }
   }
@@ -146,7 +146,7 @@ TEST_CASE("gpu.kernels.gemv_fp8_silu gives gemv_fp8 then silu_mul's bits") {
       silu_mul(d_gate_up.get(), d_ref.get(), batch, half, nullptr);
       const std::vector<bf16> ref = d_ref.download();
       for (const int blocks_per_sm : {0, 6}) {
-        set_gemv_blocks_per_sm(blocks_per_sm);
+        set_gemv_blocks_per_sm(blocks_per_sm, blocks_per_sm);
         d_act.poison();
         gemv_fp8_silu(d_x.get(), d_w.get(), d_s.get(), Fp8Scaling::kRow, d_act.get(), batch, half, k, nullptr);
         const BitsCount bits = count_bits(d_act.download(), ref);
@@ -154,7 +154,7 @@ TEST_CASE("gpu.kernels.gemv_fp8_silu gives gemv_fp8 then silu_mul's bits") {
         CHECK(bits.differ == 0);
         CHECK(bits.past == 0);
       }
-      set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm);
+      set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm, kGemvFp8DefaultBlocksPerSm);
     }
   }
   DeviceBuffer<bf16> x(16), act(2);

@@ -12,15 +12,17 @@
 // issued before the PDL wait (weights are constants): a block made resident while the kernel
 // before it runs has its stream going when that kernel ends.
 //
-// Grid: one block a row group by default. The ring is what pays: the earlier design loaded a
-// step's chunks into registers, then did its math, so a block's memory latency and its math ran
-// in series (the narrow projections streamed at 66-75% of the copy rate); with the ring a K of
-// 4,096 is whole in flight before the wait and a longer K streams behind the math. A cap on the
-// blocks an SM (set_gemv_blocks_per_sm) turns the grid into blocks that each walk an equal share
-// of the groups (blockIdx.x, + gridDim.x, ...), the ring running on across a group's end. Alone
-// that streams a few percent faster; in a decode step it is slower, as its blocks hold every SM
-// slot to the end and the next kernel's blocks cannot arrive early and start their own streams
-// (bench/NOTES.md, twenty-third session).
+// Grid: one block a row group for bf16 weights, every block that fits walking the groups for FP8.
+// The ring is what pays: the earlier design loaded a step's chunks into registers, then did its
+// math, so a block's memory latency and its math ran in series (the narrow projections streamed
+// at 66-75% of the copy rate); with the ring a K of 4,096 is whole in flight before the wait and a
+// longer K streams behind the math. A cap on the blocks an SM (set_gemv_blocks_per_sm) turns the
+// grid into blocks that each walk an equal share of the groups (blockIdx.x, + gridDim.x, ...), the
+// ring running on across a group's end. For the bf16 gemv that is slower in a decode step, as its
+// blocks hold every SM slot to the end and the next kernel's blocks cannot arrive early and start
+// their own streams (bench/NOTES.md, twenty-third and forty-fourth sessions); the FP8 gemv, whose
+// group is half the bytes and whose ring is exactly its look-ahead (9 blocks an SM), gains
+// 1.3-2.7% a step from it (forty-fourth session).
 //
 // A row's sum runs in the same order whatever the batch and the grid: chunk t, t + kThreads, ...
 // in each thread, then gemv_block_sums' fixed order.
@@ -251,7 +253,7 @@ __device__ __forceinline__ void gemv_stream(GemvSlots<kStages, kRows, kThreads>&
   }
 }
 
-int gemv_blocks_per_sm();  // the grid's cap (kernels.h: set_gemv_blocks_per_sm; launch.cu)
+int gemv_blocks_per_sm(bool fp8);  // the grid's cap (kernels.h: set_gemv_blocks_per_sm; launch.cu)
 
 // What every gemv_stream projection takes (gemv, gemv_silu, gemv_push and their FP8 forms): at
 // most kGemvMaxBatch sequences, rows of whole 16-byte chunks of `per_chunk` weights each (8 bf16
@@ -276,23 +278,23 @@ GemvFit gemv_fit(Kernel kernel, int threads) {
   return f;
 }
 
-// The grid for `groups` row groups: at most gemv_blocks_per_sm() blocks an SM, as many as fit,
-// each the same number of groups (the fewest blocks that give that number); one block a group
-// when the cap is 0.
-inline int gemv_grid(int groups, GemvFit fit) {
-  const int cap = gemv_blocks_per_sm();
+// The grid for `groups` row groups of bf16 or FP8 weights: at most gemv_blocks_per_sm(fp8) blocks
+// an SM, as many as fit, each the same number of groups (the fewest blocks that give that number);
+// one block a group when the cap is 0.
+inline int gemv_grid(int groups, GemvFit fit, bool fp8) {
+  const int cap = gemv_blocks_per_sm(fp8);
   if (cap <= 0) return groups;
   const int most = fit.sms * std::min(cap, fit.per_sm);
   return ceil_div(groups, ceil_div(groups, most));
 }
 
-// Launches kKernel (a gemv_stream kernel of kThreads threads) over `groups` row groups (its rows'
-// groups(kRows): GemvRows, GemvPairedRows) with PDL, on gemv_grid's grid; the fit is asked once
-// per kernel.
-template <auto kKernel, int kThreads, typename... Args>
+// Launches kKernel (a gemv_stream kernel of kThreads threads, kFp8: of E4M3 weights) over `groups`
+// row groups (its rows' groups(kRows): GemvRows, GemvPairedRows) with PDL, on gemv_grid's grid;
+// the fit is asked once per kernel.
+template <auto kKernel, int kThreads, bool kFp8, typename... Args>
 void launch_gemv(int groups, cudaStream_t stream, Args&&... args) {
   static const GemvFit fit = gemv_fit(kKernel, kThreads);
-  launch_pdl(kKernel, dim3(gemv_grid(groups, fit)), dim3(kThreads), 0, stream,
+  launch_pdl(kKernel, dim3(gemv_grid(groups, fit, kFp8)), dim3(kThreads), 0, stream,
              std::forward<Args>(args)...);
 }
 

@@ -52,7 +52,7 @@ TEST_CASE("gpu.kernels.gemv matches the CPU reference") {
       const std::vector<double> ref = reference(x, w, batch, sh.n, sh.k);
       DeviceBuffer<bf16> d_x(x), d_w(w), d_y(ref.size());
       for (const int blocks_per_sm : {0, 1, 6}) {  // a block a row group; blocks walking groups
-        set_gemv_blocks_per_sm(blocks_per_sm);
+        set_gemv_blocks_per_sm(blocks_per_sm, blocks_per_sm);
         d_y.poison();
         gemv(d_x.get(), d_w.get(), d_y.get(), batch, sh.n, sh.k, nullptr);
         INFO("n=", sh.n, " k=", sh.k, " batch=", batch, ", ", blocks_per_sm, " blocks an SM");
@@ -60,7 +60,7 @@ TEST_CASE("gpu.kernels.gemv matches the CPU reference") {
       }
     }
   }
-  set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm);
+  set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm, kGemvFp8DefaultBlocksPerSm);
 }
 
 TEST_CASE("gpu.kernels.gemv gives a row the same bits at every batch size") {
@@ -138,7 +138,7 @@ TEST_CASE("gpu.kernels.gemv_silu gives gemv then silu_mul's bits") {
       silu_mul(d_gate_up.get(), d_ref.get(), batch, half, nullptr);
       const std::vector<bf16> ref = d_ref.download();
       for (const int blocks_per_sm : {0, 6}) {
-        set_gemv_blocks_per_sm(blocks_per_sm);
+        set_gemv_blocks_per_sm(blocks_per_sm, blocks_per_sm);
         d_act.poison();
         gemv_silu(d_x.get(), d_w.get(), d_act.get(), batch, half, k, nullptr);
         const BitsCount bits = count_bits(d_act.download(), ref);
@@ -148,7 +148,7 @@ TEST_CASE("gpu.kernels.gemv_silu gives gemv then silu_mul's bits") {
       }
     }
   }
-  set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm);
+  set_gemv_blocks_per_sm(kGemvDefaultBlocksPerSm, kGemvFp8DefaultBlocksPerSm);
 }
 
 }  // namespace nvllm::kernels::test

@@ -23,12 +23,17 @@ using bf16 = __nv_bfloat16;
 // CUDA runner sets it from CudaTuning::pdl (A/B timing), default on.
 void set_pdl(bool on);
 
-// The small-batch projections' grid (gemv, gemv_fp8: kernels/gemv_stream.cuh): at most this many
-// blocks an SM (fewer where fewer fit), each walking an equal share of the row groups; 0 (the
-// default, measured best end to end: bench/NOTES.md, twenty-third session): one block a row
-// group. Process-wide, as set_pdl; the CUDA runner sets it from CudaTuning.
-constexpr int kGemvDefaultBlocksPerSm = 0;
-void set_gemv_blocks_per_sm(int blocks);
+// The small-batch projections' grids (kernels/gemv_stream.cuh), one for the bf16 gemvs and one for
+// the FP8 ones: at most this many blocks an SM (fewer where fewer fit), each walking an equal share
+// of the row groups; 0: one block a row group; kGemvAllFit: every block that fits at once (an SM
+// holds at most 32). The defaults, measured end to end (bench/NOTES.md, forty-fourth session,
+// H200): a block a group for bf16 (every block that fits, walking: Llama-3-8B batch 1 +3-5% a
+// step), every block that fits for FP8 (Llama-3-8B batch 1 -1.4%, batch 2 -2.7%, Qwen3-8B batch 1
+// -1.3%; its 16 KB ring lets 9 blocks share an SM). Process-wide, as set_pdl; the CUDA runner sets
+// them from CudaTuning.
+constexpr int kGemvAllFit = 32;
+constexpr int kGemvDefaultBlocksPerSm = 0, kGemvFp8DefaultBlocksPerSm = kGemvAllFit;
+void set_gemv_blocks_per_sm(int bf16_blocks, int fp8_blocks);
 
 // Decode steps of at most kDecodeSmallStep sequences on the tensor-core decode attention split
 // each context into up to ctas / kv heads parts of at least 64 tokens (at most 32), so that a

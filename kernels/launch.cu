@@ -1,6 +1,6 @@
 // The process-wide launch switches. pdl_enabled(): PDL needs sm_90; set_pdl(false) turns it off
 // to measure what it buys (CudaTuning::pdl, set by the runner; NVLLM_PDL=0 in the CLI and the GPU
-// test binary). gemv_blocks_per_sm(): the small-batch projections' grid (CudaTuning). And
+// test binary). gemv_blocks_per_sm(): the small-batch projections' grids (CudaTuning). And
 // l2_ahead_blocks(), the blocks a small kernel adds for an L2 look-ahead (kernels.h, L2Ahead).
 #include <algorithm>
 #include <atomic>
@@ -12,14 +12,17 @@
 namespace nvllm::kernels {
 namespace {
 std::atomic<bool> pdl_allowed{true};
-std::atomic<int> gemv_blocks{kGemvDefaultBlocksPerSm};
+std::atomic<int> gemv_blocks{kGemvDefaultBlocksPerSm}, gemv_fp8_blocks{kGemvFp8DefaultBlocksPerSm};
 std::atomic<int> small_step_ctas{0};
 std::atomic<bool> cluster_merge{true};
 }  // namespace
 
 void set_pdl(bool on) { pdl_allowed.store(on, std::memory_order_relaxed); }
-void set_gemv_blocks_per_sm(int blocks) { gemv_blocks.store(blocks, std::memory_order_relaxed); }
-int gemv_blocks_per_sm() { return gemv_blocks.load(std::memory_order_relaxed); }
+void set_gemv_blocks_per_sm(int bf16_blocks, int fp8_blocks) {
+  gemv_blocks.store(bf16_blocks, std::memory_order_relaxed);
+  gemv_fp8_blocks.store(fp8_blocks, std::memory_order_relaxed);
+}
+int gemv_blocks_per_sm(bool fp8) { return (fp8 ? gemv_fp8_blocks : gemv_blocks).load(std::memory_order_relaxed); }
 void set_decode_small_step_ctas(int ctas) { small_step_ctas.store(ctas, std::memory_order_relaxed); }
 void set_decode_cluster_merge(bool on) { cluster_merge.store(on, std::memory_order_relaxed); }
 namespace decode_detail {

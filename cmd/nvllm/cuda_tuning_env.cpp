@@ -49,6 +49,7 @@ CudaTuning cuda_tuning_from_env() {
   t.fused_max_cluster = positive_or("NVLLM_FUSED_CLUSTER", t.fused_max_cluster) == 8 ? 8 : 16;
   t.fused_max_batch = int(positive_or("NVLLM_FUSED_MAX_BATCH", t.fused_max_batch));
   t.gemv_blocks_per_sm = int(non_negative_or("NVLLM_GEMV_BLOCKS_PER_SM", t.gemv_blocks_per_sm));
+  t.gemv_fp8_blocks_per_sm = int(non_negative_or("NVLLM_GEMV_FP8_BLOCKS_PER_SM", t.gemv_fp8_blocks_per_sm));
   t.decode_small_step_parts = on_unless_zero("NVLLM_DECODE_SMALL_PARTS", t.decode_small_step_parts);
   t.decode_cluster_merge = on_unless_zero("NVLLM_DECODE_CLUSTER_MERGE", t.decode_cluster_merge);
   t.l2_ahead_bytes = size_t(non_negative_or("NVLLM_L2_AHEAD_KB", long(t.l2_ahead_bytes >> 10))) << 10;

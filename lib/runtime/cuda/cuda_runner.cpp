@@ -18,14 +18,15 @@
 #include "runtime/cuda/tp_runner.h"
 
 namespace nvllm {
-static_assert(CudaTuning{}.gemv_blocks_per_sm == kernels::kGemvDefaultBlocksPerSm,
-              "CudaTuning's gemv grid default is the kernels' default");
+static_assert(CudaTuning{}.gemv_blocks_per_sm == kernels::kGemvDefaultBlocksPerSm &&
+                  CudaTuning{}.gemv_fp8_blocks_per_sm == kernels::kGemvFp8DefaultBlocksPerSm,
+              "CudaTuning's gemv grid defaults are the kernels' defaults");
 
 namespace cuda_detail {
 namespace {
 
 // What the CUDA runner cannot run, checked before anything is uploaded; also sets the
-// process-wide launch switches (CudaTuning::pdl, gemv_blocks_per_sm) before the first launch.
+// process-wide launch switches (CudaTuning::pdl, the gemv grids) before the first launch.
 const ModelConfig& checked(const ModelConfig& c, const ModelWeights& w, const CudaRunnerOptions& opt) {
   NVLLM_CHECK(c.head_dim == 64 || c.head_dim == 128, "config.json: head_dim ", c.head_dim,
               ": the CUDA attention kernels support head_dim 64 and 128; run this model with --device cpu");
@@ -34,7 +35,7 @@ const ModelConfig& checked(const ModelConfig& c, const ModelWeights& w, const Cu
   NVLLM_CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0 && opt.max_model_len > 0 && opt.block_size > 0,
               "CUDA runner: --max-num-seqs, --max-num-batched-tokens, --max-model-len and --block-size must be positive");
   kernels::set_pdl(opt.tuning.pdl);
-  kernels::set_gemv_blocks_per_sm(opt.tuning.gemv_blocks_per_sm);
+  kernels::set_gemv_blocks_per_sm(opt.tuning.gemv_blocks_per_sm, opt.tuning.gemv_fp8_blocks_per_sm);
   kernels::set_decode_small_step_ctas(
       opt.tuning.decode_small_step_parts ? device_attribute(cudaDevAttrMultiProcessorCount) : 0);
   kernels::set_decode_cluster_merge(opt.tuning.decode_cluster_merge);

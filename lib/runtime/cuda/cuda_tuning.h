@@ -13,11 +13,13 @@ namespace nvllm {
 struct CudaTuning {
   // Programmatic dependent launch on sm_90+ (kernels/launch.cuh). NVLLM_PDL=0: plain launches.
   bool pdl = true;
-  // The small-batch projections' grid (gemv, gemv_fp8; kernels/gemv_stream.cuh): at most this
-  // many blocks an SM, each walking an equal share of the row groups; 0: one block a row group
-  // (NVLLM_GEMV_BLOCKS_PER_SM). The default is kernels::kGemvDefaultBlocksPerSm (checked in
+  // The small-batch projections' grids (kernels/gemv_stream.cuh), bf16 gemv and FP8 gemv_fp8: at
+  // most this many blocks an SM, each walking an equal share of the row groups; 0: one block a row
+  // group; 32: every block that fits (NVLLM_GEMV_BLOCKS_PER_SM, NVLLM_GEMV_FP8_BLOCKS_PER_SM). The
+  // defaults are kernels::kGemvDefaultBlocksPerSm and kGemvFp8DefaultBlocksPerSm (checked in
   // cuda_runner.cpp; this header is also built without CUDA).
   int gemv_blocks_per_sm = 0;
+  int gemv_fp8_blocks_per_sm = 32;
   // Decode steps of up to fused_max_batch sequences as four fused kernels per layer
   // (kernels/decode_fused.cu) where the model and device allow it (head_dim 64 or 128, up to 8 q
   // heads a kv head, sm_90+).

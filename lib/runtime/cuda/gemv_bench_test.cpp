@@ -15,8 +15,8 @@
 // fp32 logits; the runner computes silu_mul inside gate_up's gemv, gemv_silu, where this harness
 // keeps it a kernel before down so that each kind also times alone), "gemv/down-gemv" the same
 // with down on gemv too, "gemv-walk6" / "-walk4" the gemv path with its grid capped at 6 / 4
-// blocks an SM walking the row groups (kernels.h: set_gemv_blocks_per_sm; the default is a block a
-// group), "cublaslt" the GEMMs alone and
+// blocks an SM walking the row groups (kernels.h: set_gemv_blocks_per_sm; the defaults are a block
+// a group for bf16, every block that fits for FP8), "cublaslt" the GEMMs alone and
 // "cublaslt+silu" the runner at larger batches (with the silu_mul kernel before down); FP8
 // weights (one byte a weight, LM head bf16): "fp8-gemv" the runner at small batches (gemv_fp8 for
 // every projection, down included; "fp8-gemv-r2" with two rows a block instead of four,
@@ -124,13 +124,13 @@ Enqueue gemv_path(const Enqueue& down) {
   };
 }
 
-// `path` with the small-batch projections' grid at `blocks_per_sm` (kernels.h; 0: one block a row
-// group), the default restored after.
+// `path` with the small-batch projections' grids (bf16 and FP8) at `blocks_per_sm` (kernels.h; 0:
+// one block a row group), the defaults restored after.
 Enqueue with_gemv_blocks(int blocks_per_sm, const Enqueue& path) {
   return [blocks_per_sm, path](const Matrix& m, const Buffers& b, int batch, cudaStream_t s) {
-    kernels::set_gemv_blocks_per_sm(blocks_per_sm);
+    kernels::set_gemv_blocks_per_sm(blocks_per_sm, blocks_per_sm);
     path(m, b, batch, s);
-    kernels::set_gemv_blocks_per_sm(kernels::kGemvDefaultBlocksPerSm);
+    kernels::set_gemv_blocks_per_sm(kernels::kGemvDefaultBlocksPerSm, kernels::kGemvFp8DefaultBlocksPerSm);
   };
 }
 
