@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
   ss = warp_sum<kLanes>(ss);
   if (!live) return;
 
-  if (head >= num_heads + num_kv_heads) {  // v: copied to the cache unchanged
+  if (head >= num_heads + num_kv_heads) {  // v: to the cache as it is (after the scales and bias, written back)
     if (col_scales != nullptr || bias != nullptr) {
       store8(x + c0, from_float8(a));
       store8(x + c1, from_float8(b));
