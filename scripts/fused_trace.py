@@ -9,7 +9,11 @@ kind (attention, o_proj, gate_up, down), averaged over the kernels after the fir
   weights  the latest CTA's weights landing minus its wait (positive: the copy was late)
   work     its last end minus its first CTA past the wait
   inputs   the latest CTA's activations read, minus its wait (an L2 round trip or two)
-  MHz      SM clock cycles over nanoseconds, all CTAs"""
+  MHz      SM clock cycles over nanoseconds, all CTAs
+and, per kind, its late CTAs: those that start after the previous kernel's last end (no room on
+an SM earlier; for the attention kernel a whole cluster), with their median start-to-wait time
+and the median end of late and of early CTAs after the previous kernel's end: a kernel ends with
+its late CTAs when they end last."""
 import collections
 import sys
 
@@ -23,6 +27,7 @@ def main():
         ks[k].append((s, w, g, e, sm, p1, p2, p3, inp, cyc))
     order = sorted(ks)
     stats = collections.defaultdict(lambda: collections.defaultdict(list))
+    late_ctas = collections.defaultdict(lambda: collections.defaultdict(list))
     prev_end = None
     for k in order:
         rows = ks[k]
@@ -41,6 +46,13 @@ def main():
             st["sms"].append(len(set(r[4] for r in rows)))
             st["inputs"].append(max(r[8] - r[1] for r in rows))
             st["MHz"].append(1e3 * sum(r[9] for r in rows) / max(1, sum(r[3] - r[0] for r in rows)))
+            for r in rows:
+                if r[0] > prev_end:
+                    late_ctas[KINDS[k % 4]]["to_wait"].append(r[1] - r[0])
+                    late_ctas[KINDS[k % 4]]["end"].append(r[3] - prev_end)
+                else:
+                    late_ctas[KINDS[k % 4]]["early_end"].append(r[3] - prev_end)
+            late_ctas[KINDS[k % 4]]["ctas"].append(len(rows))
         prev_end = last_end
     total = max(max(r[3] for r in ks[k]) for k in order) - min(min(r[0] for r in ks[k]) for k in order)
     print(f"{len(order)} kernels, {total / 1000:.1f} us from the first CTA start to the last end")
@@ -66,6 +78,17 @@ def main():
         print(f"{kind:10s} {mean('span') / 1e3:7.2f} {mean('launch') / 1e3:7.2f} {mean('resolve') / 1e3:7.2f} "
               f"{mean('weights') / 1e3:7.2f} {mean('work') / 1e3:7.2f} {mean('ctas'):5.0f} {mean('sms'):5.0f} "
               f"{mean('inputs') / 1e3:7.2f} {mean('MHz'):6.0f}")
+    median = lambda v: sorted(v)[len(v) // 2] / 1e3 if v else float("nan")
+    for kind in KINDS:
+        lt = late_ctas[kind]
+        if not lt["ctas"]:
+            continue
+        share = len(lt["to_wait"]) / max(1, sum(lt["ctas"]))
+        if not lt["to_wait"]:
+            print(f"{kind:10s} late CTAs none (CTAs end {median(lt['early_end']):.2f} us after the previous kernel)")
+            continue
+        print(f"{kind:10s} late CTAs {100 * share:4.1f}%: start to wait {median(lt['to_wait']):.2f} us, "
+              f"end {median(lt['end']):.2f} us after the previous kernel (early CTAs {median(lt['early_end']):.2f})")
 
 
 if __name__ == "__main__":
