@@ -32,7 +32,7 @@
 namespace nvllm::kernels {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = kGemvThreads;
 
 __device__ __forceinline__ void store_out(bf16* y, float v) { *y = __float2bfloat16(v); }
 __device__ __forceinline__ void store_out(float* y, float v) { *y = v; }

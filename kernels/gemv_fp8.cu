@@ -21,7 +21,7 @@
 namespace nvllm::kernels {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = kGemvThreads;
 constexpr int kChunk = 16;  // codes per 16-byte load
 
 // A thread's step of the walk (gemv_stream): its chunk c (16 codes) of each of the group's rows
@@ -73,11 +73,11 @@ struct Fp8Step {
 };
 
 // A row's sum times its row (or the tensor's) scale; block scales were applied per chunk. The
-// scales of the block's first group (blockIdx.x: every block's, unless the grid walks) are read
-// by the threads that finish its rows before the stream starts: they are constants, so the load
-// runs before the PDL wait, and the group's end waits on no load. At the end it was a dependent
-// L2 round trip at every block's tail (FP8 Llama-3-8B batch 1: 1% of the step, bench/NOTES.md,
-// forty-second session).
+// scales of the block's first group (blockIdx.x) are read by the threads that finish its rows
+// before the stream starts: they are constants, so the load runs before the PDL wait, and that
+// group's end waits on no load. At the end it was a dependent L2 round trip at every block's tail
+// (FP8 Llama-3-8B batch 1: 1% of the step, bench/NOTES.md, forty-second session). With the walking
+// grid (the FP8 default, kernels.h) a block's later groups still read theirs at their end.
 template <int kBatch, int kRows, Fp8Scaling kScaling>
 struct Fp8Scale {
   const float* scale;

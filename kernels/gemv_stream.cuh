@@ -40,6 +40,10 @@
 
 namespace nvllm::kernels {
 
+// The threads of every gemv_stream kernel's block (gemv.cu, gemv_fp8.cu); the group-end structs
+// below give each of them at most one output.
+constexpr int kGemvThreads = 128;
+
 // The end of a row group: each thread's partial sums acc[r][b] of the group's kRows rows and
 // kBatch sequences, summed over the block (warp sums through `partial`, then in warp order, so a
 // row's result does not depend on the batch), and finish(r, b, sum) for every sequence b < batch
@@ -111,7 +115,7 @@ struct GemvSiluOut {
   }
   __device__ __forceinline__ void end(int g) const {
     constexpr int h = kRows / 2;
-    static_assert(kBatch * h <= 128);
+    static_assert(kBatch * h <= kGemvThreads);
     const int b = threadIdx.x / h, i = threadIdx.x % h, j = g * h + i;
     if (b < batch && j < half)
       act[size_t(b) * half + j] =  // the products are stored rounded: silu_mul_one on them as they are
@@ -124,7 +128,7 @@ struct GemvSiluOut {
 // them as words of two rows (the inbox's element pairs) to every rank, this one's too.
 template <int kRows, int kBatch>
 struct GemvPushOut {
-  static_assert(kRows % 2 == 0 && kBatch * kRows / 2 <= 128);
+  static_assert(kRows % 2 == 0 && kBatch * kRows / 2 <= kGemvThreads);
   __nv_bfloat162 (&out)[kBatch][kRows / 2];
   const PeerReduce& p;
   int n, batch;
