@@ -185,19 +185,21 @@ __device__ __forceinline__ void bulk_copy_w(void* dst, const void* src, unsigned
     bulk_copy<false>(dst, src, bytes, bar);
 }
 
-// Warp 0: TMA copies of `rows` weight rows of k values (bf16, or E4M3 codes: fp8), row i from
-// src(i), into shared dst at row_bytes(k, fp8) apart, all counted on bar.
+// Every thread: TMA copies of `rows` weight rows of k values (bf16, or E4M3 codes: fp8), row i
+// from src(i), into shared dst at row_bytes(k, fp8) apart, all counted on bar. The copies go out
+// from every warp (row i from warp i % kWarps): a warp issues its lanes' bulk copies one lane at
+// a time (the instruction takes its addresses in uniform registers), ~80 cycles each, so 32 rows
+// from one warp took 1.4 us (bench/NOTES.md, forty-fifth session).
 template <typename Src>
 __device__ void copy_rows(char* dst, int k, bool fp8, int rows, Src src, uint64_t* bar, int flags) {
-  if (threadIdx.x >= 32) return;
   const unsigned bytes = unsigned(k) * (fp8 ? 1 : 2);
   if (threadIdx.x == 0) {
     mbar_init(bar);
     mbar_expect(bar, unsigned(rows) * bytes);
   }
-  __syncwarp();
+  __syncthreads();
   const int stride = row_bytes(k, fp8);
-  for (int i = threadIdx.x; i < rows; i += 32)
+  for (int i = (threadIdx.x >> 5) + kWarps * (threadIdx.x & 31); i < rows; i += kThreads)
     bulk_copy_w(dst + size_t(i) * stride, src(i), bytes, bar, flags & kFlagEvict);
 }
 
@@ -513,9 +515,9 @@ __device__ void block_dots_fp8(const char* w, const bf16* x, int rows, int k, fl
 
 // A CTA's weight rows streamed through a ring of shared-memory stages (the share does not fit):
 // tile t is row group t / parts (kTileRows rows) and k part t % parts, in stage t % stages.
-// full[s] counts a tile's bytes; empty[s] the warps done with it. Warp 0 issues the first
-// `stages` tiles before the kernel waits for its inputs (as copy_rows does a whole share), and
-// refills a stage with the tile `stages` ahead once every warp has left it.
+// full[s] counts a tile's bytes; empty[s] the warps done with it. The first `stages` tiles go out
+// from every warp before the kernel waits for its inputs (as copy_rows does a whole share), and
+// warp 0 refills a stage with the tile `stages` ahead once every warp has left it.
 struct Ring {
   char* w;
   uint64_t *full, *empty;
@@ -531,29 +533,31 @@ __device__ inline Ring make_ring(char* smem, const ProjLayout& L, int stages, in
           row_bytes(k / parts, fp8)};
 }
 
-// Warp 0: tile t's rows (row i from src(i), k values from its part) into its stage.
+// Tile t's rows (row i from src(i), k values from its part) into its stage: row j of the tile
+// from member j of a team of `size` threads (a warp's lanes, or every thread of the block,
+// warp-major so that the copies spread over the warps, as in copy_rows); member 0 sets the bytes
+// the stage expects (a copy that lands before that only takes the barrier's count below zero).
 template <typename Src>
-__device__ void ring_issue(const Ring& r, Src src, int t, int flags) {
-  const int lane = threadIdx.x & 31, r0 = t / r.parts * kTileRows, part = t % r.parts, s = t % r.stages;
+__device__ void ring_issue(const Ring& r, Src src, int t, int flags, int member, int size) {
+  const int r0 = t / r.parts * kTileRows, part = t % r.parts, s = t % r.stages;
   const int n = min(kTileRows, r.rows - r0);
   const unsigned bytes = unsigned(r.kt) * r.esize;
-  if (lane == 0) mbar_expect(r.full + s, unsigned(n) * bytes);
-  __syncwarp();
-  if (lane < n)
-    bulk_copy_w(r.stage(s) + size_t(lane) * r.stride, src(r0 + lane) + size_t(part) * bytes, bytes, r.full + s,
+  if (member == 0) mbar_expect(r.full + s, unsigned(n) * bytes);
+  for (int j = member; j < n; j += size)
+    bulk_copy_w(r.stage(s) + size_t(j) * r.stride, src(r0 + j) + size_t(part) * bytes, bytes, r.full + s,
                 flags & kFlagEvict);
 }
 
-// Warp 0: the stages' barriers and the first tiles.
+// Every thread: the stages' barriers, then the first tiles in order, each from every warp.
 template <typename Src>
 __device__ void ring_start(const Ring& r, Src src, int flags) {
-  if (threadIdx.x >= 32) return;
   if (threadIdx.x < r.stages) {
     mbar_init(r.full + threadIdx.x);
     mbar_init(r.empty + threadIdx.x, kWarps);
   }
-  __syncwarp();
-  for (int t = 0; t < min(r.stages, r.tiles()); ++t) ring_issue(r, src, t, flags);
+  __syncthreads();
+  const int member = (threadIdx.x >> 5) + kWarps * (threadIdx.x & 31);
+  for (int t = 0; t < min(r.stages, r.tiles()); ++t) ring_issue(r, src, t, flags, member, kThreads);
 }
 
 // block_dots over the streamed tiles: a row group's products accumulate in registers across its
@@ -583,7 +587,7 @@ __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, in
       if (lane == 0) mbar_arrive(r.empty + s);
       if (warp == 0 && t + r.stages < tiles) {
         mbar_wait(r.empty + s, phase);
-        ring_issue(r, src, t + r.stages, flags);
+        ring_issue(r, src, t + r.stages, flags, lane, 32);
       }
     }
     if (batch > 1) {
