@@ -202,9 +202,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   };
   load_tokens(start + grp);
   const int ahead = start + kTokenGroups * kU;  // tokens the first loads do not cover
-  for (int j = tid; j < 2 * min(end - ahead, kPrefetchTokens); j += kThreads) {
-    const int t = ahead + j / 2;
-    if (t != ctx - 1) prefetch_l2_bytes(((j & 1) ? v_cache : k_cache) + cache_row(t), D * sizeof(T));
+  // A line a thread (a cached row is 64-256 bytes, aligned to its size).
+  constexpr int kRowLines = D * int(sizeof(T)) > 128 ? D * int(sizeof(T)) / 128 : 1;
+  for (int j = tid; j < 2 * kRowLines * min(end - ahead, kPrefetchTokens); j += kThreads) {
+    const int row = j / kRowLines, t = ahead + row / 2;
+    if (t != ctx - 1)
+      prefetch_l2_line(((row & 1) ? v_cache : k_cache) + cache_row(t) + j % kRowLines * (128 / int(sizeof(T))));
   }
   // FP8: this kv head's scales (constants, read before the wait).
   float k_scale = 1.f, v_scale = 1.f;

@@ -84,6 +84,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
 #endif
 }
 
+// Asks L2 for the 128-byte line holding p: one thread's instruction, where a bulk prefetch from
+// each lane of a warp goes out one lane at a time (the bulk prefetch takes a uniform register).
+__device__ __forceinline__ void prefetch_l2_line(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 // Asks L2 for [p, p + bytes): p 16-byte aligned, bytes a multiple of 16.
 __device__ __forceinline__ void prefetch_l2_bytes(const void* p, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
