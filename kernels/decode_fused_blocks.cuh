@@ -185,11 +185,16 @@ __device__ __forceinline__ void bulk_copy_w(void* dst, const void* src, unsigned
     bulk_copy<false>(dst, src, bytes, bar);
 }
 
+// This thread's place when a few items go out from the whole block warp-major: item i from warp
+// i % kWarps, so that the first items land on different warps. Bulk copies want this: a warp
+// issues its lanes' copies one lane at a time (the instruction takes its addresses in uniform
+// registers), ~80 cycles each, so 32 rows from one warp took 1.4 us (bench/NOTES.md,
+// forty-fifth session).
+__device__ __forceinline__ int warp_major_index() { return (threadIdx.x >> 5) + kWarps * (threadIdx.x & 31); }
+
 // Every thread: TMA copies of `rows` weight rows of k values (bf16, or E4M3 codes: fp8), row i
-// from src(i), into shared dst at row_bytes(k, fp8) apart, all counted on bar. The copies go out
-// from every warp (row i from warp i % kWarps): a warp issues its lanes' bulk copies one lane at
-// a time (the instruction takes its addresses in uniform registers), ~80 cycles each, so 32 rows
-// from one warp took 1.4 us (bench/NOTES.md, forty-fifth session).
+// from src(i), into shared dst at row_bytes(k, fp8) apart, all counted on bar; the copies go out
+// from every warp (warp_major_index).
 template <typename Src>
 __device__ void copy_rows(char* dst, int k, bool fp8, int rows, Src src, uint64_t* bar, int flags) {
   const unsigned bytes = unsigned(k) * (fp8 ? 1 : 2);
@@ -199,7 +204,7 @@ __device__ void copy_rows(char* dst, int k, bool fp8, int rows, Src src, uint64_
   }
   __syncthreads();
   const int stride = row_bytes(k, fp8);
-  for (int i = (threadIdx.x >> 5) + kWarps * (threadIdx.x & 31); i < rows; i += kThreads)
+  for (int i = warp_major_index(); i < rows; i += kThreads)
     bulk_copy_w(dst + size_t(i) * stride, src(i), bytes, bar, flags & kFlagEvict);
 }
 
@@ -534,9 +539,9 @@ __device__ inline Ring make_ring(char* smem, const ProjLayout& L, int stages, in
 }
 
 // Tile t's rows (row i from src(i), k values from its part) into its stage: row j of the tile
-// from member j of a team of `size` threads (a warp's lanes, or every thread of the block,
-// warp-major so that the copies spread over the warps, as in copy_rows); member 0 sets the bytes
-// the stage expects (a copy that lands before that only takes the barrier's count below zero).
+// from member j of a team of `size` threads (a warp's lanes, or every thread of the block by
+// warp_major_index, as in copy_rows); member 0 sets the bytes the stage expects (a copy that
+// lands before that only takes the barrier's count below zero).
 template <typename Src>
 __device__ void ring_issue(const Ring& r, Src src, int t, int flags, int member, int size) {
   const int r0 = t / r.parts * kTileRows, part = t % r.parts, s = t % r.stages;
@@ -556,7 +561,7 @@ __device__ void ring_start(const Ring& r, Src src, int flags) {
     mbar_init(r.empty + threadIdx.x, kWarps);
   }
   __syncthreads();
-  const int member = (threadIdx.x >> 5) + kWarps * (threadIdx.x & 31);
+  const int member = warp_major_index();
   for (int t = 0; t < min(r.stages, r.tiles()); ++t) ring_issue(r, src, t, flags, member, kThreads);
 }
 

@@ -95,8 +95,7 @@ __device__ __forceinline__ void prefetch_l2_bytes(const void* p, unsigned bytes)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 #else
-  for (unsigned o = 0; o < bytes; o += 128)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(p) + o));
+  for (unsigned o = 0; o < bytes; o += 128) prefetch_l2_line(static_cast<const char*>(p) + o);
 #endif
 }
 
