@@ -55,14 +55,18 @@ int64_t floor_mod(int64_t a, int64_t b) {
 Value repeat(const Value& seq, int64_t n) {
   // Compared by division: size * n can wrap past 2^64 (3 x 6,148,914,691,236,517,206 is 2).
   const size_t size = seq.is_string() ? seq.str().size() : seq.size();
-  if (n > 0 && size > 0 && static_cast<uint64_t>(n) > kMaxStringBytes / size) {
+  if (n <= 0 || size == 0) {  // nothing to copy, however many times: no loop of n empty appends
+    if (seq.is_string()) return seq.is_markup() ? Value::markup("") : Value(std::string());
+    return seq.kind() == Kind::kTuple ? Value::tuple({}) : Value::list({});
+  }
+  if (static_cast<uint64_t>(n) > kMaxStringBytes / size) {
     throw std::runtime_error("repetition result too large");
   }
   if (seq.is_string()) {
     std::string out;
-    out.reserve(seq.str().size() * static_cast<size_t>(std::max<int64_t>(n, 0)));
+    out.reserve(size * static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) out += seq.str();
-    return Value(std::move(out));
+    return seq.is_markup() ? Value::markup(std::move(out)) : Value(std::move(out));
   }
   List items;
   for (int64_t i = 0; i < n; ++i) {

@@ -178,6 +178,11 @@ TEST_CASE("jinja: an attribute of digits past int64 is an undefined item, not a 
   CHECK_THROWS_WITH_AS(render("{{ '{0abc}'.format(1) }}"), doctest::Contains("KeyError: '0abc'"), ChatTemplateError);
   // A repetition whose size x count wraps past 2^64 (to 2 here), and indent past the string cap.
   CHECK_THROWS_WITH_AS(render("{{ 'abc' * 6148914691236517206 }}"), doctest::Contains("too large"), ChatTemplateError);
+  // An empty string or list repeated 2^63 - 1 times is empty at once, as in Python (the fuzzer
+  // found a loop of that many empty appends); safe text stays safe (jinja2 prints '<b><b>&lt;|&lt;').
+  CHECK(render("{{ '' * 9223372036854775807 }}|{{ ([] * 9223372036854775807) | length }}|{{ (() * 9223372036854775807) "
+               "| length }}") == "|0|0");
+  CHECK(render("{{ ('<b>' | safe) * 2 + '<' }}|{{ ('<b>' | safe) * 0 + '<' }}") == "<b><b>&lt;|&lt;");
   CHECK_THROWS_WITH_AS(render("{{ 'a\nb' | indent(16777217) }}"), doctest::Contains("width too big"),
                        ChatTemplateError);
   // batch filling its last row past the cap (jinja2 would build 10^12 fill values).
