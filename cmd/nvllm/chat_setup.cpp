@@ -1,5 +1,7 @@
 #include "cmd/nvllm/chat_setup.h"
 
+#include <string_view>
+
 #include "core/error.h"
 #include "core/log.h"
 
@@ -107,7 +109,9 @@ std::string ChatSetup::render(const ChatInputs& chat) const {
     const std::optional<ChatInputs> filled = with_empty_content(chat, l.format);
     return l.tmpl->render(filled ? *filled : chat, l.format);
   } catch (const ChatTemplateError& e) {
-    fail("chat template ", l.tmpl->name(), ": ", e.what());
+    const std::string_view what = e.what();
+    if (what.starts_with("chat template ")) fail(what);  // the engine's own error names the template and line
+    fail("chat template ", l.tmpl->name(), ": ", what);
   }
 }
 

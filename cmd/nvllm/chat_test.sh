@@ -233,6 +233,18 @@ assert msg.startswith("line 2: ") and "Conversation roles must alternate user/as
 assert "message" not in prompt and len(prompt["token_ids"]) == 2, prompt
 PY
 
+# A limit of the engine's own: the message names the template and its line once (tokenize stops
+# at the first bad line, exit status 1).
+printf "{{ 'ab' * 8388609 }}" >"$tmp/big.jinja"
+set +e
+head -1 "$tmp/alt.jsonl" | "$nvllm" tokenize --model "$model" --chat-template "$tmp/big.jinja" >/dev/null 2>"$tmp/big_err"
+rc=$?
+set -e
+[[ $rc == 1 ]] || { cat "$tmp/big_err"; fail "tokenize past the repetition limit: exit status $rc, expected 1"; }
+grep -q "error: standard input line 1: chat template $tmp/big.jinja line 1: repetition result too large" \
+  "$tmp/big_err" || fail "limit message: $(cat "$tmp/big_err")"
+[[ $(grep -o "chat template" "$tmp/big_err" | wc -l) == 2 ]] || fail "template named twice: $(cat "$tmp/big_err")"
+
 # --- no chat template: chat lines fail naming the fix, prompt lines still run -------------------
 mkdir -p "$tmp/notemplate"
 cp "$model/config.json" "$model/tokenizer.json" "$tmp/notemplate/"

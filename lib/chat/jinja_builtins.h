@@ -23,6 +23,10 @@ inline constexpr int64_t kMaxRenderSteps = 1'000'000;
 // The most bytes of strings one render may make (RenderBudget): 64 strings of the 16 MiB limit.
 // With the step limit alone, a loop could make a 16 MiB string a million times.
 inline constexpr int64_t kMaxRenderStringBytes = int64_t{1} << 30;
+// The most list and tuple items one render may make (RenderBudget), 16 M: about one repetition at
+// the 16 MiB limit (`[0] * 16777215`, 512 MiB of values). Without it a few lines could ask for
+// gigabytes (`[[0] * n] * n | sum(start=[])` copies n^2 items); real templates make thousands.
+inline constexpr int64_t kMaxRenderListItems = int64_t{1} << 24;
 
 bool has_filter(std::string_view name);
 bool has_test(std::string_view name);

@@ -69,6 +69,7 @@ Value repeat(const Value& seq, int64_t n) {
     return seq.is_markup() ? Value::markup(std::move(out)) : Value(std::move(out));
   }
   List items;
+  items.reserve(size * static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     for (size_t k = 0; k < seq.size(); ++k) items.push_back(seq.at(k));
   }

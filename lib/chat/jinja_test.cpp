@@ -298,6 +298,23 @@ TEST_CASE("jinja: a render stops at its budget of string bytes, exactly") {
   CHECK(fails("{% for i in range(5) %}{{ ('%200d' % i) | length }}{% endfor %}x{{ 'y' * 1 }}"));
 }
 
+// List and tuple items made during a render count against its item budget (kMaxRenderListItems,
+// 16 M; here 1,000): a literal's items count, so `[0] * 999` makes 1 + 999 and passes, one more
+// fails; summed over the loop (range(4) makes 4, each turn 1 + k). The request's messages are
+// borrowed, not made. With the real budget a quadratic sum of lists stops in a few dozen steps.
+TEST_CASE("jinja: a render stops at its budget of list items, exactly") {
+  const Limited limited([](Interpreter& in) { in.set_max_list_items(1000); },
+                        "more than 1000 list items made in one render");
+  const auto run = [&](const std::string& source) { return limited.run(source); };
+  const auto fails = [&](const std::string& source) { return limited.fails(source); };
+  CHECK(run("{% set a = [0] * 999 %}{{ a | length }}") == "999");
+  CHECK(fails("{% set a = [0] * 1000 %}"));
+  CHECK(run("{% for i in range(4) %}{% set a = [i] * 248 %}{% endfor %}ok") == "ok");  // 4 + 4 x (1 + 248)
+  CHECK(fails("{% for i in range(4) %}{% set a = (i,) * 249 %}{% endfor %}"));        // 4 + 4 x (1 + 249)
+  CHECK_THROWS_WITH_AS(render("{{ ([[0] * 4096] * 4096) | sum(start=[]) | length }}"),
+                       doctest::Contains("more than 16777216 list items made in one render"), ChatTemplateError);
+}
+
 TEST_CASE("jinja: tojson writes keys in request order and Python's float forms") {
   ChatJson vars = ChatJson::parse(R"({"v": {"zeta": 1, "alpha": [1.0, 1e20, 0.1, 1e-7, 100.0, 1.5e16, 1234567890123456789]}})");
   CHECK(render_with("{{ v | tojson }}", vars) ==

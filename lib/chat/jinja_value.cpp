@@ -31,17 +31,31 @@ namespace {
 thread_local RenderBudget* t_budget = nullptr;
 }  // namespace
 
-RenderBudget::RenderBudget(int64_t bytes) : limit_(bytes), left_(bytes), previous_(t_budget) { t_budget = this; }
+RenderBudget::RenderBudget(int64_t bytes, int64_t items)
+    : bytes_limit_(bytes), bytes_left_(bytes), items_limit_(items), items_left_(items), previous_(t_budget) {
+  t_budget = this;
+}
 RenderBudget::~RenderBudget() { t_budget = previous_; }
 
 void charge_string_bytes(size_t n) {
   RenderBudget* b = t_budget;
   if (b == nullptr) return;
-  b->left_ -= static_cast<int64_t>(n);
-  if (b->left_ < 0) {
-    const std::string limit = b->limit_ >= (int64_t{1} << 20) ? std::to_string(b->limit_ >> 20) + " MiB"
-                                                               : std::to_string(b->limit_) + " bytes";
-    throw std::runtime_error("more than " + limit + " of strings made in one render (nvllm's limit)");
+  b->bytes_left_ -= static_cast<int64_t>(n);
+  if (b->bytes_left_ < 0) {
+    const int64_t limit = b->bytes_limit_;
+    const std::string text =
+        limit >= (int64_t{1} << 20) ? std::to_string(limit >> 20) + " MiB" : std::to_string(limit) + " bytes";
+    throw std::runtime_error("more than " + text + " of strings made in one render (nvllm's limit)");
+  }
+}
+
+void charge_list_items(size_t n) {
+  RenderBudget* b = t_budget;
+  if (b == nullptr) return;
+  b->items_left_ -= static_cast<int64_t>(n);
+  if (b->items_left_ < 0) {
+    throw std::runtime_error("more than " + std::to_string(b->items_limit_) +
+                             " list items made in one render (nvllm's limit)");
   }
 }
 
@@ -57,6 +71,7 @@ Value Value::markup(std::string s) {
 }
 
 Value Value::list(List items) {
+  charge_list_items(items.size());
   Value v(Kind::kList);
   v.obj_ = std::make_shared<List>(std::move(items));
   return v;

@@ -96,23 +96,26 @@ class Value {
   std::shared_ptr<void> obj_;       // owned std::string / List / DictItems / LoopState / Callable
 };
 
-// The bytes of strings one render may make, counted where a string Value is made (every string a
-// template builds passes there; the output buffer is bounded by check_length). Interpreter::render
-// holds one on its stack for the calling thread; outside a render nothing is counted. Throws
-// std::runtime_error past the limit.
+// The bytes of strings and the list items one render may make, counted where a string or list
+// Value is made (every string and list a template builds passes there; the output buffer is
+// bounded by check_length, the request's messages are borrowed JSON). Interpreter::render holds
+// one on its stack for the calling thread; outside a render nothing is counted. Throws
+// std::runtime_error past either limit.
 class RenderBudget {
  public:
-  explicit RenderBudget(int64_t bytes);
+  RenderBudget(int64_t bytes, int64_t items);
   ~RenderBudget();
   RenderBudget(const RenderBudget&) = delete;
   RenderBudget& operator=(const RenderBudget&) = delete;
 
  private:
-  int64_t limit_, left_;
+  int64_t bytes_limit_, bytes_left_, items_limit_, items_left_;
   RenderBudget* previous_;
   friend void charge_string_bytes(size_t n);
+  friend void charge_list_items(size_t n);
 };
 void charge_string_bytes(size_t n);
+void charge_list_items(size_t n);
 
 // Positional and keyword arguments of a call, filter or test.
 struct Args {
