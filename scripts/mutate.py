@@ -28,6 +28,7 @@ REQUEST = "request*,feeder*"
 CONFIG = "config*"
 SAFETENSORS = "safetensors*,checkpoint*,weights*"
 WRITER = "writer*,resume*"
+CHAT = "jinja*,chat*"
 
 S = "lib/engine/scheduler.cpp"
 B = "lib/engine/block_manager.cpp"
@@ -41,6 +42,8 @@ RQ = "lib/io/request.cpp"
 ST = "lib/model/safetensors.cpp"
 JW = "lib/io/jsonl_writer.cpp"
 RF = "lib/io/request_feeder.cpp"
+JO = "lib/chat/jinja_operators.cpp"
+JV = "lib/chat/jinja_value.cpp"
 
 # (name, file, snippet, replacement, tests)
 MUTANTS = [
@@ -52,7 +55,7 @@ MUTANTS = [
     ("sched-no-budget-update", S, "    budget -= num_new;\n  }\n}\n\nvoid Scheduler::preempt", "  }\n}\n\nvoid Scheduler::preempt", ENGINE),
     ("sched-cap-off-by-one", S, "const int cap = (seq.num_tokens() - 1) / bs * bs;", "const int cap = seq.num_tokens() / bs * bs;", ENGINE),
     ("sched-capacity-ge", S, "if (seq->num_tokens() > capacity) {  // cannot", "if (seq->num_tokens() >= capacity) {  // cannot", ENGINE),
-    ("sched-free-blocks-ge", S, "if (blocks_.admission_cost(hit, target) > blocks_.num_free_blocks()) break;", "if (blocks_.admission_cost(hit, target) >= blocks_.num_free_blocks()) break;", ENGINE),
+    ("sched-free-blocks-ge", S, "} else if (cost > blocks_.num_free_blocks()) {", "} else if (cost >= blocks_.num_free_blocks()) {", ENGINE),
     ("sched-preempt-no-reset", S, "  victim->num_computed = 0;\n", "", ENGINE),
     ("sched-chunk-off-whole", S, "if (!config_.chunked_prefill && num_new <= config_.max_num_batched_tokens) break;", "if (!config_.chunked_prefill && num_new < config_.max_num_batched_tokens) break;", ENGINE),
     ("sched-fork-wait-le", S, "parent->num_computed + parent->num_new < (seq->prompt_len - 1) / bs * bs", "parent->num_computed + parent->num_new <= (seq->prompt_len - 1) / bs * bs", ENGINE),
@@ -72,14 +75,14 @@ MUTANTS = [
     ("eng-max-tokens-gt", E, "if (reason.empty() && seq.num_output() >= p.max_tokens) reason", "if (reason.empty() && seq.num_output() > p.max_tokens) reason", ENGINE),
     ("eng-stop-from-off", E, "before >= stop.size() - 1 ? before - (stop.size() - 1) : 0", "before >= stop.size() - 1 ? before - (stop.size() - 2) : 0", ENGINE),
     ("eng-include-stop", E, "seq.text.resize(cut + (p.include_stop_str_in_output ? cut_len : 0));", "seq.text.resize(cut);", ENGINE),
-    ("eng-ignore-eos", E, "((!p.ignore_eos && contains(config.eos_token_ids, token))", "((contains(config.eos_token_ids, token))", ENGINE),
+    ("eng-ignore-eos", E, "const bool eos = !p.ignore_eos && contains(config.eos_token_ids, token);", "const bool eos = contains(config.eos_token_ids, token);", ENGINE),
     ("eng-context-cap", E, "p.max_tokens = std::min(p.max_tokens, config.max_model_len - prompt_len);", "p.max_tokens = std::min(p.max_tokens, config.max_model_len - prompt_len + 1);", ENGINE),
     ("eng-cache-limit", E, "NVLLM_CHECK(need <= blocks.num_blocks(), who,", "NVLLM_CHECK(need <= blocks.num_blocks() + 1, who,", ENGINE),
     # sampler
-    ("samp-top-p-eq", CS, "if (cum >= top_p) return prob_of(keys[done]);", "if (cum > top_p) return prob_of(keys[done]);", SAMPLER),
+    ("samp-top-p-eq", CS, "if (sum >= target) return order_key(x[id]);", "if (sum > target) return order_key(x[id]);", SAMPLER),
     ("samp-top-k-gt", CS, "d.keep[i] = scaled_logits[i] >= kth;", "d.keep[i] = scaled_logits[i] > kth;", SAMPLER),
     ("samp-min-p-gt", CS, "d.keep[i] = d.keep[i] && d.prob[i] >= floor;", "d.keep[i] = d.keep[i] && d.prob[i] > floor;", SAMPLER),
-    ("samp-top-p-skip", CS, "  if (top_p < 1.0f) {\n", "  if (top_p < 0.0f) {\n", SAMPLER),
+    ("samp-top-p-skip", CS, "  if (top_p < 1.0f) {  // on exp(x - m)", "  if (top_p < 0.0f) {  // on exp(x - m)", SAMPLER),
     ("samp-argmax-ties", CS, "if (values[i] > values[best]) best", "if (values[i] >= values[best]) best", SAMPLER),
     ("samp-top-k-off-by-one", CS, "tmp.begin() + (top_k - 1), tmp.end()", "tmp.begin() + top_k, tmp.end()", SAMPLER),
     ("samp-rep-penalty-sign", CS, "logits[i] > 0.0f ? logits[i] / r : logits[i] * r", "logits[i] > 0.0f ? logits[i] * r : logits[i] / r", SAMPLER),
@@ -98,7 +101,7 @@ MUTANTS = [
     ("req-empty-stop", RQ, "    if (s.empty()) bad_field(c, \"stop\", kExpected, v);\n", "", REQUEST),
     ("req-int-range", RQ, "if (i < lo || i > hi) bad_field(c, name, expected, v);", "if (i < lo || i > hi + 1) bad_field(c, name, expected, v);", REQUEST),
     ("req-bom", RQ, "if (line_no_ == 1 && text.starts_with(\"\\xEF\\xBB\\xBF\")) text.erase(0, 3);", "", REQUEST),
-    ("req-dup-id", RQ, "if (!inserted && parsed.request) {", "if (false && !inserted && parsed.request) {", REQUEST),
+    ("req-dup-id", RQ, "if (first > 0 && parsed.request) {", "if (false && first > 0 && parsed.request) {", REQUEST),
     ("st-header-len", ST, "NVLLM_CHECK(header_len <= size - 8, file,", "NVLLM_CHECK(header_len <= size, file,", SAFETENSORS),
     ("st-range-check", ST, "NVLLM_CHECK(begin + t.nbytes <= data_size, file,", "NVLLM_CHECK(begin + t.nbytes <= data_size + 1, file,", SAFETENSORS),
     ("st-overlap", ST, "NVLLM_CHECK(a.data + a.nbytes <= b.data, file,", "NVLLM_CHECK(a.data < b.data + 1, file,", SAFETENSORS),
@@ -106,6 +109,13 @@ MUTANTS = [
     ("jw-torn-line", JW, "    if (in.eof()) break;  // no newline after it: an unfinished last line\n", "", WRITER),
     ("jw-ordered-release", JW, "    ++next_index_;\n    write_line(record);\n  }\n}", "    write_line(record);\n  }\n}", WRITER),
     ("feeder-refill-lt", RF, "waiting <= options_.window / 2;", "waiting < options_.window / 2;", REQUEST),
+    # the chat template engine's limits
+    ("jinja-repeat-empty-loops", JO, "if (n <= 0 || size == 0) {", "if (n <= 0) {", CHAT),
+    ("jinja-repeat-cap-off-by-one", JO, "if (static_cast<uint64_t>(n) > kMaxStringBytes / size) {", "if (static_cast<uint64_t>(n) > kMaxStringBytes / size + 1) {", CHAT),
+    ("jinja-repeat-drops-safe", JO, "return seq.is_markup() ? Value::markup(std::move(out)) : Value(std::move(out));", "return Value(std::move(out));", CHAT),
+    ("jinja-string-budget-le", JV, "if (b->bytes_left_ < 0) {", "if (b->bytes_left_ < -1) {", CHAT),
+    ("jinja-list-budget-le", JV, "if (b->items_left_ < 0) {", "if (b->items_left_ <= 0) {", CHAT),
+    ("jinja-list-uncounted", JV, "  charge_list_items(items.size());\n", "", CHAT),
 ]
 
 
