@@ -44,6 +44,7 @@ JW = "lib/io/jsonl_writer.cpp"
 RF = "lib/io/request_feeder.cpp"
 JO = "lib/chat/jinja_operators.cpp"
 JV = "lib/chat/jinja_value.cpp"
+JF = "lib/chat/jinja_format.cpp"
 
 # (name, file, snippet, replacement, tests)
 MUTANTS = [
@@ -116,6 +117,8 @@ MUTANTS = [
     ("jinja-string-budget-le", JV, "if (b->bytes_left_ < 0) {", "if (b->bytes_left_ < -1) {", CHAT),
     ("jinja-list-budget-le", JV, "if (b->items_left_ < 0) {", "if (b->items_left_ <= 0) {", CHAT),
     ("jinja-list-uncounted", JV, "  charge_list_items(items.size());\n", "", CHAT),
+    ("jinja-in-walk-uncounted", JO, "      charge_list_items(container.size());  // a walk, as iterate's copy\n", "", CHAT),
+    ("jinja-hash-float-apart", JF, "    const double d = v.as_float();", "    const double d = v.kind() == Kind::kFloat ? v.as_float() + 0.5 : v.as_float();", CHAT),
 ]
 
 

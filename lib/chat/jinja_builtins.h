@@ -23,9 +23,12 @@ inline constexpr int64_t kMaxRenderSteps = 1'000'000;
 // The most bytes of strings one render may make (RenderBudget): 64 strings of the 16 MiB limit.
 // With the step limit alone, a loop could make a 16 MiB string a million times.
 inline constexpr int64_t kMaxRenderStringBytes = int64_t{1} << 30;
-// The most list and tuple items one render may make (RenderBudget), 16 M: about one repetition at
-// the 16 MiB limit (`[0] * 16777215`, 512 MiB of values). Without it a few lines could ask for
-// gigabytes (`[[0] * n] * n | sum(start=[])` copies n^2 items); real templates make thousands.
+// The most list and tuple items one render may make or walk (RenderBudget), 16 M: about one
+// repetition at the 16 MiB limit (`[0] * 16777215`, 512 MiB of values). Without it a few lines
+// could ask for gigabytes (`[[0] * n] * n | sum(start=[])` copies n^2 items) or hours (`x in
+// big` a million times: the step limit bounds the loop, not what each turn walks). Walks are
+// iteration (for, filters: iterate copies the items), `in` and `==` on lists; real templates
+// make and walk thousands (a loop over the messages walks each once).
 inline constexpr int64_t kMaxRenderListItems = int64_t{1} << 24;
 
 bool has_filter(std::string_view name);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "chat/jinja_builtins.h"
 #include "chat/jinja_interpreter.h"
@@ -288,14 +289,15 @@ Value f_sort(Interpreter& in, const Value& v, Args& a) {
 Value f_unique(Interpreter& in, const Value& v, Args& a) {
   bool cs = a.get(0, "case_sensitive", Value(false)).truthy();
   Value attr = a.get(1, "attribute", Value::none());
-  List out, seen;
+  // A hash set: comparing each item with every kept one took minutes on range(100000).
+  const auto hash = [](const Value& k) { return value_hash(k); };
+  const auto equal = [](const Value& x, const Value& y) { return values_equal(x, y); };
+  std::unordered_set<Value, decltype(hash), decltype(equal)> seen(16, hash, equal);
+  List out;
   for (const auto& item : iterate(v)) {
     Value k = sort_key(in, item, attr, cs);
     if (k.is_sequence() || k.is_dict()) throw std::runtime_error("unhashable type: '" + type_name(k) + "'");
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, k); })) {
-      seen.push_back(k);
-      out.push_back(item);
-    }
+    if (seen.insert(std::move(k)).second) out.push_back(item);
   }
   return Value::list(std::move(out));
 }
@@ -452,10 +454,12 @@ List iterate(const Value& v) {
   switch (v.kind()) {
     case Kind::kUndefined: return out;
     case Kind::kList: case Kind::kTuple:
+      charge_list_items(v.size());  // a copy of the items: as many as a list made
       out.reserve(v.size());
       for (size_t i = 0, n = v.size(); i < n; ++i) out.push_back(v.at(i));
       return out;
     case Kind::kDict:
+      charge_list_items(v.size());
       v.dict_for_each([&](std::string_view k, const Value&) { out.push_back(Value(std::string(k))); });
       return out;
     case Kind::kString:

@@ -4,7 +4,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
+#include <string_view>
 
 #include "chat/jinja_builtins.h"
 #include "chat/jinja_text.h"
@@ -152,6 +154,7 @@ bool values_equal(const Value& a, const Value& b) {
   }
   if (a.is_sequence() && b.is_sequence()) {
     if (a.kind() != b.kind() || a.size() != b.size()) return false;
+    charge_list_items(a.size());  // a walk: `big == big` in a loop
     for (size_t i = 0; i < a.size(); ++i) {
       if (!values_equal(a.at(i), b.at(i))) return false;
     }
@@ -171,6 +174,19 @@ bool values_equal(const Value& a, const Value& b) {
       return eq;
     }
     default: return a.object() == b.object();  // identity for namespaces, loops, callables
+  }
+}
+
+size_t value_hash(const Value& v) {
+  if (v.is_number()) {
+    const double d = v.as_float();
+    return std::hash<double>{}(d == 0 ? 0.0 : d);  // -0.0 == 0.0
+  }
+  switch (v.kind()) {
+    case Kind::kString: return std::hash<std::string_view>{}(v.str());
+    case Kind::kUndefined: case Kind::kNone: return static_cast<size_t>(v.kind());
+    case Kind::kList: case Kind::kTuple: case Kind::kDict: return 0;
+    default: return std::hash<const void*>{}(v.object());
   }
 }
 

@@ -170,6 +170,7 @@ bool contains(const Value& container, const Value& item) {
       }
       return container.str().find(item.str()) != std::string_view::npos;
     case Kind::kList: case Kind::kTuple:
+      charge_list_items(container.size());  // a walk, as iterate's copy
       for (size_t i = 0; i < container.size(); ++i) {
         if (values_equal(container.at(i), item)) return true;
       }

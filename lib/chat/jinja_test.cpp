@@ -178,6 +178,12 @@ TEST_CASE("jinja: an attribute of digits past int64 is an undefined item, not a 
   CHECK_THROWS_WITH_AS(render("{{ '{0abc}'.format(1) }}"), doctest::Contains("KeyError: '0abc'"), ChatTemplateError);
   // A repetition whose size x count wraps past 2^64 (to 2 here), and indent past the string cap.
   CHECK_THROWS_WITH_AS(render("{{ 'abc' * 6148914691236517206 }}"), doctest::Contains("too large"), ChatTemplateError);
+  // unique keeps a hash set (it compared each item with every kept one: minutes here); numbers
+  // equal across kinds and -0.0 are one key, as in jinja2, whose output these are.
+  CHECK(render("{{ ((range(100000) | list) * 20) | unique | list | length }}") == "100000");
+  CHECK(render("{{ [1, 1.0, true, '1', 0, -0.0, false, none, none, 'A', 'a', 'b', 2.5, 5 / 2] | unique | list }}|"
+               "{{ ['A', 'a', 'b'] | unique(case_sensitive=true) | list }}") ==
+        "[1, '1', 0, None, 'A', 'b', 2.5]|['A', 'a', 'b']");
   // An empty string or list repeated 2^63 - 1 times is empty at once, as in Python (the fuzzer
   // found a loop of that many empty appends); safe text stays safe (jinja2 prints '<b><b>&lt;|&lt;').
   CHECK(render("{{ '' * 9223372036854775807 }}|{{ ([] * 9223372036854775807) | length }}|{{ (() * 9223372036854775807) "
@@ -298,21 +304,30 @@ TEST_CASE("jinja: a render stops at its budget of string bytes, exactly") {
   CHECK(fails("{% for i in range(5) %}{{ ('%200d' % i) | length }}{% endfor %}x{{ 'y' * 1 }}"));
 }
 
-// List and tuple items made during a render count against its item budget (kMaxRenderListItems,
-// 16 M; here 1,000): a literal's items count, so `[0] * 999` makes 1 + 999 and passes, one more
-// fails; summed over the loop (range(4) makes 4, each turn 1 + k). The request's messages are
-// borrowed, not made. With the real budget a quadratic sum of lists stops in a few dozen steps.
-TEST_CASE("jinja: a render stops at its budget of list items, exactly") {
+// List and tuple items made or walked during a render count against its item budget
+// (kMaxRenderListItems, 16 M; here 1,000). A literal's items are made, so `[0] * 999` makes 1 +
+// 999 and passes, one more fails; iteration, `in` and `==` walk a list's items (`for` over
+// range(4) makes 4 and walks 4; each turn then makes 1 + k). The request's messages are borrowed,
+// not made, but walked. With the real budget a quadratic sum of lists, or `in` a big list in a
+// loop, stops in a few dozen turns.
+TEST_CASE("jinja: a render stops at its budget of list items made or walked, exactly") {
   const Limited limited([](Interpreter& in) { in.set_max_list_items(1000); },
-                        "more than 1000 list items made in one render");
+                        "more than 1000 list items made or walked in one render");
   const auto run = [&](const std::string& source) { return limited.run(source); };
   const auto fails = [&](const std::string& source) { return limited.fails(source); };
   CHECK(run("{% set a = [0] * 999 %}{{ a | length }}") == "999");
   REQUIRE(fails("{% set a = [0] * 1000 %}"));  // else the quadratic sum below runs for minutes
-  CHECK(run("{% for i in range(4) %}{% set a = [i] * 248 %}{% endfor %}ok") == "ok");  // 4 + 4 x (1 + 248)
-  CHECK(fails("{% for i in range(4) %}{% set a = (i,) * 249 %}{% endfor %}"));        // 4 + 4 x (1 + 249)
+  CHECK(run("{% for i in range(4) %}{% set a = [i] * 247 %}{% endfor %}ok") == "ok");  // 4 + 4 + 4 x (1 + 247)
+  CHECK(fails("{% for i in range(4) %}{% set a = (i,) * 248 %}{% endfor %}"));        // 4 + 4 + 4 x (1 + 248)
+  CHECK(run("{% set a = [0] * 499 %}{{ 1 in a }}") == "False");  // 500 made, 499 walked
+  REQUIRE(fails("{% set a = [0] * 500 %}{{ 1 in a }}"));  // else the loop of `in` below runs for hours
+  CHECK(run("{% set a = [0] * 499 %}{{ a == a }}") == "True");  // 500 made, 499 walked
+  CHECK(fails("{% set a = [0] * 500 %}{{ a == a }}"));
   CHECK_THROWS_WITH_AS(render("{{ ([[0] * 4096] * 4096) | sum(start=[]) | length }}"),
-                       doctest::Contains("more than 16777216 list items made in one render"), ChatTemplateError);
+                       doctest::Contains("more than 16777216 list items made or walked in one render"),
+                       ChatTemplateError);
+  CHECK_THROWS_WITH_AS(render("{% set b = [0] * 10000000 %}{% for i in range(100000) %}{{ 1 in b }}{% endfor %}"),
+                       doctest::Contains("list items made or walked"), ChatTemplateError);
 }
 
 TEST_CASE("jinja: tojson writes keys in request order and Python's float forms") {

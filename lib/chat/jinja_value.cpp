@@ -55,7 +55,7 @@ void charge_list_items(size_t n) {
   b->items_left_ -= static_cast<int64_t>(n);
   if (b->items_left_ < 0) {
     throw std::runtime_error("more than " + std::to_string(b->items_limit_) +
-                             " list items made in one render (nvllm's limit)");
+                             " list items made or walked in one render (nvllm's limit)");
   }
 }
 

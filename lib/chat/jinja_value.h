@@ -96,11 +96,12 @@ class Value {
   std::shared_ptr<void> obj_;       // owned std::string / List / DictItems / LoopState / Callable
 };
 
-// The bytes of strings and the list items one render may make, counted where a string or list
-// Value is made (every string and list a template builds passes there; the output buffer is
-// bounded by check_length, the request's messages are borrowed JSON). Interpreter::render holds
-// one on its stack for the calling thread; outside a render nothing is counted. Throws
-// std::runtime_error past either limit.
+// The bytes of strings and the list items one render may make or walk, counted where a string or
+// list Value is made (every string and list a template builds passes there; the output buffer is
+// bounded by check_length, the request's messages are borrowed JSON) and where a list is walked
+// (charge_list_items: iterate, `in`, `==`). Interpreter::render holds one on its stack for the
+// calling thread; outside a render nothing is counted. Throws std::runtime_error past either
+// limit.
 class RenderBudget {
  public:
   RenderBudget(int64_t bytes, int64_t items);
@@ -147,6 +148,10 @@ std::string py_float_repr(double d);
 std::string type_name(const Value& v);
 
 bool values_equal(const Value& a, const Value& b);
+// A hash that keys values_equal calls equal share, for the scalars `unique` keeps: numbers by
+// their double (1, 1.0 and True alike), strings by their text, none and undefined by kind, the
+// rest by identity. Lists and dicts (unhashable in Python) all hash alike.
+size_t value_hash(const Value& v);
 // Python's a < b for numbers, strings and sequences; throws std::runtime_error otherwise.
 bool values_less(const Value& a, const Value& b);
 
