@@ -53,6 +53,13 @@ using NodePtr = std::unique_ptr<Node>;
 using Body = std::vector<NodePtr>;
 
 struct Node {
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Frees the children without recursion (jinja_parser.cpp): a chain of 30,000 filters is 30,000
+  // nested nodes.
+  ~Node();
+
   NodeKind kind;
   int line = 0;
   std::string name;
@@ -67,6 +74,22 @@ struct Node {
   // read before the assignment runs sees undefined, not an outer value (see jinja_scopes.h).
   std::vector<std::string> undefined_names, else_undefined_names;
 };
+
+// Calls f(NodePtr&) on each direct child slot of n (a, b, c, items, kwargs, body, else_body);
+// a slot may be null.
+template <typename F>
+void for_each_child(Node& n, F&& f) {
+  f(n.a), f(n.b), f(n.c);
+  for (auto& x : n.items) f(x);
+  for (auto& kv : n.kwargs) f(kv.second);
+  for (auto& x : n.body) f(x);
+  for (auto& x : n.else_body) f(x);
+}
+
+// The most blocks and expressions nested in a template (a root-to-leaf path of its tree; a
+// chain `x | f | g` is as deep as it is long). The parser refuses deeper templates, so the
+// walks over the tree (scopes, content format, rendering) recurse at most this far.
+inline constexpr int kMaxTreeDepth = 500;
 
 inline NodePtr make_node(NodeKind kind, int line) {
   auto n = std::make_unique<Node>();

@@ -23,6 +23,7 @@ int64_t norm_index(int64_t i, size_t n) { return i < 0 ? i + static_cast<int64_t
 }  // namespace
 
 Value Interpreter::eval(const Node& n) {
+  check_stack_room();
   switch (n.kind) {
     case NodeKind::kConst: return n.value;
     case NodeKind::kName: {

@@ -4,11 +4,20 @@
 
 #include "chat/jinja_builtins.h"
 #include "core/error.h"
+#include "core/stack_room.h"
 
 namespace nvllm::jinja {
 
 void ExprParser::error(const std::string& what, int line) const {
   fail("chat template ", name_, " line ", line ? line : cur().line, ": ", what);
+}
+
+ExprParser::Nest::Nest(ExprParser& p) : p_(p) {
+  if (++p_.nesting_ > kMaxTreeDepth || stack_nearly_full()) {
+    --p_.nesting_;
+    p_.error("expressions or blocks nested too deeply: more than " + std::to_string(kMaxTreeDepth) +
+             " levels of the parser (a parenthesis or bracket takes 4)");
+  }
 }
 
 std::string ExprParser::describe(const Token& t) const {
@@ -54,6 +63,7 @@ NodePtr ExprParser::parse_tuple(bool with_condexpr, bool explicit_parens, const 
 }
 
 NodePtr ExprParser::parse_condexpr() {
+  const Nest nest(*this);
   NodePtr expr = parse_or();
   while (is_name("if")) {
     int line = cur().line;
@@ -77,6 +87,7 @@ NodePtr ExprParser::binary(NodePtr left, const std::string& op, NodePtr right, i
 }
 
 NodePtr ExprParser::parse_or() {
+  const Nest nest(*this);
   NodePtr left = parse_and();
   while (is_name("or")) {
     int line = cur().line;
@@ -97,6 +108,7 @@ NodePtr ExprParser::parse_and() {
 }
 
 NodePtr ExprParser::parse_not() {
+  const Nest nest(*this);
   if (is_name("not")) {
     auto n = make_node(NodeKind::kNot, cur().line);
     advance();
@@ -179,6 +191,7 @@ NodePtr ExprParser::parse_pow() {
 }
 
 NodePtr ExprParser::parse_unary(bool with_filter) {
+  const Nest nest(*this);
   NodePtr node;
   if (is_op("-") || is_op("+")) {
     node = make_node(is_op("-") ? NodeKind::kNeg : NodeKind::kPos, cur().line);

@@ -37,9 +37,24 @@ class ExprParser {
   void expect_op(const char* op);
   std::string expect_name();
 
+  // One level of the parser's recursion (a nested expression, prefix operator or block): past
+  // kMaxTreeDepth levels, or with the thread's stack nearly full, the template is refused
+  // before the parser overflows its stack (`((((...` or `- - - ...` 30,000 deep).
+  class Nest {
+   public:
+    explicit Nest(ExprParser& p);
+    ~Nest() { --p_.nesting_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    ExprParser& p_;
+  };
+
   std::vector<Token> t_;
   size_t i_ = 0;
   const std::string& name_;
+  int nesting_ = 0;
 
  private:
   NodePtr parse_condexpr();

@@ -98,6 +98,7 @@ void check_length(const std::string& out) {
 }
 
 void append_str(std::string& out, const Value& v) {
+  check_stack_room();
   switch (v.kind()) {
     case Kind::kUndefined: return;
     case Kind::kNone: out += "None"; return;
@@ -152,6 +153,7 @@ bool values_equal(const Value& a, const Value& b) {
     if (a.kind() == Kind::kFloat || b.kind() == Kind::kFloat) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();
   }
+  check_stack_room();
   if (a.is_sequence() && b.is_sequence()) {
     if (a.kind() != b.kind() || a.size() != b.size()) return false;
     charge_list_items(a.size());  // a walk: `big == big` in a loop
@@ -196,6 +198,7 @@ bool values_less(const Value& a, const Value& b) {
     return a.as_int() < b.as_int();
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order == code point order
+  check_stack_room();
   if (a.is_sequence() && b.is_sequence() && a.kind() == b.kind()) {
     size_t n = std::min(a.size(), b.size());
     for (size_t i = 0; i < n; ++i) {
@@ -270,6 +273,7 @@ void dump_dict(std::string& out, const Value& v, const DumpOptions& opt, int dep
 }
 
 void dump(std::string& out, const Value& v, const DumpOptions& opt, int depth) {
+  check_stack_room();
   switch (v.kind()) {
     case Kind::kNone: out += "null"; return;
     case Kind::kBool: out += v.as_bool() ? "true" : "false"; return;

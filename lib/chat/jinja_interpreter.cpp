@@ -159,6 +159,7 @@ Interpreter::Flow Interpreter::exec_body(const Body& body) {
 }
 
 Interpreter::Flow Interpreter::exec(const Node& n) {
+  check_stack_room();
   line_ = n.line;
   switch (n.kind) {
     case NodeKind::kOutput:

@@ -1,6 +1,8 @@
 #include "chat/jinja_parser.h"
 
 #include <initializer_list>
+#include <utility>
+#include <vector>
 
 #include "chat/jinja_expr_parser.h"
 #include "chat/jinja_lexer.h"
@@ -29,6 +31,7 @@ class Parser : public ExprParser {
 
   // Statements until a `{% name %}` tag whose name is in `ends` (left for the caller) or the end.
   Body parse_body(std::initializer_list<const char*> ends) {
+    const Nest nest(*this);
     Body body;
     for (;;) {
       const Token& tok = cur();
@@ -261,11 +264,32 @@ NodePtr Parser::parse_with() {
   return node;
 }
 
+// Refuses a tree deeper than kMaxTreeDepth, walking it with a stack of its own: the parser's
+// recursion is bounded (ExprParser::Nest), but a chain built by a loop (`x | f | f | ...`,
+// `1 + 1 + ...`, `a.b.c...`) grows the tree without it.
+void check_tree_depth(Body& root, const std::string& name) {
+  std::vector<std::pair<Node*, int>> todo;
+  for (auto& n : root) todo.emplace_back(n.get(), 1);
+  while (!todo.empty()) {
+    Node* const n = todo.back().first;
+    const int depth = todo.back().second;  // not a structured binding: clang 14 cannot capture one
+    todo.pop_back();
+    if (depth > kMaxTreeDepth) {
+      fail("chat template ", name, " line ", n->line, ": blocks and expressions nested more than ", kMaxTreeDepth,
+           " deep (a chain such as x | f | g is as deep as it is long)");
+    }
+    for_each_child(*n, [&](NodePtr& child) {
+      if (child) todo.emplace_back(child.get(), depth + 1);
+    });
+  }
+}
+
 }  // namespace
 
 Template parse_template(const std::string& source, const std::string& name) {
   Template t;
   t.body = Parser(tokenize(source, name), name).parse_all();
+  check_tree_depth(t.body, name);
   t.undefined_names = analyze_scopes(t.body);
   return t;
 }

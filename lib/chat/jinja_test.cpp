@@ -330,6 +330,45 @@ TEST_CASE("jinja: a render stops at its budget of list items made or walked, exa
                        doctest::Contains("list items made or walked"), ChatTemplateError);
 }
 
+// Nesting past what the stack holds is refused with an error, never a crash (each of these
+// overflowed the stack before). The tree is at most kMaxTreeDepth (500) deep: a print of `1`
+// under k filters is k + 2 deep, so 498 filters pass and 499 fail, even 30,000 of them (the
+// chain is built by a loop, and freed without recursion). The parser's own recursion stops at
+// 500 levels (123 parentheses pass). Values nested a million deep are freed without recursion
+// and refused where they are walked, as are macros recursing through deep expressions.
+std::string many(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+TEST_CASE("jinja: nesting is refused before the stack runs out") {
+  CHECK(render("{{ 1" + many(" | abs", 498) + " }}") == "1");
+  for (int k : {499, 30000}) {
+    CHECK_THROWS_WITH_AS(render("{{ 1" + many(" | abs", k) + " }}"), doctest::Contains("nested more than 500 deep"),
+                         Error);
+  }
+  CHECK_THROWS_WITH_AS(render("{{ 1" + many(" + 1", 30000) + " }}"), doctest::Contains("nested more than 500"), Error);
+  CHECK(render("{{ " + many("(", 123) + "7" + many(")", 123) + " }}") == "7");
+  for (const std::string& deep : {"{{ " + many("(", 124) + "7" + many(")", 124) + " }}",
+                                  "{{ " + many("(", 30000) + "7" + many(")", 30000) + " }}",
+                                  "{{ " + many("[", 30000) + many("]", 30000) + " }}",
+                                  "{{ " + many("-", 30000) + "1 }}", "{{ " + many("not ", 30000) + "1 }}",
+                                  many("{% if 1 %}", 30000) + many("{% endif %}", 30000)}) {
+    CHECK_THROWS_WITH_AS(render(deep), doctest::Contains("nested too deeply"), Error);
+  }
+  const std::string nest_list =
+      "{% set ns = namespace(x=none) %}{% for i in range(1000) %}{% for j in range(998) %}"
+      "{% set ns.x = [ns.x] %}{% endfor %}{% endfor %}";
+  CHECK(render(nest_list + "{{ ns.x | length }}") == "1");  // 998,000 lists deep, freed flat
+  for (const char* walk : {"{{ ns.x | tojson }}", "{{ ns.x == ns.x }}", "{{ ns.x }}", "{{ [ns.x, ns.x] | sort }}"}) {
+    CHECK_THROWS_WITH_AS(render(nest_list + walk), doctest::Contains("nested too deeply"), ChatTemplateError);
+  }
+  CHECK_THROWS_WITH_AS(render("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1)" + many(" | string", 450) +
+                              " }}{% endif %}{% endmacro %}{{ f(250) }}"),
+                       doctest::Contains("nested too deeply"), ChatTemplateError);
+}
+
 TEST_CASE("jinja: tojson writes keys in request order and Python's float forms") {
   ChatJson vars = ChatJson::parse(R"({"v": {"zeta": 1, "alpha": [1.0, 1e20, 0.1, 1e-7, 100.0, 1.5e16, 1234567890123456789]}})");
   CHECK(render_with("{{ v | tojson }}", vars) ==

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "chat/jinja_text.h"
+#include "core/stack_room.h"
 
 namespace nvllm::jinja {
 
@@ -14,6 +15,40 @@ struct UndefinedInfo {
 };
 
 const std::string kEmpty;
+
+// Lists and dicts nest as deep as a template makes them (`{% set ns.x = [ns.x] %}` a million
+// times): freeing the outermost would free the one inside it from within its destructor, a stack
+// frame a level. FlatFree frees them from a list instead: the outermost free takes its items into
+// the list and drops them one at a time; a container whose last reference goes meanwhile hands
+// its items to the same list, so no free runs inside another.
+thread_local std::vector<Value>* t_pending_free = nullptr;
+
+void take_items(List& items, std::vector<Value>& to) {
+  for (Value& v : items) to.push_back(std::move(v));
+}
+void take_items(DictItems& items, std::vector<Value>& to) {
+  for (auto& kv : items) to.push_back(std::move(kv.second));
+}
+
+template <typename Items>
+struct FlatFree {
+  void operator()(Items* p) const {
+    if (t_pending_free != nullptr) {
+      take_items(*p, *t_pending_free);
+      delete p;
+      return;
+    }
+    std::vector<Value> pending;
+    t_pending_free = &pending;
+    take_items(*p, pending);
+    delete p;
+    while (!pending.empty()) {
+      Value next = std::move(pending.back());
+      pending.pop_back();
+    }  // `next` is dropped here; if it held a container's last reference, its items join the list
+    t_pending_free = nullptr;
+  }
+};
 
 }  // namespace
 
@@ -49,6 +84,12 @@ void charge_string_bytes(size_t n) {
   }
 }
 
+void check_stack_room() {
+  if (stack_nearly_full()) {
+    throw std::runtime_error("values or calls nested too deeply (the thread's stack is nearly full)");
+  }
+}
+
 void charge_list_items(size_t n) {
   RenderBudget* b = t_budget;
   if (b == nullptr) return;
@@ -73,7 +114,7 @@ Value Value::markup(std::string s) {
 Value Value::list(List items) {
   charge_list_items(items.size());
   Value v(Kind::kList);
-  v.obj_ = std::make_shared<List>(std::move(items));
+  v.obj_ = std::shared_ptr<List>(new List(std::move(items)), FlatFree<List>());
   return v;
 }
 
@@ -85,7 +126,7 @@ Value Value::tuple(List items) {
 
 Value Value::dict(DictItems items) {
   Value v(Kind::kDict);
-  v.obj_ = std::make_shared<DictItems>(std::move(items));
+  v.obj_ = std::shared_ptr<DictItems>(new DictItems(std::move(items)), FlatFree<DictItems>());
   return v;
 }
 

@@ -117,6 +117,11 @@ class RenderBudget {
 };
 void charge_string_bytes(size_t n);
 void charge_list_items(size_t n);
+// Throws std::runtime_error when the thread's stack is nearly full (core/stack_room.h): called
+// by everything that recurses as deep as a value nests or calls nest (evaluation, printing,
+// comparison, tojson), so a list nested a million deep or macros recursing through deep
+// expressions end the render with an error, not the process.
+void check_stack_room();
 
 // Positional and keyword arguments of a call, filter or test.
 struct Args {

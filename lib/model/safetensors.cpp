@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -174,7 +175,11 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   Checkpoint c;
   c.dir_ = dir;
-  NVLLM_CHECK(fs::is_directory(dir), dir.string(), ": not a folder; pass a Hugging Face checkpoint folder");
+  // Here and below, the error_code forms of the filesystem calls: the throwing ones end the process on
+  // a path the system refuses (too long, a link loop, no permission) instead of naming it.
+  std::error_code ec;
+  NVLLM_CHECK(fs::is_directory(dir, ec), dir.string(), ": not a folder", ec ? " (" + ec.message() + ")" : "",
+              "; pass a Hugging Face checkpoint folder");
   auto add_file = [&](const fs::path& p) -> SafetensorsFile& {
     c.files_.push_back(SafetensorsFile::open(p));
     return *c.files_.back();
@@ -202,8 +207,11 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
       auto it = shards.find(shard_name);
       if (it == shards.end()) {
         const fs::path p = dir / shard_name;
-        NVLLM_CHECK(fs::is_regular_file(p), p.string(), ": not found, but ", index.string(),
-                    " lists it for tensor \"", name, "\"; the download is incomplete");
+        const bool found = fs::is_regular_file(p, ec);
+        NVLLM_CHECK(found || !ec || ec == std::errc::no_such_file_or_directory, p.string(), ": ", ec.message(),
+                    "; ", index.string(), " lists it for tensor \"", name, "\"");
+        NVLLM_CHECK(found, p.string(), ": not found, but ", index.string(), " lists it for tensor \"", name,
+                    "\"; the download is incomplete");
         it = shards.emplace(shard_name, &add_file(p)).first;
       }
       const TensorView* t = it->second->find(name);
@@ -217,9 +225,11 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
   if (fs::is_regular_file(dir / "model.safetensors")) {
     paths.push_back(dir / "model.safetensors");
   } else {
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") paths.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      std::error_code entry_ec;  // an entry that cannot be read (a link loop) is not a weights file
+      if (e.is_regular_file(entry_ec) && e.path().extension() == ".safetensors") paths.push_back(e.path());
     }
+    NVLLM_CHECK(!ec, dir.string(), ": cannot list the folder (", ec.message(), ")");
     std::sort(paths.begin(), paths.end());
   }
   NVLLM_CHECK(!paths.empty(), dir.string(),

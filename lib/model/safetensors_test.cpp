@@ -224,6 +224,11 @@ TEST_CASE("checkpoint: sharded index, single file and loose files") {
     write_bytes(dir / "model.safetensors.index.json", index.dump());
     CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path()),
                          doctest::Contains("model-00003-of-00003.safetensors: not found"), Error);
+    // A shard name the system refuses (longer than a file name may be; found by checkpoint_fuzz):
+    // an error naming it, not an uncaught filesystem_error.
+    index["weight_map"]["d"] = std::string(300, 'x') + ".safetensors";
+    write_bytes(dir / "model.safetensors.index.json", index.dump());
+    CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path()), doctest::Contains("xx.safetensors: File name too long; "), Error);
     // The index puts a tensor in a shard that lacks it.
     index["weight_map"]["d"] = "model-00002-of-00002.safetensors";
     write_bytes(dir / "model.safetensors.index.json", index.dump());
