@@ -10,10 +10,11 @@ namespace nvllm {
 
 // What stack_nearly_full() keeps free below the caller: room for the calls a checked level
 // makes before its next check (a filter, a sort, a string built), with ASan's larger frames.
+// On a stack smaller than twice this, half of it.
 inline constexpr size_t kStackReserve = size_t{256} << 10;
 
-// True when fewer than kStackReserve bytes of the calling thread's stack lie below the caller's
-// frame. The thread's stack bounds are looked up once per thread.
+// True when less than the reserve of the calling thread's stack lies below the caller's frame.
+// The thread's stack bounds are looked up once per thread.
 bool stack_nearly_full();
 
 }  // namespace nvllm

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -23,18 +24,24 @@ __attribute__((noinline)) uintptr_t descend(int level) {
 }
 
 struct Run {
-  uintptr_t top = 0, deepest = 0;
+  uintptr_t low = 0, deepest = 0;  // the thread's lowest stack address, the deepest frame reached
+  size_t size = 0;                 // the thread's stack size, as the thread reports it
 };
 
 void* run_descend(void* arg) {
   auto* r = static_cast<Run*>(arg);
-  r->top = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  pthread_attr_t attr;
+  void* low = nullptr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    pthread_attr_getstack(&attr, &low, &r->size);
+    pthread_attr_destroy(&attr);
+  }
+  r->low = reinterpret_cast<uintptr_t>(low);
   r->deepest = descend(0);
   return nullptr;
 }
 
-// The room a thread of `stack_bytes` got to use before the check stopped it.
-size_t used_on_thread(size_t stack_bytes) {
+Run run_on_thread(size_t stack_bytes) {
   pthread_attr_t attr;
   REQUIRE(pthread_attr_init(&attr) == 0);
   REQUIRE(pthread_attr_setstacksize(&attr, stack_bytes) == 0);
@@ -43,19 +50,25 @@ size_t used_on_thread(size_t stack_bytes) {
   REQUIRE(pthread_create(&t, &attr, run_descend, &r) == 0);
   pthread_join(t, nullptr);
   pthread_attr_destroy(&attr);
-  return r.top - r.deepest;
+  return r;
 }
 
 }  // namespace
 
-// Each thread's own stack is measured: a 1 MiB and a 4 MiB thread each get to use their size
-// less the reserve (within a frame and the thread's start-up frames), and stop there.
-TEST_CASE("stack_nearly_full: recursion stops a reserve short of the thread's own stack") {
+// On each thread's own stack (256 KiB, 1 MiB, 4 MiB), the recursion runs down to the reserve and
+// stops there: its deepest 4 KiB level's frame lies within 8 KiB of the reserve's edge (the
+// check compares its own frame, one call below). A stack smaller than twice the reserve keeps
+// half of it.
+TEST_CASE("stack_nearly_full: recursion stops at the reserve of the thread's own stack") {
   CHECK_FALSE(stack_nearly_full());
-  for (size_t size : {size_t{1} << 20, size_t{4} << 20}) {
-    const size_t used = used_on_thread(size);
-    CHECK(used + kStackReserve <= size);
-    CHECK(used + kStackReserve + (64 << 10) >= size);  // within 64 KiB: the start-up frames, one 4 KiB level
+  for (size_t size : {size_t{256} << 10, size_t{1} << 20, size_t{4} << 20}) {
+    CAPTURE(size);
+    const Run r = run_on_thread(size);
+    REQUIRE(r.low != 0);
+    CHECK(r.size >= size);
+    const uintptr_t floor = r.low + std::min(kStackReserve, r.size / 2);
+    CHECK(r.deepest < floor + (8 << 10));
+    CHECK(r.deepest + (8 << 10) >= floor);
   }
 }
 
