@@ -87,6 +87,14 @@ if printf '{"messages": [{"role": "user", "content": "a"}]}\n{"messages": [{"con
   fail "tokenize accepted a message without a role"
 fi
 grep -q 'line 2.*messages\[0\].role' "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "tokenize error lacks line/field"; }
+grep -q 'line 2: line 2' "$tmp/bad.err" && { cat "$tmp/bad.err"; fail "tokenize error names the line twice"; }
+# A line nested past 512 deep (it crashed the process at 200,000) stops the run, named.
+python3 -c 'print("{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"x\": " + "[" * 200000 + "]" * 200000 + "}]}")' \
+  >"$tmp/deep.jsonl"
+if "$nvllm" tokenize --model "$model" --input "$tmp/deep.jsonl" >"$tmp/deep.out" 2>"$tmp/deep.err"; then
+  fail "tokenize accepted JSON nested 200,000 deep"
+fi
+grep -q 'deep.jsonl line 1: JSON nested more than 512 deep' "$tmp/deep.err" || { cat "$tmp/deep.err"; fail "deep line"; }
 
 # tokenize: --chat-template-content-format. A template that iterates over each message's content is
 # detected as wanting parts (auto, as vLLM detects it); forced to string, it iterates over the

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -77,7 +78,11 @@ Json process_chat(const Tokenizer& tok, const ChatSetup& chat, const Json& in, c
   ParseOptions options;
   options.allow_unknown_fields = true;
   const ParsedLine parsed = parse_request_line(text, static_cast<int64_t>(number), options);
-  NVLLM_CHECK(parsed.request, where, ": ", parsed.error);
+  if (!parsed.request) {  // the parser's error starts "line N: ", which `where` already says
+    std::string_view why = parsed.error;
+    if (const std::string own = str_cat("line ", number, ": "); why.starts_with(own)) why.remove_prefix(own.size());
+    fail(where, ": ", why);
+  }
   NVLLM_CHECK(parsed.request->chat, where, ": expected a chat request (\"messages\")");
   Json out;
   if (parsed.openai_batch) out["custom_id"] = in["custom_id"];
@@ -160,6 +165,8 @@ int run_tokenize(const TokenizeFlags& f) {
   for (size_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = str_cat(name, " line ", number);
+    NVLLM_CHECK(!json_nested_deeper_than(line, kMaxJsonDepth), where, ": JSON nested more than ", kMaxJsonDepth,
+                " deep (nvllm's limit)");
     const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     NVLLM_CHECK(!j.is_discarded(), where, ": not valid JSON");
     if (!f.decode && is_chat_line(j)) {

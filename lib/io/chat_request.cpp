@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "io/request.h"
 
 namespace nvllm {
 
@@ -71,6 +72,10 @@ void normalise_tool_calls(json& message, const std::string& field) {
     if (args.is_null() || (args.is_string() && args.get<std::string>().empty())) {
       args = json::object();
     } else if (args.is_string()) {
+      // JSON text inside a string escapes the line's own depth check (request.h): the same limit.
+      if (json_nested_deeper_than(args.get_ref<const std::string&>(), kMaxJsonDepth)) {
+        bad(at + ".function.arguments", str_cat("JSON text nested at most ", kMaxJsonDepth, " deep"), args);
+      }
       json parsed = json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
       if (parsed.is_discarded()) bad(at + ".function.arguments", "a JSON object or its JSON text", args);
       args = std::move(parsed);

@@ -122,6 +122,22 @@ TEST_CASE("chat request: assistant content may be null; tool call arguments beco
             .is_null());
 }
 
+// Arguments given as JSON text are parsed too, so they get the line's depth limit (512): the
+// string's brackets escape the line's own check. 512 nested arrays pass, 513 are the field's error.
+TEST_CASE("chat request: tool call arguments as JSON text nest at most 512 deep") {
+  const auto line = [](int depth) {
+    return R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [)"
+           R"({"type": "function", "function": {"name": "f", "arguments": ")" +
+           std::string(depth, '[') + std::string(depth, ']') + R"("}}]}]})";
+  };
+  const Request at_limit = ok(line(512));
+  CHECK(at_limit.chat->messages[1]["tool_calls"][0]["function"]["arguments"].is_array());
+  const ParsedLine over = parse_request_line(line(513), 4, {});
+  CHECK_FALSE(over.request);
+  CHECK(over.error.find("\"messages[1].tool_calls[0].function.arguments\": expected JSON text nested at most 512 deep") !=
+        std::string::npos);
+}
+
 TEST_CASE("chat request: each bad message names its field") {
   CHECK(error("", R"("messages": [])") ==
         R"(line 4: field "messages": expected a non-empty array of messages {"role", "content"}, got [])");

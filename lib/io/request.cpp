@@ -385,10 +385,35 @@ std::string id_to_string(const nlohmann::json& id) {
   return id.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+bool json_nested_deeper_than(std::string_view text, int limit) {
+  if (std::count(text.begin(), text.end(), '[') + std::count(text.begin(), text.end(), '{') <= limit) return false;
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character, a quote included
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 ParsedLine parse_request_line(const std::string& text, int64_t line_no, const ParseOptions& options) {
   ParsedLine out;
   out.line = line_no;
   out.id = line_no;
+  if (json_nested_deeper_than(text, kMaxJsonDepth)) {
+    out.error = str_cat("line ", line_no, ": JSON nested more than ", kMaxJsonDepth, " deep (nvllm's limit)");
+    out.not_json = true;
+    return out;
+  }
   json object;
   try {
     object = json::parse(text);

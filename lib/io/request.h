@@ -50,6 +50,15 @@ struct ParsedLine {
 // number, so that equal prompts in one file still get different samples, reproducibly.
 ParsedLine parse_request_line(const std::string& text, int64_t line_no, const ParseOptions& options);
 
+// The deepest a request line's JSON may nest. The parser builds deeper values without
+// recursion, but copying, printing or comparing them recurses a level a frame: a line of
+// 200,000 nested arrays in a message field crashed the process. Past this a line is not JSON we
+// read (its error says so); Python's json module stops near 1,000 for its recursion limit.
+inline constexpr int kMaxJsonDepth = 512;
+// True when `text`'s brackets ({ and [ outside strings) nest deeper than `limit`. A line with no
+// more than `limit` opening brackets at all, as nearly every line is, is only counted.
+bool json_nested_deeper_than(std::string_view text, int limit);
+
 // The seed of a request on line `line_no` that sets none: splitmix64 of the default seed
 // mixed with the line number (stable across runs and across --resume).
 uint64_t derived_request_seed(uint64_t default_seed, int64_t line_no);

@@ -142,7 +142,7 @@ LineSummary summarize_request_line(const std::string& text, int64_t line_no, con
   LineEvents events;
   LineSummary out;
   out.id = line_no;
-  if (!Json::sax_parse(text, &events) || !events.object) {
+  if (json_nested_deeper_than(text, kMaxJsonDepth) || !Json::sax_parse(text, &events) || !events.object) {
     out.not_json = true;
     return out;
   }

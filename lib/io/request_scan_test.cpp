@@ -127,6 +127,34 @@ TEST_CASE("request scan: the scanner gives RequestReader's lines, ids, errors an
   CHECK(lines == 11);
 }
 
+// A line whose JSON nests past kMaxJsonDepth (512) is refused by both passes, as not JSON we
+// read: copying such a value recursed a frame a level and crashed the process at 200,000. The
+// line object, messages and a message are 3 levels, so 509 arrays in a message field reach 512
+// and pass, 510 fail; brackets inside strings do not count.
+TEST_CASE("request scan: JSON nested past 512 is refused by the reader and the scanner alike") {
+  const auto line = [](int arrays, const std::string& id) {
+    return "{\"id\": \"" + id + "\", \"messages\": [{\"role\": \"user\", \"content\": \"" + std::string(5000, '[') +
+           "\", \"x\": " + std::string(arrays, '[') + std::string(arrays, ']') + "}]}\n";
+  };
+  const std::string input = line(509, "at") + line(510, "over") + line(200000, "far");
+  CHECK_FALSE(json_nested_deeper_than(line(509, "at"), kMaxJsonDepth));
+  CHECK(json_nested_deeper_than(line(510, "over"), kMaxJsonDepth));
+  ParseOptions opts = options();
+  opts.allow_unknown_fields = true;
+  std::istringstream a(input), b(input);
+  RequestReader reader(a, opts);
+  RequestScanner scanner(b, opts);
+  for (int k = 0; k < 3; ++k) {
+    const std::optional<ParsedLine> p = reader.next();
+    const std::optional<ScannedLine> s = scanner.next();
+    REQUIRE((p && s));
+    CAPTURE(p->line);
+    CHECK(s->not_json == p->not_json);
+    CHECK(p->not_json == (k > 0));
+    if (k > 0) CHECK(p->error == "line " + std::to_string(k + 1) + ": JSON nested more than 512 deep (nvllm's limit)");
+  }
+}
+
 TEST_CASE("request scan: the first line of each id, across the table's growth") {
   FirstLineOfId table;
   std::unordered_map<std::string, int64_t> reference;
