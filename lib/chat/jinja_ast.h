@@ -56,7 +56,7 @@ struct Node {
   Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
-  // Frees the children without recursion (jinja_parser.cpp): a chain of 30,000 filters is 30,000
+  // Frees the children without recursion (jinja_ast.cpp): a chain of 30,000 filters is 30,000
   // nested nodes.
   ~Node();
 
