@@ -53,9 +53,6 @@ using NodePtr = std::unique_ptr<Node>;
 using Body = std::vector<NodePtr>;
 
 struct Node {
-  Node() = default;
-  Node(const Node&) = delete;
-  Node& operator=(const Node&) = delete;
   // Frees the children without recursion (jinja_ast.cpp): a chain of 30,000 filters is 30,000
   // nested nodes.
   ~Node();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "chat/jinja_text.h"
+#include "core/flat_free.h"
 #include "core/stack_room.h"
 
 namespace nvllm::jinja {
@@ -17,12 +18,7 @@ struct UndefinedInfo {
 const std::string kEmpty;
 
 // Lists and dicts nest as deep as a template makes them (`{% set ns.x = [ns.x] %}` a million
-// times): freeing the outermost would free the one inside it from within its destructor, a stack
-// frame a level. FlatFree frees them from a list instead: the outermost free takes its items into
-// the list and drops them one at a time; a container whose last reference goes meanwhile hands
-// its items to the same list, so no free runs inside another.
-thread_local std::vector<Value>* t_pending_free = nullptr;
-
+// times): their deleter frees them without recursion (core/flat_free.h).
 void take_items(List& items, std::vector<Value>& to) {
   for (Value& v : items) to.push_back(std::move(v));
 }
@@ -33,20 +29,8 @@ void take_items(DictItems& items, std::vector<Value>& to) {
 template <typename Items>
 struct FlatFree {
   void operator()(Items* p) const {
-    if (t_pending_free != nullptr) {
-      take_items(*p, *t_pending_free);
-      delete p;
-      return;
-    }
-    std::vector<Value> pending;
-    t_pending_free = &pending;
-    take_items(*p, pending);
+    free_children_flat<Value>([p](std::vector<Value>& to) { take_items(*p, to); });
     delete p;
-    while (!pending.empty()) {
-      Value next = std::move(pending.back());
-      pending.pop_back();
-    }  // `next` is dropped here; if it held a container's last reference, its items join the list
-    t_pending_free = nullptr;
   }
 };
 
