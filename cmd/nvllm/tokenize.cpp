@@ -4,7 +4,6 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -72,17 +71,14 @@ std::vector<int32_t> ids_of(const Json& j, const std::string& where) {
 }
 
 // A line in generate's chat form: parsed as generate parses it (sampling fields are checked and
-// ignored), rendered, and tokenized as generate would.
+// ignored), rendered, and tokenized as generate would. `input` names the file.
 Json process_chat(const Tokenizer& tok, const ChatSetup& chat, const Json& in, const std::string& text, size_t number,
-                  const std::string& where) {
+                  const std::string& input) {
+  const std::string where = str_cat(input, " line ", number);
   ParseOptions options;
   options.allow_unknown_fields = true;
   const ParsedLine parsed = parse_request_line(text, static_cast<int64_t>(number), options);
-  if (!parsed.request) {  // the parser's error starts "line N: ", which `where` already says
-    std::string_view why = parsed.error;
-    if (const std::string own = str_cat("line ", number, ": "); why.starts_with(own)) why.remove_prefix(own.size());
-    fail(where, ": ", why);
-  }
+  NVLLM_CHECK(parsed.request, input, " ", parsed.error);  // the parser's error starts "line N: "
   NVLLM_CHECK(parsed.request->chat, where, ": expected a chat request (\"messages\")");
   Json out;
   if (parsed.openai_batch) out["custom_id"] = in["custom_id"];
@@ -170,7 +166,7 @@ int run_tokenize(const TokenizeFlags& f) {
     const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     NVLLM_CHECK(!j.is_discarded(), where, ": not valid JSON");
     if (!f.decode && is_chat_line(j)) {
-      out << process_chat(*tok, chat, j, line, number, where).dump(-1, ' ', false, Json::error_handler_t::replace)
+      out << process_chat(*tok, chat, j, line, number, name).dump(-1, ' ', false, Json::error_handler_t::replace)
           << '\n';
     } else {
       out << process(*tok, f, j, where) << '\n';
