@@ -25,7 +25,7 @@ struct FusedDecodeShape {
 // whole: the largest share copied whole before the kernel waits (0: all a CTA may have); a
 // larger one streams. Tiles of 2,048 values (64 KB of bf16, 32 KB of E4M3) won or tied against
 // 1,024 on every streamed shape measured, and 512 lost to 1,024 (bench/NOTES.md, sixteenth and
-// nineteenth sessions): each tile costs a wait of warp 0 for all warps, so fewer, larger tiles
+// nineteenth sessions): each tile costs its refilling warps a wait for all warps, so fewer, larger tiles
 // win until two no longer fit (4,096 bf16 values: Llama-3.2-1B's down fell off the fused path).
 struct FusedStreaming {
   size_t smem = 0;

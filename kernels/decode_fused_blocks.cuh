@@ -518,11 +518,17 @@ __device__ void block_dots_fp8(const char* w, const bf16* x, int rows, int k, fl
   __syncthreads();
 }
 
+// Warps that issue one refill of the ring, a different team each tile. One warp issued a tile's
+// 16 copies a lane at a time and waited for the slowest warp at every tile; two took 0.6% off
+// TinyLlama's batch-1 step on the H200 and four no more (bench/NOTES.md, forty-seventh session).
+constexpr int kRefillWarps = 2;
+
 // A CTA's weight rows streamed through a ring of shared-memory stages (the share does not fit):
 // tile t is row group t / parts (kTileRows rows) and k part t % parts, in stage t % stages.
 // full[s] counts a tile's bytes; empty[s] the warps done with it. The first `stages` tiles go out
 // from every warp before the kernel waits for its inputs (as copy_rows does a whole share), and
-// warp 0 refills a stage with the tile `stages` ahead once every warp has left it.
+// a team of kRefillWarps warps refills a stage with the tile `stages` ahead once every warp has
+// left it.
 struct Ring {
   char* w;
   uint64_t *full, *empty;
@@ -590,9 +596,11 @@ __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, in
       for (int c = warp; c < chunks; c += kWarps) chunk_mma<kFp8W>(c0, c1, lo + c * 64, hi + c * 64, xs + c * kValues);
       __syncwarp();
       if (lane == 0) mbar_arrive(r.empty + s);
-      if (warp == 0 && t + r.stages < tiles) {
+      // The stage's refill, from this tile's team (member 0 of it sets the bytes).
+      const int seat = (warp - t * kRefillWarps % kWarps + kWarps) % kWarps;  // in the team if < kRefillWarps
+      if (seat < kRefillWarps && t + r.stages < tiles) {
         mbar_wait(r.empty + s, phase);
-        ring_issue(r, src, t + r.stages, flags, lane, 32);
+        ring_issue(r, src, t + r.stages, flags, seat + kRefillWarps * lane, 32 * kRefillWarps);
       }
     }
     if (batch > 1) {
