@@ -109,9 +109,8 @@ std::string ChatSetup::render(const ChatInputs& chat) const {
     const std::optional<ChatInputs> filled = with_empty_content(chat, l.format);
     return l.tmpl->render(filled ? *filled : chat, l.format);
   } catch (const ChatTemplateError& e) {
-    const std::string_view what = e.what();
-    if (what.starts_with("chat template ")) fail(what);  // the engine's own error names the template and line
-    fail("chat template ", l.tmpl->name(), ": ", what);
+    if (e.names_template()) throw Error(e.what());
+    fail("chat template ", l.tmpl->name(), ": ", e.what());
   }
 }
 

@@ -252,6 +252,16 @@ set -e
 grep -q "error: standard input line 1: chat template $tmp/big.jinja line 1: repetition result too large" \
   "$tmp/big_err" || fail "limit message: $(cat "$tmp/big_err")"
 [[ $(grep -o "chat template" "$tmp/big_err" | wc -l) == 2 ]] || fail "template named twice: $(cat "$tmp/big_err")"
+# Words a template raises are its own, even when they read like the engine's: the template is
+# named before them.
+printf "{{ raise_exception('chat template elsewhere line 9: its own words') }}" >"$tmp/says.jinja"
+set +e
+head -1 "$tmp/alt.jsonl" | "$nvllm" tokenize --model "$model" --chat-template "$tmp/says.jinja" >/dev/null 2>"$tmp/says_err"
+rc=$?
+set -e
+[[ $rc == 1 ]] || { cat "$tmp/says_err"; fail "tokenize with a raising template: exit status $rc, expected 1"; }
+grep -qF "standard input line 1: chat template $tmp/says.jinja: chat template elsewhere line 9: its own words" \
+  "$tmp/says_err" || fail "raised message: $(cat "$tmp/says_err")"
 
 # --- no chat template: chat lines fail naming the fix, prompt lines still run -------------------
 mkdir -p "$tmp/notemplate"

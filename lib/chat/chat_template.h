@@ -14,12 +14,18 @@
 
 namespace nvllm {
 
-// A template that raises (raise_exception) or fails while rendering one request. The message is
-// the template's own (for raise_exception) or names the template line; the caller turns it into
-// that request's error record.
+// A template that raises (raise_exception) or fails while rendering one request; the caller turns
+// it into that request's error record. The message is the template's own words (raise_exception),
+// a check of the inputs, or, when names_template(), the engine's error already naming the
+// template and its line (so the caller does not name the template again).
 class ChatTemplateError : public Error {
  public:
-  using Error::Error;
+  explicit ChatTemplateError(const std::string& message, bool names_template = false)
+      : Error(message), names_template_(names_template) {}
+  bool names_template() const { return names_template_; }
+
+ private:
+  bool names_template_;
 };
 // In a ChatTemplateError's message where the engine, not the template, was at fault (a library
 // exception it should have prevented): the request fails, the process does not.

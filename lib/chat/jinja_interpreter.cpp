@@ -43,17 +43,20 @@ std::string Interpreter::render(const Template& tmpl) {
   } catch (const ChatTemplateError&) {
     throw;
   } catch (const std::runtime_error& e) {
-    throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": " + e.what());
+    throw located_error(e.what());
   } catch (const std::bad_alloc&) {
-    throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": out of memory");
+    throw located_error("out of memory");
   } catch (const std::logic_error& e) {
     // A library precondition the engine failed to check (out_of_range from a conversion, say):
     // the request fails with this error instead of the process; the fuzz target treats the
     // message as a crash (kEngineBug), so each is still found and fixed.
-    throw ChatTemplateError("chat template " + name_ + " line " + std::to_string(line_) + ": " + kEngineBug + " (" +
-                            e.what() + ")");
+    throw located_error(str_cat(kEngineBug, " (", e.what(), ")"));
   }
   return out;
+}
+
+ChatTemplateError Interpreter::located_error(std::string_view what) const {
+  return ChatTemplateError(str_cat("chat template ", name_, " line ", line_, ": ", what), /*names_template=*/true);
 }
 
 Value Interpreter::make_namespace(DictItems items) {

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_template.h"
 #include "chat/jinja_ast.h"
 #include "chat/jinja_parser.h"
 #include "chat/jinja_value.h"
@@ -77,6 +78,8 @@ class Interpreter {
   void release_mutables();
   // One more loop iteration or macro call; throws past max_steps_ (set_max_steps).
   void count_step();
+  // An error of this render naming the template and the line being evaluated.
+  ChatTemplateError located_error(std::string_view what) const;
 
   std::string name_;
   std::deque<std::string> owned_names_;
