@@ -30,6 +30,12 @@ inline constexpr int64_t kMaxRenderStringBytes = int64_t{1} << 30;
 // iteration (for, filters: iterate copies the items), `in` and `==` on lists; real templates
 // make and walk thousands (a loop over the messages walks each once).
 inline constexpr int64_t kMaxRenderListItems = int64_t{1} << 24;
+// The most bytes of strings one render may walk without making anything (RenderBudget), 8 GiB:
+// `in`, `==` and `<` on strings, their length in code points (Value::size) and hash. Uncounted,
+// `'b' in s` over a 16 MiB s in a loop of 100,000 turns (1.6 TB) ran for minutes; 8 GiB takes a
+// second or two. Real templates walk their prompt a few times; even a 4 MB conversation searched
+// once for each of 1,000 messages walks 4 GB.
+inline constexpr int64_t kMaxRenderWalkBytes = int64_t{1} << 33;
 
 bool has_filter(std::string_view name);
 bool has_test(std::string_view name);

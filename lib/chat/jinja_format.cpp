@@ -165,7 +165,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::kUndefined: case Kind::kNone: return true;
-    case Kind::kString: return a.str() == b.str();
+    case Kind::kString:
+      if (a.str().size() != b.str().size()) return false;
+      charge_string_walk(a.str().size());
+      return a.str() == b.str();
     case Kind::kDict: {
       if (a.size() != b.size()) return false;
       bool eq = true;
@@ -185,7 +188,9 @@ size_t value_hash(const Value& v) {
     return std::hash<double>{}(d == 0 ? 0.0 : d);  // -0.0 == 0.0
   }
   switch (v.kind()) {
-    case Kind::kString: return std::hash<std::string_view>{}(v.str());
+    case Kind::kString:
+      charge_string_walk(v.str().size());
+      return std::hash<std::string_view>{}(v.str());
     case Kind::kUndefined: case Kind::kNone: return static_cast<size_t>(v.kind());
     case Kind::kList: case Kind::kTuple: case Kind::kDict: return 0;
     default: return std::hash<const void*>{}(v.object());
@@ -197,7 +202,10 @@ bool values_less(const Value& a, const Value& b) {
     if (a.kind() == Kind::kFloat || b.kind() == Kind::kFloat) return a.as_float() < b.as_float();
     return a.as_int() < b.as_int();
   }
-  if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 byte order == code point order
+  if (a.is_string() && b.is_string()) {
+    charge_string_walk(std::min(a.str().size(), b.str().size()));
+    return a.str() < b.str();  // UTF-8 byte order == code point order
+  }
   check_stack_room();
   if (a.is_sequence() && b.is_sequence() && a.kind() == b.kind()) {
     size_t n = std::min(a.size(), b.size());

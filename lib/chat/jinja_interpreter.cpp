@@ -10,7 +10,7 @@ namespace nvllm::jinja {
 
 Interpreter::Interpreter(const std::string& template_name)
     : name_(template_name), frames_(8), max_steps_(kMaxRenderSteps), max_string_bytes_(kMaxRenderStringBytes),
-      max_list_items_(kMaxRenderListItems) {
+      max_list_items_(kMaxRenderListItems), max_walk_bytes_(kMaxRenderWalkBytes) {
   install_globals(*this);
 }
 
@@ -36,7 +36,7 @@ std::string Interpreter::render(const Template& tmpl) {
   out_ = &out;
   steps_ = 0;
   try {
-    RenderBudget budget(max_string_bytes_, max_list_items_);
+    RenderBudget budget(max_string_bytes_, max_list_items_, max_walk_bytes_);
     push_frame();
     declare_undefined(tmpl.undefined_names);
     exec_body(tmpl.body);

@@ -23,12 +23,14 @@ class Interpreter {
   void set_global(std::string name, Value v);
   // Renders the template and returns the text. Throws ChatTemplateError.
   std::string render(const Template& tmpl);
-  // The most loop iterations and macro calls a render may run, and the most bytes of strings and
-  // list items it may make (defaults kMaxRenderSteps, kMaxRenderStringBytes, kMaxRenderListItems;
-  // tests set small ones to check the boundaries cheaply).
+  // The most loop iterations and macro calls a render may run, the most bytes of strings and list
+  // items it may make, and the most bytes of strings it may walk (defaults kMaxRenderSteps,
+  // kMaxRenderStringBytes, kMaxRenderListItems, kMaxRenderWalkBytes; tests set small ones to
+  // check the boundaries cheaply).
   void set_max_steps(int64_t n) { max_steps_ = n; }
   void set_max_string_bytes(int64_t n) { max_string_bytes_ = n; }
   void set_max_list_items(int64_t n) { max_list_items_ = n; }
+  void set_max_walk_bytes(int64_t n) { max_walk_bytes_ = n; }
 
   // For filters, tests, methods and globals.
   Value call(const Value& fn, Args& args);
@@ -93,6 +95,7 @@ class Interpreter {
   int64_t max_steps_;
   int64_t max_string_bytes_;
   int64_t max_list_items_;
+  int64_t max_walk_bytes_;
   // Every namespace and loop this render made. They are the only values that change after they
   // are made (lists and dicts are immutable in the sandbox; a callable's captures are fixed), so
   // any other value refers only to values older than itself, and every reference cycle

@@ -168,6 +168,7 @@ bool contains(const Value& container, const Value& item) {
       if (!item.is_string()) {
         throw std::runtime_error("'in <string>' requires string as left operand, not " + type_name(item));
       }
+      charge_string_walk(container.str().size());
       return container.str().find(item.str()) != std::string_view::npos;
     case Kind::kList: case Kind::kTuple:
       charge_list_items(container.size());  // a walk, as iterate's copy

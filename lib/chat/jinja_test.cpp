@@ -330,6 +330,29 @@ TEST_CASE("jinja: a render stops at its budget of list items made or walked, exa
                        doctest::Contains("list items made or walked"), ChatTemplateError);
 }
 
+// Bytes of strings walked without making anything count against the render's walk budget
+// (kMaxRenderWalkBytes, 8 GiB; here 1,000): `in` walks the string searched, `==` two strings of
+// one length (of different lengths: nothing), `<` the shorter, `length` the string. Exactly the
+// budget passes, one byte more fails. With the real budget, `in` a 16 MiB string in a loop stops
+// in a few hundred turns instead of running for hours.
+TEST_CASE("jinja: a render stops at its budget of string bytes walked, exactly") {
+  const Limited limited([](Interpreter& in) { in.set_max_walk_bytes(1000); },
+                        "more than 1000 bytes of strings walked (in, ==, <, length) in one render");
+  const auto run = [&](const std::string& source) { return limited.run(source); };
+  const auto fails = [&](const std::string& source) { return limited.fails(source); };
+  CHECK(run("{% set a = 'x' * 500 %}{{ 'y' in a }}{{ 'x' in a }}") == "FalseTrue");
+  CHECK(fails("{% set a = 'x' * 501 %}{{ 'y' in a }}{{ 'x' in a }}"));
+  CHECK(run("{% set a = 'x' * 500 %}{% set b = 'x' * 500 %}{{ a == b }}{{ a != b }}") == "TrueFalse");
+  CHECK(fails("{% set a = 'x' * 501 %}{% set b = 'x' * 501 %}{{ a == b }}{{ a != b }}"));
+  CHECK(run("{% set a = 'x' * 999 %}{% for i in range(100) %}{% if a == 'y' %}!{% endif %}{% endfor %}"
+            "{{ a | length }}") == "999");
+  CHECK(fails("{% set a = 'x' * 1001 %}{{ a | length }}"));
+  CHECK(run("{% set a = 'x' * 1000 %}{{ a < a ~ 'y' }}") == "True");
+  CHECK(fails("{% set a = 'x' * 1001 %}{{ a < a ~ 'y' }}"));
+  CHECK_THROWS_WITH_AS(render("{% set s = 'a' * 16000000 %}{% for i in range(100000) %}{{ 'b' in s }}{% endfor %}"),
+                       doctest::Contains("more than 8192 MiB of strings walked"), ChatTemplateError);
+}
+
 // Nesting past what the stack holds is refused with an error, never a crash (each of these
 // overflowed the stack before). The tree is at most kMaxTreeDepth (500) deep: a print of `1`
 // under k filters is k + 2 deep, so 498 filters pass and 499 fail, even 30,000 of them (the

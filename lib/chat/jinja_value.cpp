@@ -48,10 +48,20 @@ const std::string& Value::undefined_hint() const {
 
 namespace {
 thread_local RenderBudget* t_budget = nullptr;
+
+std::string byte_count(int64_t n) {  // "1024 MiB", or "1000 bytes"
+  return n >= (int64_t{1} << 20) ? std::to_string(n >> 20) + " MiB" : std::to_string(n) + " bytes";
+}
 }  // namespace
 
-RenderBudget::RenderBudget(int64_t bytes, int64_t items)
-    : bytes_limit_(bytes), bytes_left_(bytes), items_limit_(items), items_left_(items), previous_(t_budget) {
+RenderBudget::RenderBudget(int64_t bytes, int64_t items, int64_t walk_bytes)
+    : bytes_limit_(bytes),
+      bytes_left_(bytes),
+      items_limit_(items),
+      items_left_(items),
+      walk_limit_(walk_bytes),
+      walk_left_(walk_bytes),
+      previous_(t_budget) {
   t_budget = this;
 }
 RenderBudget::~RenderBudget() { t_budget = previous_; }
@@ -61,10 +71,18 @@ void charge_string_bytes(size_t n) {
   if (b == nullptr) return;
   b->bytes_left_ -= static_cast<int64_t>(n);
   if (b->bytes_left_ < 0) {
-    const int64_t limit = b->bytes_limit_;
-    const std::string text =
-        limit >= (int64_t{1} << 20) ? std::to_string(limit >> 20) + " MiB" : std::to_string(limit) + " bytes";
-    throw std::runtime_error("more than " + text + " of strings made in one render (nvllm's limit)");
+    throw std::runtime_error("more than " + byte_count(b->bytes_limit_) +
+                             " of strings made in one render (nvllm's limit)");
+  }
+}
+
+void charge_string_walk(size_t n) {
+  RenderBudget* b = t_budget;
+  if (b == nullptr) return;
+  b->walk_left_ -= static_cast<int64_t>(n);
+  if (b->walk_left_ < 0) {
+    throw std::runtime_error("more than " + byte_count(b->walk_limit_) +
+                             " of strings walked (in, ==, <, length) in one render (nvllm's limit)");
   }
 }
 
@@ -173,7 +191,9 @@ std::string_view Value::str() const {
 
 size_t Value::size() const {
   switch (kind_) {
-    case Kind::kString: return text::cp_count(str());
+    case Kind::kString:
+      charge_string_walk(str().size());
+      return text::cp_count(str());
     case Kind::kList: case Kind::kTuple:
       return json_ ? json_->size() : static_cast<const List*>(obj_.get())->size();
     case Kind::kDict: case Kind::kNamespace:

@@ -99,24 +99,26 @@ class Value {
 // The bytes of strings and the list items one render may make or walk, counted where a string or
 // list Value is made (every string and list a template builds passes there; the output buffer is
 // bounded by check_length, the request's messages are borrowed JSON) and where a list is walked
-// (charge_list_items: iterate, `in`, `==`). Interpreter::render holds one on its stack for the
-// calling thread; outside a render nothing is counted. Throws std::runtime_error past either
-// limit.
+// (charge_list_items: iterate, `in`, `==`), and the bytes of strings walked (charge_string_walk).
+// Interpreter::render holds one on its stack for the calling thread; outside a render nothing is
+// counted. Throws std::runtime_error past any limit.
 class RenderBudget {
  public:
-  RenderBudget(int64_t bytes, int64_t items);
+  RenderBudget(int64_t bytes, int64_t items, int64_t walk_bytes);
   ~RenderBudget();
   RenderBudget(const RenderBudget&) = delete;
   RenderBudget& operator=(const RenderBudget&) = delete;
 
  private:
-  int64_t bytes_limit_, bytes_left_, items_limit_, items_left_;
+  int64_t bytes_limit_, bytes_left_, items_limit_, items_left_, walk_limit_, walk_left_;
   RenderBudget* previous_;
   friend void charge_string_bytes(size_t n);
   friend void charge_list_items(size_t n);
+  friend void charge_string_walk(size_t n);
 };
 void charge_string_bytes(size_t n);
 void charge_list_items(size_t n);
+void charge_string_walk(size_t n);
 // Throws std::runtime_error when the thread's stack is nearly full (core/stack_room.h): called
 // by everything that recurses as deep as a value nests or calls nest (evaluation, printing,
 // comparison, tojson), so a list nested a million deep or macros recursing through deep
