@@ -241,25 +241,26 @@ assert msg.startswith("line 2: ") and "Conversation roles must alternate user/as
 assert "message" not in prompt and len(prompt["token_ids"]) == 2, prompt
 PY
 
-# A limit of the engine's own: the message names the template and its line once (tokenize stops
-# at the first bad line, exit status 1).
+# tokenize_error NAME: tokenize the first line of alt.jsonl with template $tmp/NAME.jinja, which
+# must fail (tokenize stops at the first bad line, exit status 1); its stderr in $tmp/NAME_err.
+tokenize_error() {
+  set +e
+  head -1 "$tmp/alt.jsonl" | "$nvllm" tokenize --model "$model" --chat-template "$tmp/$1.jinja" >/dev/null 2>"$tmp/$1_err"
+  local rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat "$tmp/$1_err"; fail "tokenize with $1.jinja: exit status $rc, expected 1"; }
+}
+
+# A limit of the engine's own: the message names the template and its line once.
 printf "{{ 'ab' * 8388609 }}" >"$tmp/big.jinja"
-set +e
-head -1 "$tmp/alt.jsonl" | "$nvllm" tokenize --model "$model" --chat-template "$tmp/big.jinja" >/dev/null 2>"$tmp/big_err"
-rc=$?
-set -e
-[[ $rc == 1 ]] || { cat "$tmp/big_err"; fail "tokenize past the repetition limit: exit status $rc, expected 1"; }
+tokenize_error big
 grep -q "error: standard input line 1: chat template $tmp/big.jinja line 1: repetition result too large" \
   "$tmp/big_err" || fail "limit message: $(cat "$tmp/big_err")"
 [[ $(grep -o "chat template" "$tmp/big_err" | wc -l) == 2 ]] || fail "template named twice: $(cat "$tmp/big_err")"
 # Words a template raises are its own, even when they read like the engine's: the template is
 # named before them.
 printf "{{ raise_exception('chat template elsewhere line 9: its own words') }}" >"$tmp/says.jinja"
-set +e
-head -1 "$tmp/alt.jsonl" | "$nvllm" tokenize --model "$model" --chat-template "$tmp/says.jinja" >/dev/null 2>"$tmp/says_err"
-rc=$?
-set -e
-[[ $rc == 1 ]] || { cat "$tmp/says_err"; fail "tokenize with a raising template: exit status $rc, expected 1"; }
+tokenize_error says
 grep -qF "standard input line 1: chat template $tmp/says.jinja: chat template elsewhere line 9: its own words" \
   "$tmp/says_err" || fail "raised message: $(cat "$tmp/says_err")"
 

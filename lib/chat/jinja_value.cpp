@@ -49,39 +49,35 @@ const std::string& Value::undefined_hint() const {
 namespace {
 thread_local RenderBudget* t_budget = nullptr;
 
+// Takes n from one account of the current render's budget; true when that overdraws it.
+bool overdrawn(RenderBudget::Account& a, size_t n) {
+  a.left -= static_cast<int64_t>(n);
+  return a.left < 0;
+}
+
 std::string byte_count(int64_t n) {  // "1024 MiB", or "1000 bytes"
   return n >= (int64_t{1} << 20) ? std::to_string(n >> 20) + " MiB" : std::to_string(n) + " bytes";
 }
 }  // namespace
 
 RenderBudget::RenderBudget(int64_t bytes, int64_t items, int64_t walk_bytes)
-    : bytes_limit_(bytes),
-      bytes_left_(bytes),
-      items_limit_(items),
-      items_left_(items),
-      walk_limit_(walk_bytes),
-      walk_left_(walk_bytes),
-      previous_(t_budget) {
+    : bytes_{bytes, bytes}, items_{items, items}, walk_{walk_bytes, walk_bytes}, previous_(t_budget) {
   t_budget = this;
 }
 RenderBudget::~RenderBudget() { t_budget = previous_; }
 
 void charge_string_bytes(size_t n) {
   RenderBudget* b = t_budget;
-  if (b == nullptr) return;
-  b->bytes_left_ -= static_cast<int64_t>(n);
-  if (b->bytes_left_ < 0) {
-    throw std::runtime_error("more than " + byte_count(b->bytes_limit_) +
+  if (b != nullptr && overdrawn(b->bytes_, n)) {
+    throw std::runtime_error("more than " + byte_count(b->bytes_.limit) +
                              " of strings made in one render (nvllm's limit)");
   }
 }
 
 void charge_string_walk(size_t n) {
   RenderBudget* b = t_budget;
-  if (b == nullptr) return;
-  b->walk_left_ -= static_cast<int64_t>(n);
-  if (b->walk_left_ < 0) {
-    throw std::runtime_error("more than " + byte_count(b->walk_limit_) +
+  if (b != nullptr && overdrawn(b->walk_, n)) {
+    throw std::runtime_error("more than " + byte_count(b->walk_.limit) +
                              " of strings walked (in, ==, <, length) in one render (nvllm's limit)");
   }
 }
@@ -94,10 +90,8 @@ void check_stack_room() {
 
 void charge_list_items(size_t n) {
   RenderBudget* b = t_budget;
-  if (b == nullptr) return;
-  b->items_left_ -= static_cast<int64_t>(n);
-  if (b->items_left_ < 0) {
-    throw std::runtime_error("more than " + std::to_string(b->items_limit_) +
+  if (b != nullptr && overdrawn(b->items_, n)) {
+    throw std::runtime_error("more than " + std::to_string(b->items_.limit) +
                              " list items made or walked in one render (nvllm's limit)");
   }
 }

@@ -108,9 +108,12 @@ class RenderBudget {
   ~RenderBudget();
   RenderBudget(const RenderBudget&) = delete;
   RenderBudget& operator=(const RenderBudget&) = delete;
+  struct Account {
+    int64_t limit, left;
+  };
 
  private:
-  int64_t bytes_limit_, bytes_left_, items_limit_, items_left_, walk_limit_, walk_left_;
+  Account bytes_, items_, walk_;
   RenderBudget* previous_;
   friend void charge_string_bytes(size_t n);
   friend void charge_list_items(size_t n);
