@@ -96,9 +96,11 @@ __host__ __device__ inline int batch_p2(int batch) { return batch <= 1 ? 1 : bat
 // mbarriers: the weight copy, the q/k/v exchange, the inbox. Cs: the CTAs of one sequence.
 // A step of several sequences lays the buffers used only after this CTA's products (acc, ml, the
 // inbox) over its weight rows: every push into the inbox comes from a CTA that has received this
-// CTA's q/k/v rows, so these products are done (the q/k/v rows themselves may arrive earlier),
-// and pads q so that the heads a kernel holds past the group (up to the next power of two) read
-// inside shared memory.
+// CTA's q/k/v rows, so these products are done (the q/k/v rows themselves may arrive earlier).
+// Every step pads q so that the heads a kernel holds past the group (up to the next power of two:
+// 8 for a group of 5) read rows of their own: unpadded, a batch-1 CTA's scratch heads read acc,
+// which other warps were writing (a benign race, their results are never stored, but one
+// compute-sanitizer racecheck reports: bench/NOTES.md, forty-seventh session).
 struct AttnLayout {
   int rows;  // rows of the group's (G + 2) * D per CTA
   int outs;  // outputs of the group (G * D) this CTA finishes for its sequence
@@ -127,7 +129,7 @@ __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int clu
   L.freq = L.qk_norm + size_t(2 * D) * 2;
   L.dots = align_up(L.freq + size_t(D / 2) * 4, 16);
   L.qkv = align_up(L.dots + dots_bytes(L.rows, batch), 16);
-  const int held = batch_p2(group), pad = batch > 1 && held > group + 2 ? held - group - 2 : 0;
+  const int held = batch_p2(group), pad = held > group + 2 ? held - group - 2 : 0;
   const size_t qkv_end = L.qkv + size_t(group + 2 + pad) * D * 4;
   L.red = align_up(batch > 1 ? qkv_end : place_late(qkv_end), 16);
   L.bar = L.red + kScratchFloats * 4;
