@@ -334,7 +334,7 @@ TEST_CASE("jinja: a render stops at its budget of list items made or walked, exa
 // (kMaxRenderWalkBytes, 8 GiB; here 1,000): `in` walks the string searched, `==` two strings of
 // one length (of different lengths: nothing), `<` the shorter, `length` the string. Exactly the
 // budget passes, one byte more fails. With the real budget, `in` a 16 MiB string in a loop stops
-// in a few hundred turns instead of running for hours.
+// in a few hundred turns instead of running for minutes.
 TEST_CASE("jinja: a render stops at its budget of string bytes walked, exactly") {
   const Limited limited([](Interpreter& in) { in.set_max_walk_bytes(1000); },
                         "more than 1000 bytes of strings walked (in, ==, <, length) in one render");
