@@ -180,12 +180,21 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
   std::error_code ec;
   NVLLM_CHECK(fs::is_directory(dir, ec), dir.string(), ": not a folder", ec ? " (" + ec.message() + ")" : "",
               "; pass a Hugging Face checkpoint folder");
+  // Whether p is a regular file: false when nothing is there, an error naming p (and `why`, what
+  // asked for it) when the system cannot say.
+  auto is_file = [](const fs::path& p, const std::string& why) {
+    std::error_code file_ec;
+    const bool found = fs::is_regular_file(p, file_ec);
+    NVLLM_CHECK(found || !file_ec || file_ec == std::errc::no_such_file_or_directory, p.string(), ": ",
+                file_ec.message(), why);
+    return found;
+  };
   auto add_file = [&](const fs::path& p) -> SafetensorsFile& {
     c.files_.push_back(SafetensorsFile::open(p));
     return *c.files_.back();
   };
   const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::is_regular_file(index)) {
+  if (is_file(index, "")) {
     std::ifstream in(index);
     NVLLM_CHECK(in, index.string(), ": cannot open for reading");
     json j;
@@ -207,9 +216,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
       auto it = shards.find(shard_name);
       if (it == shards.end()) {
         const fs::path p = dir / shard_name;
-        const bool found = fs::is_regular_file(p, ec);
-        NVLLM_CHECK(found || !ec || ec == std::errc::no_such_file_or_directory, p.string(), ": ", ec.message(),
-                    "; ", index.string(), " lists it for tensor \"", name, "\"");
+        const bool found = is_file(p, str_cat("; ", index.string(), " lists it for tensor \"", name, "\""));
         NVLLM_CHECK(found, p.string(), ": not found, but ", index.string(), " lists it for tensor \"", name,
                     "\"; the download is incomplete");
         it = shards.emplace(shard_name, &add_file(p)).first;
@@ -222,7 +229,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir) {
     return c;
   }
   std::vector<fs::path> paths;
-  if (fs::is_regular_file(dir / "model.safetensors")) {
+  if (is_file(dir / "model.safetensors", "")) {
     paths.push_back(dir / "model.safetensors");
   } else {
     for (const auto& e : fs::directory_iterator(dir, ec)) {

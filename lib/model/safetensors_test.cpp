@@ -228,7 +228,8 @@ TEST_CASE("checkpoint: sharded index, single file and loose files") {
     // an error naming it, not an uncaught filesystem_error.
     index["weight_map"]["d"] = std::string(300, 'x') + ".safetensors";
     write_bytes(dir / "model.safetensors.index.json", index.dump());
-    CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path()), doctest::Contains("xx.safetensors: File name too long; "), Error);
+    CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path()), doctest::Contains("xx.safetensors: File name too long; "),
+                         Error);
     // The index puts a tensor in a shard that lacks it.
     index["weight_map"]["d"] = "model-00002-of-00002.safetensors";
     write_bytes(dir / "model.safetensors.index.json", index.dump());
@@ -239,6 +240,16 @@ TEST_CASE("checkpoint: sharded index, single file and loose files") {
                          Error);
     write_bytes(dir / "model.safetensors.index.json", "{\"metadata\": {}}");
     CHECK_THROWS_WITH_AS(Checkpoint::open(dir.path()), doctest::Contains("weight_map"), Error);
+  }
+  SUBCASE("a folder whose path leaves no room for the files' names") {
+    // The folder's path (4,080 characters) is under the system's limit, the index's beside it
+    // over (File name too long): an error naming the index, not an uncaught filesystem_error.
+    ScratchDir dir;
+    std::filesystem::path deep = dir.path();
+    while (deep.string().size() < 4080) deep /= std::string(std::min<size_t>(200, 4080 - deep.string().size()), 'd');
+    std::filesystem::create_directories(deep);
+    CHECK_THROWS_WITH_AS(Checkpoint::open(deep), doctest::Contains("model.safetensors.index.json: File name too long"),
+                         Error);
   }
   SUBCASE("single model.safetensors") {
     ScratchDir dir;
