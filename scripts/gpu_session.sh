@@ -8,6 +8,7 @@
 #   scripts/gpu_session.sh compare    bench/hf_compare.py (transformers on the same workload)
 #   scripts/gpu_session.sh ncu        per-kernel times of one batch-1 decode step (ncu, eager)
 #   scripts/gpu_session.sh ncu256     the same for a batch-256 decode step at context ~800
+#   scripts/gpu_session.sh ncuattn    stall reasons by SASS line of one fused attention kernel (BATCH, CONTEXT)
 #   scripts/gpu_session.sh pdl        batch-1 decode and the gemv timing case with PDL off, then on
 #   scripts/gpu_session.sh fused      batch-1 decode: separate kernels vs the fused path (and long contexts)
 #   scripts/gpu_session.sh trace      per-CTA timestamps of one fused batch-1 step, summarised
@@ -120,6 +121,20 @@ PY
         "$bin/nvllm" bench latency --model $model --batch-size 256 --input-len 768 --output-len 64 --iterations 1 \
         --no-warmup --enforce-eager >"$out/ncu256.csv" 2>"$out/ncu256.err"
       python3 scripts/ncu_summary.py "$out/ncu256.csv" | tee "$out/ncu256_summary.txt"
+      ;;
+    ncuattn)  # one fused attention kernel alone (ncu serialises: no weight streams around it, unlike
+              # a real step): its time, warp states and stall samples by SASS line, at BATCH sequences
+              # (8) of CONTEXT tokens (384), dummy Qwen3-0.6B weights; the 4th decode step's first layer
+      dummy=/tmp/qwen3-0.6b-dummy
+      mkdir -p $dummy && cp testdata/configs/qwen3-0.6b.json $dummy/config.json &&
+        cp testdata/tokenizers/qwen3/tokenizer.json testdata/tokenizers/qwen3/tokenizer_config.json $dummy/
+      ncu --clock-control none -k attention_kernel --launch-skip $((28 * 3)) --launch-count 1 --section WarpStateStats \
+        --section SourceCounters --section SpeedOfLight --section Occupancy -f -o "$out/ncuattn" \
+        "$bin/nvllm" bench latency --model $dummy --load-format dummy --batch-size ${BATCH:-8} \
+        --input-len ${CONTEXT:-384} --output-len 8 --iterations 1 --no-warmup --enforce-eager >"$out/ncuattn.log" 2>&1
+      ncu --import "$out/ncuattn.ncu-rep" --page details >"$out/ncuattn_details.txt" 2>&1
+      ncu --import "$out/ncuattn.ncu-rep" --page source --csv --print-source sass >"$out/ncuattn_sass.csv" 2>&1
+      grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy" "$out/ncuattn_details.txt"
       ;;
     pdl)
       make_model
