@@ -370,25 +370,41 @@ TEST_CASE("gpu.kernels.decode_fused one layer with FP8 weights matches the CPU r
 // and down's 16 of 8,192 in four), TinyLlama's (5,632, group 8: gate_up only; down's 16 rows of
 // 5,632 fit), Qwen3-1.7B's over an FP8 cache (6,144: gate_up).
 TEST_CASE("gpu.kernels.decode_fused streams the weights of layers too large for shared memory") {
-  check_layer({.head_dim = 64, .group = 4, .hidden = 2048, .inter = 8192, .gate_up_streamed = true,
-               .down_streamed = true});
-  check_layer({.head_dim = 64, .group = 8, .hidden = 2048, .inter = 5632, .gate_up_streamed = true});
-  check_layer({.head_dim = 128, .group = 2, .fp8_kv = true, .hidden = 2048, .inter = 6144, .gate_up_streamed = true});
+  SUBCASE("Llama-3.2-1B") {
+    check_layer({.head_dim = 64, .group = 4, .hidden = 2048, .inter = 8192, .gate_up_streamed = true,
+                 .down_streamed = true});
+  }
+  SUBCASE("TinyLlama") {
+    check_layer({.head_dim = 64, .group = 8, .hidden = 2048, .inter = 5632, .gate_up_streamed = true});
+  }
+  SUBCASE("Qwen3-1.7B, FP8 cache") {
+    check_layer({.head_dim = 128, .group = 2, .fp8_kv = true, .hidden = 2048, .inter = 6144, .gate_up_streamed = true});
+  }
   // Down's 19-20 rows of 5,632 (k parts of 1,408: 44 chunks over 8 warps; a last row group of
   // 3-4 rows), and a hidden size past the published sums of squares (2,048); the same with tiles
   // of at most 1,024 values (parts of 704: 22 chunks).
-  check_layer({.head_dim = 128, .group = 2, .hidden = 2560, .inter = 5632, .gate_up_streamed = true,
-               .down_streamed = true});
-  check_layer({.head_dim = 128, .group = 2, .hidden = 2560, .inter = 5632, .gate_up_streamed = true,
-               .down_streamed = true, .streaming = {.tile_k = 1024}});
+  SUBCASE("hidden 2,560") {
+    check_layer({.head_dim = 128, .group = 2, .hidden = 2560, .inter = 5632, .gate_up_streamed = true,
+                 .down_streamed = true});
+  }
+  SUBCASE("hidden 2,560, tiles of 1,024") {
+    check_layer({.head_dim = 128, .group = 2, .hidden = 2560, .inter = 5632, .gate_up_streamed = true,
+                 .down_streamed = true, .streaming = {.tile_k = 1024}});
+  }
   // FP8 weights: half the bytes, so down's shares fit; gate_up's streams in one part of 2,048
   // codes, two of 1,024 (tiles of at most 1,024), or two of 1,280 (2,560: 20 chunks over 8 warps).
-  check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
-               .gate_up_streamed = true});
-  check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
-               .gate_up_streamed = true, .streaming = {.tile_k = 1024}});
-  check_layer({.head_dim = 128, .group = 2, .fp8_weights = true, .hidden = 2560, .inter = 5632,
-               .gate_up_streamed = true});
+  SUBCASE("FP8 weights, Llama-3.2-1B") {
+    check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
+                 .gate_up_streamed = true});
+  }
+  SUBCASE("FP8 weights, Llama-3.2-1B, tiles of 1,024") {
+    check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
+                 .gate_up_streamed = true, .streaming = {.tile_k = 1024}});
+  }
+  SUBCASE("FP8 weights, hidden 2,560") {
+    check_layer({.head_dim = 128, .group = 2, .fp8_weights = true, .hidden = 2560, .inter = 5632,
+                 .gate_up_streamed = true});
+  }
 }
 
 // Steps of several sequences (the plan for kFusedMaxBatch, run at 2 to 8): each sequence's k, v,
@@ -397,21 +413,31 @@ TEST_CASE("gpu.kernels.decode_fused streams the weights of layers too large for 
 // leave warps of the attention kernel without a sequence.
 TEST_CASE("gpu.kernels.decode_fused a step of several sequences matches the CPU reference for each") {
   for (int head_dim : {64, 128})
-    for (int group = 1; group <= 8; ++group)
-      for (int batch : {2, 3, 8}) check_layer({.head_dim = head_dim, .group = group, .batch = batch});
-  for (int batch : {5, 8}) check_layer({.head_dim = 128, .group = 2, .max_cluster = 8, .batch = batch});
-  check_layer({.head_dim = 64, .group = 7, .fp8_kv = true, .batch = 4});
-  check_layer({.head_dim = 128, .group = 2, .fp8_kv = true, .fp8_weights = true, .batch = 8});
-  check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .batch = 6});
+    for (int group = 1; group <= 8; ++group) {
+      const std::string name = "head_dim " + std::to_string(head_dim) + ", group " + std::to_string(group);
+      SUBCASE(name.c_str()) {
+        for (int batch : {2, 3, 8}) check_layer({.head_dim = head_dim, .group = group, .batch = batch});
+      }
+    }
+  SUBCASE("clusters of 8") {
+    for (int batch : {5, 8}) check_layer({.head_dim = 128, .group = 2, .max_cluster = 8, .batch = batch});
+  }
+  SUBCASE("FP8 caches and weights") {
+    check_layer({.head_dim = 64, .group = 7, .fp8_kv = true, .batch = 4});
+    check_layer({.head_dim = 128, .group = 2, .fp8_kv = true, .fp8_weights = true, .batch = 8});
+    check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .batch = 6});
+  }
   // Streamed shares with the batch's vectors beside the stages: Llama-3.2-1B's layer, TinyLlama's
   // and the FP8 Llama-3.2-1B's (whose down streams at this plan: eight input rows of 5,632 or
   // 8,192 beside the share do not fit).
-  check_layer({.head_dim = 64, .group = 4, .hidden = 2048, .inter = 8192, .gate_up_streamed = true,
-               .down_streamed = true, .batch = 8});
-  check_layer({.head_dim = 64, .group = 8, .hidden = 2048, .inter = 5632, .gate_up_streamed = true,
-               .down_streamed = true, .batch = 8});
-  check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
-               .gate_up_streamed = true, .down_streamed = true, .batch = 8});
+  SUBCASE("streamed shares") {
+    check_layer({.head_dim = 64, .group = 4, .hidden = 2048, .inter = 8192, .gate_up_streamed = true,
+                 .down_streamed = true, .batch = 8});
+    check_layer({.head_dim = 64, .group = 8, .hidden = 2048, .inter = 5632, .gate_up_streamed = true,
+                 .down_streamed = true, .batch = 8});
+    check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
+                 .gate_up_streamed = true, .down_streamed = true, .batch = 8});
+  }
 }
 
 TEST_CASE("gpu.kernels.decode_fused refuses the shapes it does not serve, naming why") {

@@ -6,7 +6,10 @@
 # Usage: scripts/gpu_sanitize.sh [TOOL...]     TOOL: memcheck racecheck synccheck (default: all three)
 #   PARALLEL=1 runs the tools at the same time (one device call for all three).
 #   BIN (.device/bin), OUT (/tmp/nvllm_out), COMPUTE_SANITIZER, MEMCHECK_API_ERRORS (below), and per tool <TOOL>_TC / <TOOL>_TCE / <TOOL>_TIME_S
-#   (e.g. RACECHECK_TC='gpu.kernels.gemv*' RACECHECK_TIME_S=300) override the defaults below.
+#   (e.g. RACECHECK_TC='gpu.kernels.gemv*' RACECHECK_TIME_S=300) override the defaults below;
+#   <TOOL>_SC narrows the cases to their doctest subcases of those names (the fused decode cases
+#   name one a layer shape: RACECHECK_TC='*decode_fused streams*' RACECHECK_SC='TinyLlama'), so that
+#   a case too slow for one run under racecheck goes in pieces, each with its own OUT.
 # Exit status: 0 when every tool ran to the end with no error, hazard or failed test; 1 otherwise.
 #
 # Which test cases each tool runs (doctest -tc / -tce filters), and why:
@@ -63,20 +66,21 @@ run_tool() {
     synccheck) tc="gpu.*" ;;
     *) echo "gpu_sanitize: unknown tool $tool (memcheck, racecheck, synccheck)" >&2; return 1 ;;
   esac
-  local tc_var="${upper}_TC" tce_var="${upper}_TCE" time_var="${upper}_TIME_S"
+  local tc_var="${upper}_TC" tce_var="${upper}_TCE" time_var="${upper}_TIME_S" sc_var="${upper}_SC" sc=()
   tc=${!tc_var:-$tc}
   tce=${!tce_var:-$tce}
+  [[ -n ${!sc_var:-} ]] && sc=(-sc="${!sc_var}")
   limit=${!time_var:-420}
   log="$out/cs_$tool.log"
   start=$(date +%s)
   timeout -k 15 "$limit" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-    "$bin/nvllm_gpu_tests" -tc="$tc" -tce="$tce" >"$log" 2>&1
+    "$bin/nvllm_gpu_tests" -tc="$tc" -tce="$tce" "${sc[@]}" >"$log" 2>&1
   rc=$?
   local how="exit $rc"
   ((rc == 124 || rc == 137)) && how="timed out after $limit s (exit $rc)"
   local tests
   tests=$(doctest_counts "$log")
-  echo "gpu_sanitize: $tool ($tc): $(tool_counts "$log") | doctest: $tests | $how | $(($(date +%s) - start)) s" |
+  echo "gpu_sanitize: $tool ($tc${sc:+ ${sc[*]}}): $(tool_counts "$log") | doctest: $tests | $how | $(($(date +%s) - start)) s" |
     tee -a "$out/summary.txt"
   ((rc == 0)) && [[ $tests =~ ^[1-9][0-9]*\ passed,\ 0\ failed$ ]]
 }
