@@ -13,6 +13,7 @@
 #                                       the GPU tests, then oom alongside the three sanitizers at once
 #                                       (PARALLEL=1; the KV-sizing test, which reads free memory, left out)
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/shape_dir.sh"
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
 mkdir -p "$out"
@@ -74,10 +75,8 @@ tp_over_count() {
 
 # bench's ceilings line (measured on this GPU) and a batch-1 figure against them, Qwen3-0.6B shape.
 ceilings() {
-  local dir=/tmp/shape-qwen3-0.6b
-  mkdir -p $dir
-  cp testdata/configs/qwen3-0.6b.json $dir/config.json
-  cp testdata/tokenizers/qwen3/tokenizer.json testdata/tokenizers/qwen3/tokenizer_config.json $dir/
+  local dir
+  dir=$(shape_dir qwen3-0.6b)
   "$bin/nvllm" bench latency --model $dir --load-format dummy --batch-size 1 --input-len 128 --output-len 256 -q \
     --output-json "$out/bench_b1.json"
 }

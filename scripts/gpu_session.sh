@@ -17,6 +17,7 @@
 #   scripts/gpu_session.sh memcheck   the GPU tests under compute-sanitizer memcheck
 #   scripts/gpu_session.sh abnano     same-call A/B of the nano-vLLM preset over VARIANTS (as ab)
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/shape_dir.sh"
 out=${OUT:-/tmp/nvllm_out}
 bin=${BIN:-.device/bin}
 mkdir -p "$out"
@@ -125,9 +126,7 @@ PY
     ncuattn)  # one fused attention kernel alone (ncu serialises: no weight streams around it, unlike
               # a real step): its time, warp states and stall samples by SASS line, at BATCH sequences
               # (8) of CONTEXT tokens (384), dummy Qwen3-0.6B weights; the 4th decode step's first layer
-      dummy=/tmp/qwen3-0.6b-dummy
-      mkdir -p $dummy && cp testdata/configs/qwen3-0.6b.json $dummy/config.json &&
-        cp testdata/tokenizers/qwen3/tokenizer.json testdata/tokenizers/qwen3/tokenizer_config.json $dummy/
+      dummy=$(shape_dir qwen3-0.6b)
       ncu --clock-control none -k attention_kernel --launch-skip $((28 * 3)) --launch-count 1 --section WarpStateStats \
         --section SourceCounters --section SpeedOfLight --section Occupancy -f -o "$out/ncuattn" \
         "$bin/nvllm" bench latency --model $dummy --load-format dummy --batch-size ${BATCH:-8} \

@@ -17,20 +17,7 @@ summary=$out/shapes_summary.txt
 default_shapes=(qwen3-0.6b qwen2.5-0.5b-instruct tinyllama-1.1b qwen3-8b llama-3-8b llama-3.2-1b qwen3-1.7b)
 read -ra extra <<<"${EXTRA:-}"
 
-# A model folder for a shape: its config.json and the tokenizer of its family.
-model_dir() {
-  local shape=$1 dir=/tmp/shapes/$1 tok=qwen3
-  case $shape in
-    llama-3*) tok=llama3 ;;
-    tinyllama* | llama-2*) tok=llama2 ;;
-  esac
-  if [[ ! -f $dir/config.json ]]; then
-    mkdir -p "$dir"
-    cp "testdata/configs/$shape.json" "$dir/config.json"
-    cp testdata/tokenizers/$tok/tokenizer.json testdata/tokenizers/$tok/tokenizer_config.json "$dir/"
-  fi
-  echo "$dir"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/shape_dir.sh"
 
 # Runs one bench command; keeps its log and JSON and adds its result lines to the summary.
 bench() {
@@ -51,25 +38,25 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 case $stage in
   latency)
     for s in "${shapes[@]}"; do
-      m=$(model_dir "$s")
+      m=$(shape_dir "$s")
       for b in 1 8; do
         bench "latency_${s}_b$b" latency --model "$m" --batch-size $b --input-len 128 --output-len 512
       done
     done
     ;;
   nano)
-    for s in "${shapes[@]}"; do bench "nano_$s" throughput --model "$(model_dir "$s")" --preset nano-vllm; done
+    for s in "${shapes[@]}"; do bench "nano_$s" throughput --model "$(shape_dir "$s")" --preset nano-vllm; done
     ;;
   prefill)
     for s in "${shapes[@]}"; do
-      bench "prefill_$s" latency --model "$(model_dir "$s")" --batch-size 16 --input-len 2048 --output-len 2 --iterations 3
+      bench "prefill_$s" latency --model "$(shape_dir "$s")" --batch-size 16 --input-len 2048 --output-len 2 --iterations 3
     done
     ;;
   vllm)
-    bench vllm_qwen3-8b throughput --model "$(model_dir qwen3-8b)" --num-prompts 1000 --input-len 1024 --output-len 2048
+    bench vllm_qwen3-8b throughput --model "$(shape_dir qwen3-8b)" --num-prompts 1000 --input-len 1024 --output-len 2048
     ;;
   llama1k)
-    bench llama1k_llama-3-8b throughput --model "$(model_dir llama-3-8b)" --num-prompts 1000 --input-len 1000 --output-len 1000
+    bench llama1k_llama-3-8b throughput --model "$(shape_dir llama-3-8b)" --num-prompts 1000 --input-len 1000 --output-len 1000
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
