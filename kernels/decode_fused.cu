@@ -186,15 +186,32 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   const int ctx = st.context_len[sq], bs = shape.block_size;
   const int per = ceil_div(ctx, Cs), start = min(ctx, sr * per), end = attends ? min(ctx, start + per) : start;
   const size_t row_stride = size_t(kv_size);  // elements per cache slot: [slot][kv head][D]
-  auto cache_row = [&](int t) { return (size_t(table[t / bs]) * bs + t % bs) * row_stride + size_t(g) * D; };
+  const int bs_log = __ffs(bs) - 1;            // the block size is a power of two (the plan checks)
+  auto cache_row = [&](int t) {
+    return ((size_t(table[t >> bs_log]) << bs_log) + (t & (bs - 1))) * row_stride + size_t(g) * D;
+  };
+  // The split's tokens in the cache: all but the new one (ctx - 1), which comes from shared memory.
+  const int cached_end = min(end, ctx - 1);
   const int grp = tid / kLanes, sub = tid % kLanes;
+  // Where dim i of a q head lies in shared memory: lane `sub` reads its kDims dims as float4
+  // pieces, and with 8 dims its two pieces (2 sub, 2 sub + 1) lie D/2 floats apart, so that the
+  // 8 lanes of a 128-bit read phase take 8 consecutive pieces (no bank conflicts; side by side
+  // the pieces of lanes 4 apart would share banks).
+  auto q_index = [](int i) {
+    if constexpr (kDims == 8) {
+      const int p = i / 4;
+      return ((p & 1) * (D / 8) + p / 2) * 4 + i % 4;
+    } else {
+      return i;
+    }
+  };
   constexpr int kU = 3;  // tokens per group and iteration
-  Raw kv[kU], vv[kU];
+  Raw kv[kU] = {}, vv[kU] = {};  // a slot past the split keeps what it held (its products are left out)
   auto load_tokens = [&](int t0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int t = t0 + u * kTokenGroups;
-      if (t < end && t != ctx - 1) {
+      if (t < cached_end) {
         kv[u] = __ldcg(reinterpret_cast<const Raw*>(k_cache + cache_row(t) + sub * kDims));
         vv[u] = __ldcg(reinterpret_cast<const Raw*>(v_cache + cache_row(t) + sub * kDims));
       }
@@ -204,10 +221,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   const int ahead = start + kTokenGroups * kU;  // tokens the first loads do not cover
   // A line a thread (a cached row is 64-256 bytes, aligned to its size).
   constexpr int kRowLines = D * int(sizeof(T)) > 128 ? D * int(sizeof(T)) / 128 : 1;
-  for (int j = tid; j < 2 * kRowLines * min(end - ahead, kPrefetchTokens); j += kThreads) {
+  for (int j = tid; j < 2 * kRowLines * min(cached_end - ahead, kPrefetchTokens); j += kThreads) {
     const int row = j / kRowLines, t = ahead + row / 2;
-    if (t != ctx - 1)
-      prefetch_l2_line(((row & 1) ? v_cache : k_cache) + cache_row(t) + j % kRowLines * (128 / int(sizeof(T))));
+    prefetch_l2_line(((row & 1) ? v_cache : k_cache) + cache_row(t) + j % kRowLines * (128 / int(sizeof(T))));
   }
   // FP8: this kv head's scales (constants, read before the wait).
   float k_scale = 1.f, v_scale = 1.f;
@@ -258,7 +274,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   trace.mark(kTracePhase1);
 
   // Heads 0..G-1: the q heads (normed, roped, scaled for exp2); head G: the new k. A warp each;
-  // lane `lane` rotates the pairs (i, i + D/2) for i = lane + 32 j.
+  // lane `lane` rotates the pairs (i, i + D/2) for i = lane + 32 j. A q head is stored back in the
+  // order the attention reads it (q_index).
   for (int hd = warp; hd <= G; hd += kWarps) {
     float* head = hd < G ? q + hd * D : k_new;
     const bf16* norm_w = hd < G ? q_norm_s : k_norm_s;
@@ -272,12 +289,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     }
     const float rstd = norm_w != nullptr ? rsqrtf(warp_sum(ss) / D + st.eps) : 1.f;
     const float m = hd < G ? st.scale * kLog2e * k_scale : 1.f;  // FP8: scores are q . code * k_scale
+    auto at = [&](int i) { return hd < G ? q_index(i) : i; };
+    __syncwarp();  // the head's values are all read before any moves
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       const int i = lane + 32 * j;
       const float2 r = norm_rope_pair(a[j], b[j], rstd, norm_w, i, D / 2, float(position), freq_s[i]);
-      head[i] = r.x * m;
-      head[i + D / 2] = r.y * m;
+      head[at(i)] = r.x * m;
+      head[at(i + D / 2)] = r.y * m;
     }
   }
   __syncthreads();
@@ -300,72 +319,79 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   }
   trace.mark(kTracePhase2);
 
-  // Online softmax over the split; the new token's k/v come from shared memory. An iteration
-  // takes up to kU tokens per group: their dot products first (independent chains, so their
-  // shuffles overlap), then one softmax update per head with the largest of them. The same trip
-  // count for the whole block (the kLanes-lane shuffles need every group of a warp); a slot u
-  // that no group has a token for is skipped by all (t0 - grp is the same for every thread).
+  // Online softmax over the split's cached tokens, then the new token. An iteration takes up to
+  // kU tokens per group: their dot products first (independent chains, so their shuffles
+  // overlap), then one softmax update per head with the largest of them. The same trip count for
+  // the whole block (the kLanes-lane shuffles need every group of a warp); a slot u that no group
+  // has a token for is skipped by all (t0 - grp is the same for every thread), and a group's
+  // products in a slot past its tokens are left out of its softmax.
   // Heads past G read whatever lies in shared memory after q (finite) and are never stored.
   float m[GM], l[GM], o[GM][kDims];
   softmax_start(m, l, o);
-  // Token t's k or v dims of this lane: the new token's from shared memory, a cached one from
-  // the registers loaded for slot u, zeros past the split.
-  auto token_dims = [&](int t, const float* fresh, const Raw& cached, float (&f)[kDims]) {
-    if (t == ctx - 1) {
-#pragma unroll
-      for (int i = 0; i < kDims; ++i) f[i] = fresh[sub * kDims + i];
-    } else if (t < end) {
-      if constexpr (kFp8 && kDims == 8) {
-        e4m3x8_to_float(cached, f);
-      } else if constexpr (kFp8) {
-        e4m3x4_to_float(cached, f);
-      } else {
-        const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&cached);
-#pragma unroll
-        for (int i = 0; i < kDims / 2; ++i) {
-          const float2 v = __bfloat1622float2(pairs[i]);
-          f[2 * i] = v.x;
-          f[2 * i + 1] = v.y;
-        }
-      }
+  auto cached_dims = [&](const Raw& cached, float (&f)[kDims]) {  // a cached token's dims of this lane
+    if constexpr (kFp8 && kDims == 8) {
+      e4m3x8_to_float(cached, f);
+    } else if constexpr (kFp8) {
+      e4m3x4_to_float(cached, f);
     } else {
+      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&cached);
 #pragma unroll
-      for (int i = 0; i < kDims; ++i) f[i] = 0.f;
+      for (int i = 0; i < kDims / 2; ++i) {
+        const float2 v = __bfloat1622float2(pairs[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+      }
     }
   };
-  for (int t0 = start + grp; t0 - grp < end; t0 += kTokenGroups * kU) {
+  auto head_dots = [&](const float (&kf)[kDims], float (&d)[GM]) {  // q . k of every head, over the kLanes lanes
+#pragma unroll
+    for (int h = 0; h < GM; ++h) {
+      const float* qh = q + h * D;
+      float dot = 0.f;
+#pragma unroll
+      for (int i = 0; i < kDims / 4; ++i) {
+        const float4 qv = *reinterpret_cast<const float4*>(qh + q_index(sub * kDims + 4 * i));
+        dot = fmaf(qv.x, kf[4 * i], dot);
+        dot = fmaf(qv.y, kf[4 * i + 1], dot);
+        dot = fmaf(qv.z, kf[4 * i + 2], dot);
+        dot = fmaf(qv.w, kf[4 * i + 3], dot);
+      }
+      d[h] = warp_sum<kLanes>(dot);
+    }
+  };
+  for (int t0 = start + grp; t0 - grp < cached_end; t0 += kTokenGroups * kU) {
     if (t0 != start + grp) load_tokens(t0);
-    const int slots = min(kU, ceil_div(end - (t0 - grp), kTokenGroups));  // slots some group has a token in
+    const int slots = min(kU, ceil_div(cached_end - (t0 - grp), kTokenGroups));  // slots some group has a token in
     float d[kU][GM];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (u >= slots) break;
       float kf[kDims];
-      token_dims(t0 + u * kTokenGroups, k_new, kv[u], kf);
-#pragma unroll
-      for (int h = 0; h < GM; ++h) {
-        const float4* qh = reinterpret_cast<const float4*>(q + h * D + sub * kDims);
-        float dot = 0.f;
-#pragma unroll
-        for (int i = 0; i < kDims / 4; ++i) {
-          const float4 qv = qh[i];
-          dot = fmaf(qv.x, kf[4 * i], dot);
-          dot = fmaf(qv.y, kf[4 * i + 1], dot);
-          dot = fmaf(qv.z, kf[4 * i + 2], dot);
-          dot = fmaf(qv.w, kf[4 * i + 3], dot);
-        }
-        d[u][h] = warp_sum<kLanes>(dot);
-      }
+      cached_dims(kv[u], kf);
+      head_dots(kf, d[u]);
     }
-    const int mine = min(slots, ceil_div(end - t0, kTokenGroups));  // this group's tokens: slots 0 .. mine-1
+    const int mine = min(slots, ceil_div(cached_end - t0, kTokenGroups));  // this group's tokens: slots 0 .. mine-1
     if (mine <= 0) continue;
     softmax_rescale(m, l, o, d, mine);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (u >= mine) break;
       float vf[kDims];
-      token_dims(t0 + u * kTokenGroups, v_new, vv[u], vf);
+      cached_dims(vv[u], vf);
       softmax_add(m, l, o, d[u], vf);
+    }
+  }
+  if (start <= ctx - 1 && ctx - 1 < end) {  // the new token is the split's last: group 0 takes it
+    float kf[kDims], vf[kDims], d[1][GM];
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) {
+      kf[i] = k_new[sub * kDims + i];
+      vf[i] = v_new[sub * kDims + i];
+    }
+    head_dots(kf, d[0]);
+    if (grp == 0) {
+      softmax_rescale(m, l, o, d, 1);
+      softmax_add(m, l, o, d[0], vf);
     }
   }
   // Merge the token groups of a warp (lanes kLanes apart), then the warps through shared memory.
@@ -671,7 +697,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
     return no("hidden or intermediate size not a multiple of 32");
   if (s.fp8_weights && (s.hidden % 64 != 0 || s.intermediate % 64 != 0))
     return no("FP8 weights with a hidden or intermediate size not a multiple of 64");
-  if (s.block_size < 1) return no("block size below 1");
+  if (s.block_size < 1 || (s.block_size & (s.block_size - 1)) != 0) return no("block size not a power of two");
   if (max_batch < 1 || max_batch > kFusedMaxBatch) return no("more sequences a step than the mma's 8 columns");
   const int major = device_attribute(cudaDevAttrComputeCapabilityMajor),
             max_smem = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin),

@@ -448,6 +448,11 @@ TEST_CASE("gpu.kernels.decode_fused refuses the shapes it does not serve, naming
     REQUIRE(plan.why != nullptr);
     CHECK(std::string(plan.why).find(s.head_dim == 96 ? "head_dim" : "q heads per kv head") != std::string::npos);
   }
+  // A block size that is not a power of two (the kernel finds a token's block by a shift).
+  const FusedDecodePlan odd_block = fused_decode_plan({kHiddenSmall, kInterSmall, 4, 2, 128, 12});
+  CHECK(odd_block.cluster == 0);
+  REQUIRE(odd_block.why != nullptr);
+  CHECK(std::string(odd_block.why).find("power of two") != std::string::npos);
   // One sequence past the mma's columns.
   const FusedDecodeShape ok{kHiddenSmall, kInterSmall, 4, 2, 128, kBlock};
   CHECK(fused_decode_plan(ok, 16, {}, kFusedMaxBatch).cluster > 0);
