@@ -134,6 +134,7 @@ PY
       ncu --import "$out/ncuattn.ncu-rep" --page details >"$out/ncuattn_details.txt" 2>&1
       ncu --import "$out/ncuattn.ncu-rep" --page source --csv --print-source sass >"$out/ncuattn_sass.csv" 2>&1
       grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Registers Per|Achieved Occupancy" "$out/ncuattn_details.txt"
+      python3 scripts/ncu_sass_summary.py "$out/ncuattn_sass.csv" | tee "$out/ncuattn_summary.txt"
       ;;
     pdl)
       make_model
