@@ -8,7 +8,7 @@
 #   scripts/gpu_session.sh compare    bench/hf_compare.py (transformers on the same workload)
 #   scripts/gpu_session.sh ncu        per-kernel times of one batch-1 decode step (ncu, eager)
 #   scripts/gpu_session.sh ncu256     the same for a batch-256 decode step at context ~800
-#   scripts/gpu_session.sh ncuattn    stall reasons by SASS line of one fused attention kernel (BATCH, CONTEXT)
+#   scripts/gpu_session.sh ncuattn    stall reasons by SASS line of one fused kernel (KERNEL, SHAPE, BATCH, CONTEXT)
 #   scripts/gpu_session.sh pdl        batch-1 decode and the gemv timing case with PDL off, then on
 #   scripts/gpu_session.sh fused      batch-1 decode: separate kernels vs the fused path (and long contexts)
 #   scripts/gpu_session.sh trace      per-CTA timestamps of one fused batch-1 step, summarised
@@ -123,12 +123,21 @@ PY
         --no-warmup --enforce-eager >"$out/ncu256.csv" 2>"$out/ncu256.err"
       python3 scripts/ncu_summary.py "$out/ncu256.csv" | tee "$out/ncu256_summary.txt"
       ;;
-    ncuattn)  # one fused attention kernel alone (ncu serialises: no weight streams around it, unlike
-              # a real step): its time, warp states and stall samples by SASS line, at BATCH sequences
-              # (8) of CONTEXT tokens (384), dummy Qwen3-0.6B weights; the 4th decode step's first layer
-      dummy=$(shape_dir qwen3-0.6b)
-      ncu --clock-control none -k attention_kernel --launch-skip $((28 * 3)) --launch-count 1 --section WarpStateStats \
-        --section SourceCounters --section SpeedOfLight --section Occupancy -f -o "$out/ncuattn" \
+    ncuattn)  # one fused kernel alone (ncu serialises: no weight streams around it, unlike a real
+              # step): its time, warp states and stall samples by SASS line, at BATCH sequences (8)
+              # of CONTEXT tokens (384), dummy weights of SHAPE (qwen3-0.6b); the 4th decode step's
+              # first layer. KERNEL: attention (default), o_proj, gate_up or down.
+      dummy=$(shape_dir "${SHAPE:-qwen3-0.6b}")
+      layers=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['num_hidden_layers'])" "$dummy/config.json")
+      case ${KERNEL:-attention} in  # the kernel's name, and its launches a layer before the one taken
+        attention) name=attention_kernel a_layer=1 before=0 ;;
+        o_proj) name=residual_proj_kernel a_layer=2 before=0 ;;
+        down) name=residual_proj_kernel a_layer=2 before=1 ;;
+        gate_up) name=gate_up_kernel a_layer=1 before=0 ;;
+        *) echo "ncuattn: KERNEL is attention, o_proj, gate_up or down" >&2; exit 2 ;;
+      esac
+      ncu --clock-control none -k $name --launch-skip $((layers * a_layer * 3 + before)) --launch-count 1 \
+        --section WarpStateStats --section SourceCounters --section SpeedOfLight --section Occupancy -f -o "$out/ncuattn" \
         "$bin/nvllm" bench latency --model $dummy --load-format dummy --batch-size ${BATCH:-8} \
         --input-len ${CONTEXT:-384} --output-len 8 --iterations 1 --no-warmup --enforce-eager >"$out/ncuattn.log" 2>&1
       ncu --import "$out/ncuattn.ncu-rep" --page details >"$out/ncuattn_details.txt" 2>&1
