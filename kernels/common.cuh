@@ -344,6 +344,21 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   return uint32_t(h.x) | uint32_t(h.y) << 16;
 }
 
+// Four floats that are E4M3 values (codes as floats) back to their codes, low byte first.
+__device__ __forceinline__ uint32_t e4m3x4_of(const float* f) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(f[0], f[1]), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(f[2], f[3]), __NV_SATFINITE, __NV_E4M3);
+  return (lo & 0xffffu) | hi << 16;
+}
+
+// An 8x8 matrix of 16-bit values across a warp transposed (lane i holds row i / 4, columns
+// 2 (i % 4) and 2 (i % 4) + 1, low half first, before and after).
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 }  // namespace nvllm::kernels

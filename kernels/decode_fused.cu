@@ -35,7 +35,8 @@
 // (kFp8W: the codes converted to bf16 in registers, exactly, and each row's sum times its scale).
 //
 // An FP8 KV cache (attention_kernel's T = fp8_e4m3): a lane reads its dims of a cached token as
-// codes (8 or 4 bytes) and converts them in registers; the new token's k and v are quantised (the
+// codes (8 bytes) and converts them in registers (to floats, or to f16 for the tensor cores,
+// exactly); the new token's k and v are quantised (the
 // codes go to the cache) and the attention uses the same codes for it, as for every other token;
 // k_scale goes into the query, v_scale into the output. The codes of the new token replace its
 // values in shared memory behind one more block barrier; quantising them again where the loop
@@ -62,6 +63,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/decode_fused.h"
 #include "kernels/decode_fused_blocks.cuh"
+#include "kernels/decode_fused_tokens.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/tma.cuh"
@@ -99,15 +101,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
                                                              FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kFp8 = std::is_same_v<T, fp8_e4m3>;
-  // A lane holds kDims dims of a token: 4 for groups of 8 heads, so that its accumulators (GM x
-  // kDims) stay at 32 floats and the kernel at ~150 registers, small enough to share an SM with
-  // the down kernel it follows (240 registers at 8 dims took an SM's whole register file, and the
-  // kernel could not launch before down had drained).
-  constexpr int kDims = GM > 4 ? 4 : 8;
-  using Raw = std::conditional_t<kFp8, std::conditional_t<kDims == 8, uint2, uint32_t>,
-                                 std::conditional_t<kDims == 8, uint4, uint2>>;  // a lane's dims of a cached token
-  constexpr int kLanes = D / kDims;  // lanes that hold one token's D dims
-  constexpr int kTokenGroups = kThreads / kLanes;
+  // The token loop (decode_fused_tokens.cuh): on the tensor cores for groups of 5-8 heads, on the
+  // CUDA cores for smaller ones.
+  using Tokens = std::conditional_t<(GM > 4), TensorTokens<D, T>, CudaCoreTokens<D, GM, T>>;
   T* const k_cache = static_cast<T*>(w.kv.k);
   T* const v_cache = static_cast<T*>(w.kv.v);
   extern __shared__ __align__(128) char smem[];
@@ -180,50 +176,21 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 
   // This CTA's context split of its sequence. The cached K/V of its tokens were written by earlier
   // steps, so they are constants here: the first tokens' go into registers before the wait, the
-  // next ones into L2. kTokenGroups groups of kLanes lanes walk the tokens, lane `sub` holding
-  // dims sub*kDims .. sub*kDims+kDims-1.
-  const int32_t* table = kMulti ? st.block_table + size_t(sq) * st.table_width : st.block_table;
-  const int ctx = st.context_len[sq], bs = shape.block_size;
+  // next ones into L2.
+  const int ctx = st.context_len[sq];
   const int per = ceil_div(ctx, Cs), start = min(ctx, sr * per), end = attends ? min(ctx, start + per) : start;
   const size_t row_stride = size_t(kv_size);  // elements per cache slot: [slot][kv head][D]
-  const int bs_log = __ffs(bs) - 1;            // the block size is a power of two (the plan checks)
-  auto cache_row = [&](int t) {
-    return ((size_t(table[t >> bs_log]) << bs_log) + (t & (bs - 1))) * row_stride + size_t(g) * D;
-  };
-  // The split's tokens in the cache: all but the new one (ctx - 1), which comes from shared memory.
-  const int cached_end = min(end, ctx - 1);
-  const int grp = tid / kLanes, sub = tid % kLanes;
-  // Where dim i of a q head lies in shared memory: lane `sub` reads its kDims dims as float4
-  // pieces, and with 8 dims its two pieces (2 sub, 2 sub + 1) lie D/2 floats apart, so that the
-  // 8 lanes of a 128-bit read phase take 8 consecutive pieces (no bank conflicts; side by side
-  // the pieces of lanes 4 apart would share banks).
-  auto q_index = [](int i) {
-    if constexpr (kDims == 8) {
-      const int p = i / 4;
-      return ((p & 1) * (D / 8) + p / 2) * 4 + i % 4;
-    } else {
-      return i;
-    }
-  };
-  constexpr int kU = 3;  // tokens per group and iteration
-  Raw kv[kU] = {}, vv[kU] = {};  // a slot past the split keeps what it held (its products are left out)
-  auto load_tokens = [&](int t0) {
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int t = t0 + u * kTokenGroups;
-      if (t < cached_end) {
-        kv[u] = __ldcg(reinterpret_cast<const Raw*>(k_cache + cache_row(t) + sub * kDims));
-        vv[u] = __ldcg(reinterpret_cast<const Raw*>(v_cache + cache_row(t) + sub * kDims));
-      }
-    }
-  };
-  load_tokens(start + grp);
-  const int ahead = start + kTokenGroups * kU;  // tokens the first loads do not cover
+  const TokenSplit<T> split{k_cache, v_cache, kMulti ? st.block_table + size_t(sq) * st.table_width : st.block_table,
+                            __ffs(shape.block_size) - 1, row_stride, size_t(g) * D, start, end, ctx};
+  const int cached_end = split.cached_end();
+  Tokens tokens(split, tid);
+  tokens.load_first();
+  const int ahead = start + Tokens::kFirst;  // tokens the first loads do not cover
   // A line a thread (a cached row is 64-256 bytes, aligned to its size).
   constexpr int kRowLines = D * int(sizeof(T)) > 128 ? D * int(sizeof(T)) / 128 : 1;
   for (int j = tid; j < 2 * kRowLines * min(cached_end - ahead, kPrefetchTokens); j += kThreads) {
     const int row = j / kRowLines, t = ahead + row / 2;
-    prefetch_l2_line(((row & 1) ? v_cache : k_cache) + cache_row(t) + j % kRowLines * (128 / int(sizeof(T))));
+    prefetch_l2_line(((row & 1) ? v_cache : k_cache) + split.row(t) + j % kRowLines * (128 / int(sizeof(T))));
   }
   // FP8: this kv head's scales (constants, read before the wait).
   float k_scale = 1.f, v_scale = 1.f;
@@ -275,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 
   // Heads 0..G-1: the q heads (normed, roped, scaled for exp2); head G: the new k. A warp each;
   // lane `lane` rotates the pairs (i, i + D/2) for i = lane + 32 j. A q head is stored back in the
-  // order the attention reads it (q_index).
+  // order the token loop reads it (Tokens::q_index).
   for (int hd = warp; hd <= G; hd += kWarps) {
     float* head = hd < G ? q + hd * D : k_new;
     const bf16* norm_w = hd < G ? q_norm_s : k_norm_s;
@@ -289,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     }
     const float rstd = norm_w != nullptr ? rsqrtf(warp_sum(ss) / D + st.eps) : 1.f;
     const float m = hd < G ? st.scale * kLog2e * k_scale : 1.f;  // FP8: scores are q . code * k_scale
-    auto at = [&](int i) { return hd < G ? q_index(i) : i; };
+    auto at = [&](int i) { return hd < G ? Tokens::q_index(i) : i; };
     __syncwarp();  // the head's values are all read before any moves
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
@@ -319,103 +286,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   }
   trace.mark(kTracePhase2);
 
-  // Online softmax over the split's cached tokens, then the new token. An iteration takes up to
-  // kU tokens per group: their dot products first (independent chains, so their shuffles
-  // overlap), then one softmax update per head with the largest of them. The same trip count for
-  // the whole block (the kLanes-lane shuffles need every group of a warp); a slot u that no group
-  // has a token for is skipped by all (t0 - grp is the same for every thread), and a group's
-  // products in a slot past its tokens are left out of its softmax.
-  // Heads past G read whatever lies in shared memory after q (finite) and are never stored.
-  float m[GM], l[GM], o[GM][kDims];
-  softmax_start(m, l, o);
-  auto cached_dims = [&](const Raw& cached, float (&f)[kDims]) {  // a cached token's dims of this lane
-    if constexpr (kFp8 && kDims == 8) {
-      e4m3x8_to_float(cached, f);
-    } else if constexpr (kFp8) {
-      e4m3x4_to_float(cached, f);
-    } else {
-      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&cached);
-#pragma unroll
-      for (int i = 0; i < kDims / 2; ++i) {
-        const float2 v = __bfloat1622float2(pairs[i]);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-      }
-    }
-  };
-  auto head_dots = [&](const float (&kf)[kDims], float (&d)[GM]) {  // q . k of every head, over the kLanes lanes
-#pragma unroll
-    for (int h = 0; h < GM; ++h) {
-      const float* qh = q + h * D;
-      float dot = 0.f;
-#pragma unroll
-      for (int i = 0; i < kDims / 4; ++i) {
-        const float4 qv = *reinterpret_cast<const float4*>(qh + q_index(sub * kDims + 4 * i));
-        dot = fmaf(qv.x, kf[4 * i], dot);
-        dot = fmaf(qv.y, kf[4 * i + 1], dot);
-        dot = fmaf(qv.z, kf[4 * i + 2], dot);
-        dot = fmaf(qv.w, kf[4 * i + 3], dot);
-      }
-      d[h] = warp_sum<kLanes>(dot);
-    }
-  };
-  for (int t0 = start + grp; t0 - grp < cached_end; t0 += kTokenGroups * kU) {
-    if (t0 != start + grp) load_tokens(t0);
-    const int slots = min(kU, ceil_div(cached_end - (t0 - grp), kTokenGroups));  // slots some group has a token in
-    float d[kU][GM];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (u >= slots) break;
-      float kf[kDims];
-      cached_dims(kv[u], kf);
-      head_dots(kf, d[u]);
-    }
-    const int mine = min(slots, ceil_div(cached_end - t0, kTokenGroups));  // this group's tokens: slots 0 .. mine-1
-    if (mine <= 0) continue;
-    softmax_rescale(m, l, o, d, mine);
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (u >= mine) break;
-      float vf[kDims];
-      cached_dims(vv[u], vf);
-      softmax_add(m, l, o, d[u], vf);
-    }
-  }
-  if (start <= ctx - 1 && ctx - 1 < end) {  // the new token is the split's last: group 0 takes it
-    float kf[kDims], vf[kDims], d[1][GM];
-#pragma unroll
-    for (int i = 0; i < kDims; ++i) {
-      kf[i] = k_new[sub * kDims + i];
-      vf[i] = v_new[sub * kDims + i];
-    }
-    head_dots(kf, d[0]);
-    if (grp == 0) {
-      softmax_rescale(m, l, o, d, 1);
-      softmax_add(m, l, o, d[0], vf);
-    }
-  }
-  // Merge the token groups of a warp (lanes kLanes apart), then the warps through shared memory.
-#pragma unroll
-  for (int h = 0; h < GM; ++h) {
-#pragma unroll
-    for (int off = kLanes; off < 32; off *= 2) {
-      const float mo = __shfl_xor_sync(0xffffffffu, m[h], off), lo = __shfl_xor_sync(0xffffffffu, l[h], off);
-      const float mx = fmaxf(m[h], mo);
-      const float a = mx == -INFINITY ? 0.f : exp2f(m[h] - mx), b = mx == -INFINITY ? 0.f : exp2f(mo - mx);
-#pragma unroll
-      for (int i = 0; i < kDims; ++i) o[h][i] = o[h][i] * a + __shfl_xor_sync(0xffffffffu, o[h][i], off) * b;
-      m[h] = mx;
-      l[h] = l[h] * a + lo * b;
-    }
-    if (h < G && lane < kLanes) {
-#pragma unroll
-      for (int i = 0; i < kDims; ++i) acc[(warp * G + h) * D + sub * kDims + i] = o[h][i];
-      if (lane == 0) {
-        ml[(warp * G + h) * 2] = m[h];
-        ml[(warp * G + h) * 2 + 1] = l[h];
-      }
-    }
-  }
+  tokens.run(q, k_new, v_new, G, acc, ml);
   __syncthreads();
   // This split's result for every output of the group (a warp that saw no token has max -inf),
   // pushed straight to the inbox of the CTA of my sequence that finishes it; the thread of output
