@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/kv_layout.h"
 #include "kernels/attention_decode.cuh"
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
@@ -296,8 +297,8 @@ void attention_decode(const bf16* q, int q_stride, const KvCache& cache, const A
   if (batch.num_seqs <= 0) return;
   NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_decode: head_dim ", head_dim,
               " is not supported (64 or 128)");
-  NVLLM_CHECK(block_size >= 1 && block_size <= 256 && (block_size & (block_size - 1)) == 0,
-              "attention_decode: block_size ", block_size, " must be a power of two in 1..256");
+  NVLLM_CHECK(valid_block_size(block_size), "attention_decode: block_size ", block_size,
+              " must be a power of two in 1..", kMaxBlockSize);
   NVLLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "attention_decode: num_heads ",
               num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
   const int group = num_heads / num_kv_heads;

@@ -20,6 +20,7 @@
 // the two-CTA register cap and 32 instructions to convert 16 codes instead of 8.)
 #include <type_traits>
 
+#include "core/kv_layout.h"
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
@@ -415,8 +416,8 @@ PrefillParams make_params(const bf16* q, int q_stride, const KvCache& cache, con
                           int num_heads, int num_kv_heads, int head_dim, int block_size, float scale) {
   NVLLM_CHECK(head_dim == 64 || head_dim == 128, "attention_prefill: head_dim ", head_dim,
               " is not supported (64 or 128)");
-  NVLLM_CHECK(block_size >= 1 && block_size <= 256 && (block_size & (block_size - 1)) == 0,
-              "attention_prefill: block_size ", block_size, " must be a power of two in 1..256");
+  NVLLM_CHECK(valid_block_size(block_size), "attention_prefill: block_size ", block_size,
+              " must be a power of two in 1..", kMaxBlockSize);
   NVLLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "attention_prefill: num_heads ",
               num_heads, " is not a multiple of num_kv_heads ", num_kv_heads);
   NVLLM_CHECK(batch.num_seqs <= 65535 && num_heads <= 65535, "attention_prefill: ", batch.num_seqs,

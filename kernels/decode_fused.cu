@@ -59,6 +59,7 @@
 #include <array>
 #include <type_traits>
 
+#include "core/kv_layout.h"
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/decode_fused.h"
@@ -568,7 +569,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
     return no("hidden or intermediate size not a multiple of 32");
   if (s.fp8_weights && (s.hidden % 64 != 0 || s.intermediate % 64 != 0))
     return no("FP8 weights with a hidden or intermediate size not a multiple of 64");
-  if (s.block_size < 1 || (s.block_size & (s.block_size - 1)) != 0) return no("block size not a power of two");
+  if (!valid_block_size(s.block_size)) return no("block size not a power of two from 1 to 256");
   if (max_batch < 1 || max_batch > kFusedMaxBatch) return no("more sequences a step than the mma's 8 columns");
   const int major = device_attribute(cudaDevAttrComputeCapabilityMajor),
             max_smem = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin),

@@ -17,6 +17,7 @@
 #include "cmd/nvllm/model_setup.h"
 #include "cmd/nvllm/model_source.h"
 #include "core/error.h"
+#include "core/kv_layout.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "io/request.h"
@@ -369,8 +370,8 @@ void print_requests(const InspectFlags& f, const Inspection& r) {
 int run_inspect(const InspectFlags& f) {
   if (!f.trace.empty()) return run_trace_summary(f);
   NVLLM_CHECK(!f.model.empty() && !f.input.empty(), "inspect-cache needs --model DIR --input FILE, or --trace FILE");
-  NVLLM_CHECK(f.block_size >= 1 && f.block_size <= 256 && (f.block_size & (f.block_size - 1)) == 0, "--block-size ",
-              f.block_size, ": must be a power of two from 1 to 256");
+  NVLLM_CHECK(valid_block_size(f.block_size), "--block-size ", f.block_size, ": must be a power of two from 1 to ",
+              kMaxBlockSize);
   for (const auto& [path, flag] : {std::pair{f.plot, "--plot"}, std::pair{f.cache_trace, "--cache-trace"}}) {
     check_not_input(path, flag, f.input);
     check_output_path(path, flag);

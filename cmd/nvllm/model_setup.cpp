@@ -14,6 +14,7 @@
 #include "cmd/nvllm/model_source.h"
 #include "cmd/nvllm/fp8_setup.h"
 #include "core/error.h"
+#include "core/kv_layout.h"
 #include "core/log.h"
 #include "model/weights.h"
 #include "runtime/cpu_runner.h"
@@ -194,8 +195,8 @@ std::string resolve_device(const ModelFlags& f, GpuInfo* gpu) {
 }  // namespace
 
 void check_model_flags(const ModelFlags& f) {
-  NVLLM_CHECK(f.block_size >= 1 && f.block_size <= 256 && (f.block_size & (f.block_size - 1)) == 0,
-              "--block-size ", f.block_size, ": must be a power of two from 1 to 256");
+  NVLLM_CHECK(valid_block_size(f.block_size), "--block-size ", f.block_size, ": must be a power of two from 1 to ",
+              kMaxBlockSize);
 }
 
 namespace {

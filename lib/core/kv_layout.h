@@ -13,6 +13,15 @@
 
 namespace nvllm {
 
+// Tokens a block holds at most (`--block-size`).
+inline constexpr int kMaxBlockSize = 256;
+
+// Whether `block_size` is one the cache and every kernel serve: a power of two (the kernels find
+// a token's block and offset by shift and mask) from 1 to kMaxBlockSize.
+constexpr bool valid_block_size(int block_size) {
+  return block_size >= 1 && block_size <= kMaxBlockSize && (block_size & (block_size - 1)) == 0;
+}
+
 // Blocks (block-table entries) that hold `tokens` tokens.
 inline int blocks_for(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 

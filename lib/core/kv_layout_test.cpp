@@ -13,6 +13,21 @@ TEST_CASE("kv_layout: blocks_for rounds up at the block boundary") {
   CHECK(blocks_for(7, 1) == 7);
 }
 
+TEST_CASE("kv_layout: valid_block_size takes the powers of two from 1 to 256, no other") {
+  int valid = 0;
+  for (int b = -1; b <= 1024; ++b) {
+    INFO("block size ", b);
+    const bool power = b >= 1 && (b & (b - 1)) == 0;
+    CHECK(valid_block_size(b) == (power && b <= 256));
+    valid += valid_block_size(b);
+  }
+  CHECK(valid == 9);  // 1, 2, 4, ..., 256
+  CHECK(valid_block_size(kMaxBlockSize));
+  CHECK_FALSE(valid_block_size(kMaxBlockSize * 2));
+  CHECK_FALSE(valid_block_size(12));
+  CHECK_FALSE(valid_block_size(0));
+}
+
 TEST_CASE("kv_layout: Qwen3-0.6B's KV bytes, derived by hand") {
   // 28 layers, 8 kv heads of 128 dims, bf16: K and V of one token are 28 * 2 * 8 * 128 * 2 bytes.
   const KvLayout kv{28, 8, 128, 16, 2};

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "core/kv_layout.h"
 
 namespace nvllm {
 namespace {
@@ -20,8 +21,8 @@ constexpr uint64_t kRootHash = 0x6e766c6c6d000001ull;
 BlockManager::BlockManager(int num_blocks, int block_size, bool prefix_caching)
     : num_blocks_(num_blocks), block_size_(block_size), prefix_caching_(prefix_caching), num_free_(num_blocks) {
   NVLLM_CHECK(num_blocks > 0, "KV cache of ", num_blocks, " blocks: need at least one (raise --num-kv-blocks)");
-  NVLLM_CHECK(block_size >= 1 && block_size <= 256 && (block_size & (block_size - 1)) == 0, "--block-size ",
-              block_size, ": must be a power of two from 1 to 256");
+  NVLLM_CHECK(valid_block_size(block_size), "--block-size ", block_size, ": must be a power of two from 1 to ",
+              kMaxBlockSize);
 }
 
 uint64_t BlockManager::hash_block(uint64_t parent, std::span<const int32_t> tokens) const {

@@ -8,7 +8,9 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <string>
 
+#include "core/error.h"
 #include "engine/block_manager.h"
 
 namespace nvllm {
@@ -257,6 +259,15 @@ TEST_CASE("block manager: a forced hash collision is rejected by the stored toke
   CHECK(bm.find_prefix(z, 4).blocks.size() == 1);
   bm.free(a);
   bm.check_invariants();
+}
+
+TEST_CASE("block manager: refuses a block size the kernels do not serve, naming the flag") {
+  for (int b : {0, 3, 12, 512}) {
+    INFO("block size ", b);
+    const std::string flag = "--block-size " + std::to_string(b);
+    CHECK_THROWS_WITH_AS(BlockManager(8, b, true), doctest::Contains(flag.c_str()), Error);
+  }
+  for (int b : {1, 16, 256}) CHECK_NOTHROW(BlockManager(8, b, true));
 }
 
 TEST_CASE("block manager: prefix caching off hashes nothing") {
