@@ -410,7 +410,9 @@ Command make_inspect_cache_command() {
     cmd->add_option("--assume-output-len", f->assume_output_len, "Output tokens per request (0: each request's max_tokens)")
         ->check(integer_at_least(0))
         ->capture_default_str();
-    cmd->add_option("--block-size", f->block_size, "Tokens per KV block")->check(integer_in(1, 256))->capture_default_str();
+    cmd->add_option("--block-size", f->block_size, "Tokens per KV block (power of two, 1..256)")
+        ->check(integer_in(1, kMaxBlockSize))
+        ->capture_default_str();
     cmd->add_option("--max-num-seqs", f->max_num_seqs, "Most sequences in one step")
         ->check(integer_at_least(1))
         ->capture_default_str();

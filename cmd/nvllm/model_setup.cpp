@@ -77,7 +77,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
       ->check(integer_at_least(0))
       ->capture_default_str();
   app.add_option("--block-size", f.block_size, "Tokens per KV-cache block (power of two, 1..256)")
-      ->check(integer_in(1, 256))
+      ->check(integer_in(1, kMaxBlockSize))
       ->capture_default_str();
   app.add_option("--prefix-caching", f.prefix_caching, "Reuse KV blocks of shared prompt prefixes: on or off")
       ->check(CLI::IsMember({"on", "off"}))
