@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 
   // Group row i (the G q heads, then k, then v) -> its row of the fused qkv matrix.
   const int q_rows = G * D, q_size = shape.num_heads * D, kv_size = shape.num_kv_heads * D;
-  const int padded = int(align_up(size_t(L.rows), 16));  // dots' rows
+  const int padded = dots_stride(L.rows, B);  // dots' rows
   auto matrix_row = [&](int i) {
     return i < q_rows ? g * q_rows + i : i < q_rows + D ? q_size + g * D + (i - q_rows)
                                                         : q_size + kv_size + g * D + (i - q_rows - D);

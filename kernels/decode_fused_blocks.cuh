@@ -35,9 +35,15 @@ __host__ __device__ inline int row_stride(int k) { return int(align_up(size_t(k)
 __host__ __device__ inline int row_bytes(int k, bool fp8) {
   return fp8 ? int(align_up(size_t(k), 128)) + 64 : 2 * row_stride(k);
 }
-// block_dots' per-warp partial sums: kWarps x batch x rows rounded up to whole 16-row tiles.
+// block_dots' per-warp partial sums: kWarps x batch rows of dots_stride floats, each the rows
+// rounded up to whole 16-row tiles; with several sequences 4 more, so that the quarter warp's
+// lanes storing 4 sequences' sums of one row (2t x stride apart, t = 0..3) start 8 banks apart
+// (at a multiple of 16 they all met in one bank: 4-way conflicts).
+__host__ __device__ inline int dots_stride(int rows, int batch) {
+  return int(align_up(size_t(rows), 16)) + (batch > 1 ? 4 : 0);
+}
 __host__ __device__ inline size_t dots_bytes(int rows, int batch = 1) {
-  return size_t(kWarps) * batch * align_up(size_t(rows), 16) * 4;
+  return size_t(kWarps) * batch * dots_stride(rows, batch) * 4;
 }
 // The input vectors of a step of `batch` sequences in shared memory: k values each, one after
 // the other for one sequence; for several, rows at row_stride(k) apart, so that the lanes of a
@@ -411,7 +417,7 @@ __device__ __forceinline__ void store_batch_dots(float* dots, int padded, int ba
 // (store_batch_dots), and the pairing is off.
 __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float* dots, int batch = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int stride = row_stride(k), chunks = k / kChunk, padded = int(align_up(size_t(rows), 16));
+  const int stride = row_stride(k), chunks = k / kChunk, padded = dots_stride(rows, batch);
   const bf16* xg = lane_x(x, k, batch, g) + 8 * t;  // batch 1: x itself, in every column
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const bf16* lo = w + size_t(min(r0 + g, rows - 1)) * stride + 8 * t;
@@ -448,7 +454,7 @@ __device__ void block_dots(const bf16* w, const bf16* x, int rows, int k, float*
 // Row r of the `rows` block_dots multiplied (with sequence b's vector of a batch): its warps'
 // partial sums, added in order.
 __device__ __forceinline__ float row_dot(const float* dots, int rows, int r, int b = 0, int batch = 1) {
-  const int padded = int(align_up(size_t(rows), 16));
+  const int padded = dots_stride(rows, batch);
   float sum = dots[b * padded + r];
   for (int j = 1; j < kWarps; ++j) sum += dots[(j * batch + b) * padded + r];
   return sum;
@@ -504,7 +510,7 @@ constexpr int kChunkValues = kFp8W ? 64 : kChunk;
 // rows leaves half of A on repeated rows. The same result layout as block_dots.
 __device__ void block_dots_fp8(const char* w, const bf16* x, int rows, int k, float* dots, int batch = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int stride = row_bytes(k, true), chunks = k / 64, padded = int(align_up(size_t(rows), 16));
+  const int stride = row_bytes(k, true), chunks = k / 64, padded = dots_stride(rows, batch);
   const bf16* xg = lane_x(x, k, batch, g) + 16 * t4;
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const char* lo = w + size_t(min(r0 + g, rows - 1)) * stride + 16 * t4;
@@ -583,7 +589,7 @@ template <bool kFp8W, typename Src>
 __device__ void ring_dots(const Ring& r, Src src, const bf16* x, float* dots, int flags, int batch = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   constexpr int kValues = kChunkValues<kFp8W>;  // a 64-byte chunk's k values
-  const int chunks = r.kt / kValues, padded = int(align_up(size_t(r.rows), 16));
+  const int chunks = r.kt / kValues, padded = dots_stride(r.rows, batch);
   const int tiles = r.tiles();
   const bf16* xg = lane_x(x, r.kt * r.parts, batch, g);
   for (int r0 = 0, t = 0; r0 < r.rows; r0 += kTileRows) {
