@@ -168,7 +168,8 @@ void finish_layer(const Layer& w, int num_heads, int head_dim, const std::vector
 // layer's sizes; a layer whose CTA shares of gate_up or down do not fit in shared memory streams
 // them (FusedDecodePlan::stages), and the test expects it where it says so. batch > 1: a step of
 // that many sequences on the plan for kFusedMaxBatch, each with its own context length (one of
-// them only the new token from 3 on), position, slot and block-table row.
+// them only the new token from 3 on), position, slot and block-table row. context: the first
+// sequence's context length (each next one 13 shorter).
 struct Case {
   int head_dim, group, max_cluster = 16;
   bool fp8_kv = false, fp8_weights = false;
@@ -176,11 +177,12 @@ struct Case {
   bool gate_up_streamed = false, down_streamed = false;
   FusedStreaming streaming{};
   int batch = 1;
+  int context = kContext;
 };
 
-std::vector<int> contexts_of(int batch) {
+std::vector<int> contexts_of(int batch, int context) {
   std::vector<int> c(batch);
-  for (int b = 0; b < batch; ++b) c[b] = kContext - 13 * b;
+  for (int b = 0; b < batch; ++b) c[b] = context - 13 * b;
   if (batch >= 3) c[1] = 1;
   return c;
 }
@@ -206,7 +208,7 @@ void check_layer(const Case& t) {
   std::mt19937 rng(100000 * head_dim + 1000 * group + max_cluster + 7 * batch);
   const Layer w = random_layer(rng, num_heads, head_dim, hidden, inter, t.fp8_weights);
   const std::vector<bf16> h_in = random_bf16(rng, size_t(batch) * hidden, -1.f, 1.f);
-  const std::vector<int> contexts = contexts_of(batch);
+  const std::vector<int> contexts = contexts_of(batch, t.context);
   PagedCache cache = make_cache(rng, contexts, kKvHeads, head_dim, kBlock);
   const int width = cache.max_blocks_per_seq;
   std::vector<int32_t> positions(batch), slots(batch);
@@ -438,6 +440,19 @@ TEST_CASE("gpu.kernels.decode_fused a step of several sequences matches the CPU 
     check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
                  .gate_up_streamed = true, .down_streamed = true, .batch = 8});
   }
+}
+
+// Contexts that take the token loops past the tokens their first loads cover (the CUDA-core
+// loop's 48 or 96 a CTA, the tensor-core loop's 128: a tile of 16 a warp): at a cluster of 16,
+// 2,048 tokens give each CTA exactly 128, 2,049 one more (a second trip with one token), 4,100
+// three trips. Steps of 8 sequences (over 2 kv heads, 4 CTAs a sequence) of ~600: 150 a CTA.
+TEST_CASE("gpu.kernels.decode_fused long contexts: the token loops' later trips") {
+  for (int head_dim : {64, 128})
+    for (int group : {2, 8})  // the CUDA-core loop, the tensor-core one
+      for (int context : {2048, 2049, 4100})
+        check_layer({.head_dim = head_dim, .group = group, .context = context});
+  check_layer({.head_dim = 64, .group = 8, .fp8_kv = true, .context = 2049});
+  for (int group : {2, 7}) check_layer({.head_dim = 128, .group = group, .batch = 8, .context = 600});
 }
 
 TEST_CASE("gpu.kernels.decode_fused refuses the shapes it does not serve, naming why") {
