@@ -21,8 +21,13 @@ KINDS = ["attention", "o_proj", "gate_up", "down"]
 
 
 def main():
+    try:
+        lines = open(sys.argv[1]).readlines()
+    except FileNotFoundError:
+        sys.exit(f"{sys.argv[1]}: no trace was written: the traced step did not take the fused kernels "
+                 "(nvllm's log says why)")
     ks = collections.defaultdict(list)
-    for line in open(sys.argv[1]):
+    for line in lines:
         k, cta, sm, s, w, g, e, p1, p2, p3, inp, cyc = map(int, line.split())
         ks[k].append((s, w, g, e, sm, p1, p2, p3, inp, cyc))
     order = sorted(ks)
