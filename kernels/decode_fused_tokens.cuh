@@ -6,12 +6,13 @@
 // (a warp that saw no token: max -inf, sum 0, accumulators 0).
 //
 // Two loops, chosen by GM, the group size rounded up to 1, 2, 4 or 8:
-// - CudaCoreTokens (GM <= 4): 16 lanes hold a token's D dims, 8 each; the heads' dot products are
-//   reduced by shuffles. Its cost a token grows with the group.
+// - CudaCoreTokens (GM <= 4): D / 8 lanes hold a token's dims, 8 each; the heads' dot products
+//   are reduced by shuffles. Its cost a token grows with the group.
 // - TensorTokens (GM = 8): a warp takes 16 tokens at a time on the tensor cores (mma m16n8k16):
 //   scores S = K q for the 8 heads, then O += V^T P. The mma's 8 columns are the heads: full at
-//   groups of 5-8 (the CUDA-core loop took 4 dims a lane and ~165 registers there); at groups of
-//   2, its fixed work a tile made the step 27% slower (bench/NOTES.md, fiftieth session).
+//   groups of 5-8, where the CUDA-core loop took 4 dims a lane and ~165 registers. For every
+//   group it made Qwen3-0.6B's step (group 2, head_dim 128) 27% slower: 164 registers where the
+//   CUDA-core loop needs 118 left one CTA an SM (bench/NOTES.md, fiftieth session).
 // Both load their first tokens into registers before the kernel waits for its inputs (the cached
 // K/V are constants by then), and take the new token (ctx - 1) from shared memory.
 #pragma once
