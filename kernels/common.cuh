@@ -344,6 +344,12 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   return uint32_t(h.x) | uint32_t(h.y) << 16;
 }
 
+// Two bf16 values packed in 32 bits (low half first) as floats: a bf16 is a float's high half.
+// (Bit operations on a value, not a cast of its address, so that the pair can stay in a register.)
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t pair) {
+  return make_float2(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));
+}
+
 // Four floats that are E4M3 values (codes as floats) back to their codes, low byte first.
 __device__ __forceinline__ uint32_t e4m3x4_of(const float* f) {
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(f[0], f[1]), __NV_SATFINITE, __NV_E4M3);

@@ -103,9 +103,10 @@ struct CudaCoreTokens {
       } else {
         const uint32_t pairs[4] = {cached.x, cached.y, cached.z, cached.w};
 #pragma unroll
-        for (int i = 0; i < kDims / 2; ++i) {  // a bf16 is a float's high half
-          f[2 * i] = __uint_as_float(pairs[i] << 16);
-          f[2 * i + 1] = __uint_as_float(pairs[i] & 0xffff0000u);
+        for (int i = 0; i < kDims / 2; ++i) {
+          const float2 v = bf16x2_to_float2(pairs[i]);
+          f[2 * i] = v.x;
+          f[2 * i + 1] = v.y;
         }
       }
     };
@@ -225,9 +226,10 @@ struct TensorTokens {
   // The two values of a packed pair, back as floats.
   static __device__ __forceinline__ float2 unpack(uint32_t x) {
     if constexpr (kFp8)
-      return make_float2(__half2float(__ushort_as_half(uint16_t(x))), __half2float(__ushort_as_half(uint16_t(x >> 16))));
+      return make_float2(__half2float(__ushort_as_half(uint16_t(x))),
+                         __half2float(__ushort_as_half(uint16_t(x >> 16))));
     else
-      return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+      return bf16x2_to_float2(x);
   }
   // A pair (a, b) as the packed pair `hi` nearest it and the packed rest `lo`: hi + lo carries
   // 16 (bf16) or 22 (f16) bits of each, close to the CUDA-core loop's float weights.
