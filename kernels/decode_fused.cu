@@ -51,12 +51,14 @@
 // attention kernel's cluster splits into a power of two of groups, one a sequence: every CTA
 // multiplies its q/k/v rows with all the inputs and pushes sequence b's outputs to b's CTAs
 // only, which then run the batch-1 attention, split and merges over b's context (a CTA of a group
-// past the batch only multiplies). The runner takes this path only while each sequence keeps 16
-// or more CTAs (kFusedMinSeqCtas).
+// past the batch only multiplies). Each sequence keeps 16 or more CTAs (kFusedMinSeqCtas): a
+// cluster serves at most the plan's seq_group sequences, and a larger step runs several clusters a
+// kv head, each taking an even share of the sequences.
 #include <cooperative_groups.h>
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <type_traits>
 
 #include "core/kv_layout.h"
@@ -110,15 +112,20 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   extern __shared__ __align__(128) char smem[];
   cg::cluster_group cluster = cg::this_cluster();
   const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  const int H = shape.hidden, g = blockIdx.x / C, G = shape.num_heads / shape.num_kv_heads;
-  // A step of several sequences splits the cluster: sequence b's attention runs on the Cs CTAs
-  // b * Cs .. (over a power of two of sequences; CTAs past the batch's only multiply), each CTA
-  // multiplying its weight rows with every sequence's input. One sequence: Cs = C.
-  const int B = kMulti ? st.batch : 1;
+  const int H = shape.hidden, G = shape.num_heads / shape.num_kv_heads;
+  // A step of several sequences: each kv head has R clusters (the launch's grid says how many),
+  // which take the batch's sequences in even shares, the share-th the B from share * batch / R. B
+  // sequences split their cluster: sequence b's attention runs on the Cs CTAs b * Cs .. (over a
+  // power of two of sequences; CTAs past the B only multiply), each CTA multiplying its weight
+  // rows with every one of the B inputs. One sequence: R = 1, Cs = C.
+  const int R = kMulti ? int(gridDim.x) / (shape.num_kv_heads * C) : 1;
+  const int g = blockIdx.x / C / R, share = blockIdx.x / C % R;
+  const int seq0 = kMulti ? share * st.batch / R : 0;  // my cluster's first sequence of the step
+  const int B = kMulti ? (share + 1) * st.batch / R - seq0 : 1;
   const int Cs = kMulti ? C / batch_p2(B) : C;
   const int sb = kMulti ? rank / Cs : 0, sr = kMulti ? rank % Cs : rank;  // my sequence, my rank among its CTAs
   const bool attends = !kMulti || sb < B;
-  const int sq = kMulti ? min(sb, B - 1) : 0;  // a sequence to read inputs of
+  const int sq = seq0 + (kMulti ? min(sb, B - 1) : 0);  // a sequence of the step to read inputs of
   const AttnLayout L = attn_layout(H, G, C, D, kFp8W, B);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);  // weights, exchange, inbox
   if (threadIdx.x == 0) {
@@ -171,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   cp_async_commit();
   const int position = st.position[sq], slot = st.slot[sq];  // used after the wait
   // Layer 0 reads its input from the embedding table (a constant) and leaves it in h.
-  auto h_row = [&](int b) {
+  auto h_row = [&](int b) {  // sequence b of the step
     return st.embed != nullptr ? st.embed + size_t(st.token[b]) * H : st.h + size_t(b) * H;
   };
 
@@ -203,11 +210,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   trace.mark(kTraceWaited);
 
   if (st.embed != nullptr)  // this CTA's share of h = the embedding rows
-    for (int i = (blockIdx.x * kThreads + tid) * 8; i < B * H; i += gridDim.x * kThreads * 8)
+    for (int i = (blockIdx.x * kThreads + tid) * 8; i < (kMulti ? st.batch : 1) * H; i += gridDim.x * kThreads * 8)
       store8(st.h + i, kMulti ? load8(h_row(i / H) + i % H) : load8(h_row(0) + i));
   const float* ss_in = st.ss_ready ? st.ss + kFusedSsWords / 2 : nullptr;
   if constexpr (kMulti)
-    load_normed_rows(h_row, ss_in, ss_parts, norm_s, H, B, st.eps, x, red);
+    load_normed_rows([&](int b) { return h_row(seq0 + b); }, ss_in != nullptr ? ss_in + seq0 * kFusedSsParts : nullptr,
+                     ss_parts, norm_s, H, B, st.eps, x, red);
   else
     load_normed_any(h_row(0), ss_in, ss_parts, norm_s, H, st.eps, x, red);
   trace.mark(kTraceInputs);
@@ -490,7 +498,7 @@ ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem
 // cluster changes with the batch).
 size_t attention_smem(const FusedDecodeShape& s, int cluster, int max_batch) {
   size_t most = 0;
-  for (int batch = max_batch > 1 ? 2 : 1; batch <= max_batch; ++batch)
+  for (int batch = 1; batch <= max_batch; ++batch)
     most = std::max(most, attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim, s.fp8_weights,
                                       batch).total);
   return most;
@@ -631,25 +639,36 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   const std::array<int, 2> clusters = p.smem[3] > half_sm ? std::array{8, 16} : std::array{16, 8};
   for (int cluster : clusters) {
     if (cluster > max_cluster) continue;
-    const size_t smem = attention_smem(s, cluster, max_batch);
+    // The sequences a cluster serves: a power of two of groups of CTAs a sequence, each group
+    // kFusedMinSeqCtas CTAs or more over the kv heads (a last share may hold fewer sequences, one
+    // included). None: this cluster size leaves a sequence too few CTAs.
+    const int seq_group = multi ? std::min(max_batch, int(std::bit_floor(unsigned(s.num_kv_heads * cluster /
+                                                                                      kFusedMinSeqCtas))))
+                                : 1;
+    if (seq_group < 1) continue;
+    const size_t smem = attention_smem(s, cluster, seq_group);
     // A CTA's q/k/v rows go out as float4 pieces; the (max, sum) of a head go to CTAs 0..C-1
     // from the threads of its first C dims.
     if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 || D < cluster)
       continue;
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
-    const int active = max_active_clusters(reinterpret_cast<const void*>(attention), dim3(s.num_kv_heads * cluster),
+    const int clusters_most = s.num_kv_heads * ceil_div(max_batch, seq_group);
+    const int active = max_active_clusters(reinterpret_cast<const void*>(attention), dim3(clusters_most * cluster),
                                            dim3(unsigned(cluster)), dim3(kThreads), smem);
-    // Several sequences: every kv head's cluster at once (larger CTAs fit fewer clusters, and
-    // one more than fit runs as a second wave: twice the kernel's time; 0: this size cannot run).
-    if (active >= (multi ? s.num_kv_heads : 1)) {
+    // Several sequences: every cluster of the largest step at once (larger CTAs fit fewer
+    // clusters, and one more than fit runs as a second wave: twice the kernel's time; 0: this
+    // size cannot run).
+    if (active >= (multi ? clusters_most : 1)) {
       p.cluster = cluster;
+      p.seq_group = seq_group;
       p.smem[0] = smem;
       break;
     }
   }
   if (p.cluster == 0)
-    return no(multi ? "no cluster of 16 or 8 CTAs of the attention kernel fits every kv head's at once"
+    return no(multi ? "no cluster of 16 or 8 CTAs of the attention kernel keeps 16 CTAs a sequence with every "
+                      "cluster of the step at once"
                     : "no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
   for (ResidualKernel f : {o_kernel, o_stream})
     CUDA_CHECK(
@@ -679,9 +698,9 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   NVLLM_CHECK(w.kv.dtype == s.kv_dtype && (s.kv_dtype == KvDtype::kBf16 || (w.kv.k_scale && w.kv.v_scale)),
               "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
   const bool multi = p.max_batch > 1;
-  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s, multi), dim3(s.num_kv_heads * p.cluster),
-              dim3(kThreads),
-              p.smem[0], stream, s, sta, w, flags, grid_h);
+  const int shares = ceil_div(st.batch, p.seq_group);  // clusters a kv head
+  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s, multi), dim3(s.num_kv_heads * shares * p.cluster),
+              dim3(kThreads), p.smem[0], stream, s, sta, w, flags, grid_h);
   const bool fp8 = s.fp8_weights;
   NVLLM_CHECK((w.qkv.scale != nullptr) == fp8 && (w.o_proj.scale != nullptr) == fp8 &&
                   (w.gate_up.scale != nullptr) == fp8 && (w.down.scale != nullptr) == fp8,

@@ -39,7 +39,8 @@ constexpr int kFusedMaxBatch = 8;
 // (a power of two of groups); it pays only while every sequence keeps at least this many of the
 // kernel's CTAs (num_kv_heads * cluster / that power of two). Measured on the H100 (bench/NOTES.md,
 // twentieth session): with 16 or more, steps of 2-8 ran 8-28% faster than the separate kernels;
-// with 8, ties and losses (3% and 0%), with 4, a loss of 20%.
+// with 8, ties and losses (3% and 0%), with 4, a loss of 20%. So a cluster serves at most
+// FusedDecodePlan::seq_group sequences, and a larger step runs more clusters a kv head.
 constexpr int kFusedMinSeqCtas = 16;
 
 // How the fused path runs on this device for steps of up to max_batch sequences; cluster == 0
@@ -47,7 +48,10 @@ constexpr int kFusedMinSeqCtas = 16;
 struct FusedDecodePlan {
   FusedDecodeShape shape{};
   int max_batch = 1;
-  int cluster = 0;  // CTAs per kv head in the attention kernel (a thread-block cluster)
+  int cluster = 0;  // CTAs of a cluster of the attention kernel (a kv head's, or a share of one's)
+  // Several sequences: the most a cluster serves (each keeping kFusedMinSeqCtas CTAs over the kv
+  // heads); a step of B runs ceil(B / seq_group) clusters a kv head, their sequences in even shares.
+  int seq_group = 1;
   int grid = 0;     // CTAs of the projection kernels (the SM count)
   // Dynamic shared memory of a CTA of the attention, o_proj, gate_up and down kernels: what each
   // uses, more for down so that at most two of its CTAs share an SM (decode_fused.cu).

@@ -201,6 +201,9 @@ void check_layer(const Case& t) {
             " cluster <= ", max_cluster, " batch ", batch);
     return;
   }
+  // Several sequences over 2 kv heads: a cluster of 16 serves 2 of them (16 CTAs each), one of 8
+  // serves one; the step runs ceil(batch / that) clusters a kv head.
+  if (batch > 1) CHECK(plan.seq_group == (plan.cluster == 16 ? 2 : 1));
   CHECK(plan.stages[1] == 0);  // o_proj
   CHECK((plan.stages[2] > 0) == t.gate_up_streamed);
   CHECK((plan.stages[3] > 0) == t.down_streamed);
@@ -445,14 +448,15 @@ TEST_CASE("gpu.kernels.decode_fused a step of several sequences matches the CPU 
 // Contexts that take the token loops past the tokens their first loads cover (the CUDA-core
 // loop's 48 or 96 a CTA, the tensor-core loop's 128: a tile of 16 a warp): at a cluster of 16,
 // 2,048 tokens give each CTA exactly 128, 2,049 one more (a second trip with one token), 4,100
-// three trips. Steps of 8 sequences (over 2 kv heads, 4 CTAs a sequence) of ~600: 150 a CTA.
+// three trips. Steps of 8 sequences of ~1,100 tokens (a cluster of 16 serves 2 of them: 8 CTAs a
+// sequence and kv head): ~138 a CTA.
 TEST_CASE("gpu.kernels.decode_fused long contexts: the token loops' later trips") {
   for (int head_dim : {64, 128})
     for (int group : {2, 8})  // the CUDA-core loop, the tensor-core one
       for (int context : {2048, 2049, 4100})
         check_layer({.head_dim = head_dim, .group = group, .context = context});
   check_layer({.head_dim = 64, .group = 8, .fp8_kv = true, .context = 2049});
-  for (int group : {2, 7}) check_layer({.head_dim = 128, .group = group, .batch = 8, .context = 600});
+  for (int group : {2, 7}) check_layer({.head_dim = 128, .group = group, .batch = 8, .context = 1100});
 }
 
 TEST_CASE("gpu.kernels.decode_fused refuses the shapes it does not serve, naming why") {

@@ -1,7 +1,6 @@
 #include "runtime/cuda/fused_decode.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -31,19 +30,17 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     log_info("small-batch decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
   }
-  // Steps of several sequences: the plan for the most of them that kFusedMinSeqCtas allows (a
-  // smaller batch needs less shared memory, which can change the cluster the plan picks).
+  // Steps of several sequences: the plan for the most of them that fits (a smaller batch needs
+  // less shared memory, which can change the cluster the plan picks). Every sequence keeps
+  // kFusedMinSeqCtas attention CTAs: the plan runs more clusters a kv head for more sequences.
   const int most = std::min(tuning.fused_max_batch, kernels::kFusedMaxBatch);
   std::string why;
   for (int max_batch = most; max_batch > 1 && batch_plan_.cluster == 0; max_batch /= 2) {
     kernels::FusedDecodePlan p = kernels::fused_decode_plan(shape, tuning.fused_max_cluster, streaming, max_batch);
-    if (p.cluster == 0) {
+    if (p.cluster == 0)
       why = p.why;
-    } else if (c.num_kv_heads * p.cluster / std::bit_ceil(unsigned(max_batch)) < kernels::kFusedMinSeqCtas) {
-      why = str_cat("fewer than ", kernels::kFusedMinSeqCtas, " attention CTAs a sequence");
-    } else {
+    else
       batch_plan_ = p;
-    }
   }
   if (most > 1 && batch_plan_.cluster == 0)
     log_info("decode steps of several sequences run as separate kernels (", why, ")");
