@@ -556,6 +556,15 @@ AttentionKernel attention_for(const FusedDecodeShape& s, bool multi) {
   return multi ? attention_for<true>(s) : attention_for<false>(s);
 }
 
+// Lets f launch with `bytes` of dynamic shared memory. Plans for different batch sizes share the
+// kernels, so a plan only raises what an earlier one allowed, never lowers it.
+void allow_smem(const void* f, size_t bytes) {
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, f));
+  if (size_t(a.maxDynamicSharedSizeBytes) < bytes)
+    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 }  // namespace
 
 FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, const FusedStreaming& streaming,
@@ -651,8 +660,9 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
     // from the threads of its first C dims.
     if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 || D < cluster)
       continue;
-    CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, cluster > 8));
+    allow_smem(reinterpret_cast<const void*>(attention), smem);
+    if (cluster > 8)  // left on once on: another plan's clusters of 16 may launch the kernel
+      CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     const int clusters_most = s.num_kv_heads * ceil_div(max_batch, seq_group);
     const int active = max_active_clusters(reinterpret_cast<const void*>(attention), dim3(clusters_most * cluster),
                                            dim3(unsigned(cluster)), dim3(kThreads), smem);
@@ -671,10 +681,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
                       "cluster of the step at once"
                     : "no cluster of 16 or 8 CTAs fits the attention kernel (shared memory)");
   for (ResidualKernel f : {o_kernel, o_stream})
-    CUDA_CHECK(
-        cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(std::max(p.smem[1], p.smem[3]))));
-  for (GateUpKernel f : {gu_kernel, gu_stream})
-    CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem[2])));
+    allow_smem(reinterpret_cast<const void*>(f), std::max(p.smem[1], p.smem[3]));
+  for (GateUpKernel f : {gu_kernel, gu_stream}) allow_smem(reinterpret_cast<const void*>(f), p.smem[2]);
   return p;
 }
 

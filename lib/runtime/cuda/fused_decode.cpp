@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -30,23 +31,28 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     log_info("small-batch decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
   }
-  // Steps of several sequences: the plan for the most of them that fits (a smaller batch needs
-  // less shared memory, which can change the cluster the plan picks). Every sequence keeps
-  // kFusedMinSeqCtas attention CTAs: the plan runs more clusters a kv head for more sequences.
+  // Steps of several sequences: a plan for each power of two of them up to the tuning's most (and
+  // one for that most), while they fit (a plan for more sequences needs more shared memory).
+  // Every sequence keeps kFusedMinSeqCtas attention CTAs: the plan runs more clusters a kv head
+  // for more sequences.
   const int most = std::min(tuning.fused_max_batch, kernels::kFusedMaxBatch);
   std::string why;
-  for (int max_batch = most; max_batch > 1 && batch_plan_.cluster == 0; max_batch /= 2) {
+  std::vector<int> sizes;
+  for (int b = 2; b < most; b *= 2) sizes.push_back(b);
+  if (most > 1) sizes.push_back(most);
+  for (int max_batch : sizes) {
     kernels::FusedDecodePlan p = kernels::fused_decode_plan(shape, tuning.fused_max_cluster, streaming, max_batch);
-    if (p.cluster == 0)
+    if (p.cluster == 0) {
       why = p.why;
-    else
-      batch_plan_ = p;
+      break;
+    }
+    batch_plans_.push_back(p);
   }
-  if (most > 1 && batch_plan_.cluster == 0)
+  if (most > 1 && batch_plans_.empty())
     log_info("decode steps of several sequences run as separate kernels (", why, ")");
-  else if (batch_plan_.cluster > 0 && batch_plan_.max_batch < most)
-    log_info("decode steps of up to ", batch_plan_.max_batch, " sequences run as fused kernels, more as separate ",
-             "ones (", why, " past ", batch_plan_.max_batch, ")");
+  else if (!why.empty())
+    log_info("decode steps of up to ", batch_plans_.back().max_batch, " sequences run as fused kernels, more as ",
+             "separate ones (", why, " past ", batch_plans_.back().max_batch, ")");
   const KvViews& kv = model.kv();
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -95,7 +101,7 @@ void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* ou
   fs.token = st.at<int32_t>(L.token_ids);
   fs.batch = L.tokens;
   fs.table_width = L.width;
-  const kernels::FusedDecodePlan& plan = L.tokens == 1 ? plan_ : batch_plan_;
+  const kernels::FusedDecodePlan& plan = L.tokens == 1 ? plan_ : *batch_plan(L.tokens);
   for (int l = 0; l < c.num_layers; ++l) {
     fs.embed = l == 0 ? w.embed : nullptr;
     fs.ss_ready = l > 0 && fs.ss != nullptr;

@@ -27,8 +27,7 @@ class FusedDecode {
   // bound) takes this path: a plan serves that many sequences, and the separate kernels'
   // attention would leave at least half the SMs idle (separate_starves).
   bool applies(bool decode, int tokens, int max_context) const {
-    return decode && plan_.cluster > 0 &&
-           (tokens == 1 || (tokens > 1 && tokens <= batch_plan_.max_batch && batch_plan_.cluster > 0)) &&
+    return decode && plan_.cluster > 0 && (tokens == 1 || batch_plan(tokens) != nullptr) &&
            separate_starves(tokens, max_context);
   }
   // Whether such a step's last kernel writes the greedy token (no sampler launch for greedy
@@ -61,8 +60,19 @@ class FusedDecode {
     int sms = 0;
   };
 
-  kernels::FusedDecodePlan plan_;        // steps of one sequence
-  kernels::FusedDecodePlan batch_plan_;  // of 2 .. its max_batch (cluster 0: they take the separate kernels)
+  // The plan for a step of `tokens` > 1 sequences: the first of batch_plans_ sized for that many
+  // (none: the step takes the separate kernels).
+  const kernels::FusedDecodePlan* batch_plan(int tokens) const {
+    for (const kernels::FusedDecodePlan& p : batch_plans_)
+      if (tokens <= p.max_batch) return &p;
+    return nullptr;
+  }
+
+  kernels::FusedDecodePlan plan_;  // steps of one sequence
+  // Steps of several: plans for up to 2, 4, ... sequences, the last for the tuning's most or the
+  // most that fits. A plan sized for fewer sequences streams larger weight tiles (bench/NOTES.md,
+  // fifty-first session: a plan for 8 slowed steps of 2 by 7%).
+  std::vector<kernels::FusedDecodePlan> batch_plans_;
   SeparateAttention separate_;
   std::vector<kernels::FusedDecodeLayer> layers_;
   DeviceBuffer ss_;  // the norms' published sums of squares (kernels::FusedDecodeStep::ss)
