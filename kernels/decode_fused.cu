@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   const int sb = kMulti ? rank / Cs : 0, sr = kMulti ? rank % Cs : rank;  // my sequence, my rank among its CTAs
   const bool attends = !kMulti || sb < B;
   const int sq = seq0 + (kMulti ? min(sb, B - 1) : 0);  // a sequence of the step to read inputs of
-  const AttnLayout L = attn_layout(H, G, C, D, kFp8W, B);
+  const AttnLayout L = attn_layout(H, G, C, D, kFp8W, B, kMulti);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);  // weights, exchange, inbox
   if (threadIdx.x == 0) {
     mbar_init(bar + 1);
@@ -494,14 +494,14 @@ ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem
   return stages >= 2 ? ProjSmem{layout(stages).total, stages, parts} : ProjSmem{0, -1, 0};
 }
 
-// The attention kernel's shared memory for steps of up to max_batch sequences (the split of the
-// cluster changes with the batch).
-size_t attention_smem(const FusedDecodeShape& s, int cluster, int max_batch) {
-  size_t most = 0;
-  for (int batch = 1; batch <= max_batch; ++batch)
-    most = std::max(most, attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim, s.fp8_weights,
-                                      batch).total);
-  return most;
+// The attention kernel's shared memory for clusters serving up to `most` sequences (the split of
+// the cluster changes with them), in the kernel for one sequence or for several (`multi`).
+size_t attention_smem(const FusedDecodeShape& s, int cluster, int most, bool multi) {
+  size_t bytes = 0;
+  for (int batch = 1; batch <= most; ++batch)
+    bytes = std::max(bytes, attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim, s.fp8_weights,
+                                        batch, multi).total);
+  return bytes;
 }
 
 // The projection kernels' instantiations: streamed or whole shares, bf16 or E4M3 weights, one
@@ -655,7 +655,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
                                                                                       kFusedMinSeqCtas))))
                                 : 1;
     if (seq_group < 1) continue;
-    const size_t smem = attention_smem(s, cluster, seq_group);
+    const size_t smem = attention_smem(s, cluster, seq_group, multi);
     // A CTA's q/k/v rows go out as float4 pieces; the (max, sum) of a head go to CTAs 0..C-1
     // from the threads of its first C dims.
     if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 || D < cluster)

@@ -100,9 +100,10 @@ __host__ __device__ inline int batch_p2(int batch) { return batch <= 1 ? 1 : bat
 // split's CTA leaves its partial of the outputs this CTA finishes ([Cs][outs] values, then
 // [Cs][G] (max, sum): every head's, as a CTA's outputs may span two), scratch, and three
 // mbarriers: the weight copy, the q/k/v exchange, the inbox. Cs: the CTAs of one sequence.
-// A step of several sequences lays the buffers used only after this CTA's products (acc, ml, the
-// inbox) over its weight rows: every push into the inbox comes from a CTA that has received this
-// CTA's q/k/v rows, so these products are done (the q/k/v rows themselves may arrive earlier).
+// The kernel for several sequences (`multi`, whatever the B of its cluster's share, one included)
+// lays the buffers used only after this CTA's products (acc, ml, the inbox) over its weight rows:
+// every push into the inbox comes from a CTA that has received this CTA's q/k/v rows, so these
+// products are done (the q/k/v rows themselves may arrive earlier).
 // Every step pads q so that the heads a kernel holds past the group (up to the next power of two:
 // 8 for a group of 5) read rows of their own: unpadded, a batch-1 CTA's scratch heads read acc,
 // which other warps were writing (a benign race, their results are never stored, but one
@@ -114,7 +115,7 @@ struct AttnLayout {
 };
 
 __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int cluster, int head_dim, bool fp8,
-                                                  int batch = 1) {
+                                                  int batch = 1, bool multi = false) {
   const int D = head_dim, seq_ctas = cluster / batch_p2(batch);
   AttnLayout L;
   L.rows = (group + 2) * D / cluster;
@@ -128,7 +129,7 @@ __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int clu
     L.inbox_ml = L.inbox + size_t(seq_ctas) * L.outs * 4;
     return L.inbox_ml + size_t(seq_ctas) * group * 2 * 4;
   };
-  const size_t late_end = batch > 1 ? place_late(0) : 0;
+  const size_t late_end = multi ? place_late(0) : 0;
   L.x = align_up(w_end > late_end ? w_end : late_end, 128);
   L.norm = align_up(L.x + size_t(batch) * x_stride(hidden, batch) * 2, 16);
   L.qk_norm = L.norm + size_t(hidden) * 2;
@@ -137,7 +138,7 @@ __host__ __device__ inline AttnLayout attn_layout(int hidden, int group, int clu
   L.qkv = align_up(L.dots + dots_bytes(L.rows, batch), 16);
   const int held = batch_p2(group), pad = held > group + 2 ? held - group - 2 : 0;
   const size_t qkv_end = L.qkv + size_t(group + 2 + pad) * D * 4;
-  L.red = align_up(batch > 1 ? qkv_end : place_late(qkv_end), 16);
+  L.red = align_up(multi ? qkv_end : place_late(qkv_end), 16);
   L.bar = L.red + kScratchFloats * 4;
   L.total = L.bar + 3 * 8;
   return L;
