@@ -45,7 +45,7 @@ class FusedDecode {
   void write_trace();
 
  private:
-  // The fused attention runs num_kv_heads clusters of 16 or 8 CTAs a step whatever the context;
+  // The fused attention runs the same clusters of 16 or 8 CTAs a step whatever the context;
   // the separate kernel's CTAs grow with it (kernels::attention_decode_ctas) and each CTA's warps
   // take their 16-token tiles one after another (~1 us a tile on the H100). Measured (bench/NOTES.md,
   // twenty-first session, 132 SMs): the fused path ahead at 8-64 separate CTAs (1.4-2.2x at
