@@ -8,9 +8,10 @@
 // Here a layer is four kernels, each a grid of about one CTA per SM that owns a contiguous run of
 // weight rows:
 //   attention  x = rmsnorm(h); qkv = x W_qkv^T (+ bias); q/k norm + RoPE; the new k/v into the
-//              cache; attention over the context. One thread-block cluster per kv head: its CTAs
-//              share the head's q/k/v rows, exchange their outputs through distributed shared
-//              memory, split the context among themselves and merge the splits the same way.
+//              cache; attention over the context. A thread-block cluster per kv head (and
+//              share of the step's sequences): its CTAs share the head's q/k/v rows, exchange
+//              their outputs through distributed shared memory, split the context among
+//              themselves and merge the splits the same way.
 //   o_proj     h += attn W_o^T
 //   gate_up    x = rmsnorm(h); act = silu(x W_gate^T) * (x W_up^T)
 //   down       h += act W_down^T
@@ -83,15 +84,16 @@ static_assert(kThreads >= 2 * 128, "the cache write gives one thread to each new
 
 // --- the kernels ---
 
-// One cluster per kv head g; CTA `rank` of C owns rows [rank * rows, (rank + 1) * rows) of the
-// group's q heads, k and v (G + 2 heads of D rows), the rank-th of C context splits, and the
-// outputs [rank * outs, (rank + 1) * outs) of the group (they may span two heads); with several
-// sequences, C, rank and the outputs are those of its sequence's group of CTAs (Cs, sr). Both exchanges
-// are pushes into the consumer's shared memory by st.async, which counts the bytes on the
-// consumer's mbarrier: a CTA waits for exactly the data it needs, and the cluster meets in a
-// barrier only once, at the start (every CTA running, its mbarriers initialised, before the first
-// push). Nothing is read from another CTA's shared memory, and a CTA leaves only after all pushes
-// to it have landed.
+// One cluster per kv head g (a step of several sequences: R of them, each serving a share of the
+// sequences; the kernel's comments below say "the cluster" for either); CTA `rank` of C owns rows
+// [rank * rows, (rank + 1) * rows) of the group's q heads, k and v (G + 2 heads of D rows), the
+// rank-th of C context splits, and the outputs [rank * outs, (rank + 1) * outs) of the group (they
+// may span two heads); with several sequences, C, rank and the outputs are those of its sequence's
+// group of CTAs (Cs, sr). Both exchanges are pushes into the consumer's shared memory by st.async,
+// which counts the bytes on the consumer's mbarrier: a CTA waits for exactly the data it needs, and
+// the cluster meets in a barrier only once, at the start (every CTA running, its mbarriers
+// initialised, before the first push). Nothing is read from another CTA's shared memory, and a CTA
+// leaves only after all pushes to it have landed.
 // D: head_dim, 64 or 128. GM: the q heads per kv head this instantiation holds in registers (1,
 // 2, 4 or 8); the model's group G (shape.num_heads / num_kv_heads) is at most GM, and heads
 // G .. GM-1 are computed on scratch and never stored. T: the cache element, bf16 or fp8_e4m3.

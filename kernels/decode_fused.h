@@ -35,12 +35,12 @@ struct FusedStreaming {
 
 // The most sequences a fused step takes: the columns of the projections' mma.sync (n = 8).
 constexpr int kFusedMaxBatch = 8;
-// A step of several sequences splits each kv head's cluster of the attention kernel among them
-// (a power of two of groups); it pays only while every sequence keeps at least this many of the
-// kernel's CTAs (num_kv_heads * cluster / that power of two). Measured on the H100 (bench/NOTES.md,
-// twentieth session): with 16 or more, steps of 2-8 ran 8-28% faster than the separate kernels;
-// with 8, ties and losses (3% and 0%), with 4, a loss of 20%. So a cluster serves at most
-// FusedDecodePlan::seq_group sequences, and a larger step runs more clusters a kv head.
+// A step of several sequences splits each cluster of the attention kernel among the sequences it
+// serves (a power of two of groups); it pays only while every sequence keeps at least this many of
+// the kernel's CTAs over the kv heads (num_kv_heads * cluster / that power of two). Measured on the
+// H100 (bench/NOTES.md, twentieth session): with 16 or more, steps of 2-8 ran 8-28% faster than the
+// separate kernels; with 8, ties and losses (3% and 0%), with 4, a loss of 20%. So a cluster serves
+// at most FusedDecodePlan::seq_group sequences, and a larger step runs more clusters a kv head.
 constexpr int kFusedMinSeqCtas = 16;
 
 // How the fused path runs on this device for steps of up to max_batch sequences; cluster == 0
