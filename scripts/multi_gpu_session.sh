@@ -19,9 +19,11 @@
 #               row-parallel projections, then the pushed sum), for A/B
 #   throughput  bench throughput --preset nano-vllm, Qwen3-0.6B shape (dummy weights), DP 1 and 2
 #   big         a Llama-3-70B-class layer shape: parity of TP 4 (2 on a 2-GPU machine) against TP 1 on a
-#               planted checkpoint of BIG_LAYERS layers (default 4) with signal BIG_PLANTED (default 256:
-#               at 64 the mean chosen log-probability was -1.72 and greedy ties decided 57 of 100), and
-#               single-stream decode of all 80 layers (dummy weights), unless BIG_LATENCY=0
+#               planted checkpoint of BIG_LAYERS layers (default 4) with signal BIG_PLANTED (default 128:
+#               at 64 the mean chosen log-probability was -1.72 and greedy ties decided 57 of 100; at 256
+#               it was 0.00, every log-probability saturated, so their comparison said nothing; at 128
+#               -0.0001 with differences up to 0.0025), and single-stream decode of all 80 layers (dummy
+#               weights), unless BIG_LATENCY=0
 #   summary     the table of what the stages measured (also printed after the others)
 # TPS: the tensor-parallel sizes of the parity and latency stages (default "2 4" on 4 GPUs, else "2").
 # No stage given: topology, then parity latency throughput allreduce summary. NVLink multicast stays
@@ -207,7 +209,7 @@ for stage in "${stages[@]}"; do
       # A 70B-class layer (Llama-3-70B: hidden 8192, 64 heads, 8 KV heads, intermediate 28672) with
       # BIG_LAYERS layers (default 4), planted as above: TP 4 against TP 1 (one GPU holds it); then
       # single-stream decode of the whole 80-layer shape at TP 4 (dummy weights, 35 GB a rank).
-      planted=${BIG_PLANTED:-256}
+      planted=${BIG_PLANTED:-128}
       model=/tmp/llama3-70b-${BIG_LAYERS:-4}layers-planted-$planted
       make_planted "$model" "$planted" llama70b ${BIG_LAYERS:-4} make_big_model
       parity_runs big "$model" $max_tp
