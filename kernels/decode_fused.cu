@@ -101,7 +101,10 @@ static_assert(kThreads >= 2 * 128, "the cache write gives one thread to each new
 // step grew 3% on the H100). kMulti: a step of st.batch sequences; without it, of one, whose
 // index arithmetic then folds away (as a runtime batch, the batch-1 kernel ran 2.5 us slower a
 // layer on the H100: bench/NOTES.md).
-template <int D, int GM, typename T, bool kFp8W, bool kMulti>
+// kSplit: the plan's q/k/v projection is a kernel of its own (qkv_proj_kernel, before this one;
+// FusedDecodePlan::split_qkv): the CTA reads its sequence's q/k/v of the group from st.qkv after
+// the wait instead of holding weight rows, multiplying and exchanging them (kFp8W is false then).
+template <int D, int GM, typename T, bool kFp8W, bool kMulti, bool kSplit>
 __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape shape, FusedDecodeStep st,
                                                              FusedDecodeLayer w, int flags, int ss_parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -128,13 +131,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   const int sb = kMulti ? rank / Cs : 0, sr = kMulti ? rank % Cs : rank;  // my sequence, my rank among its CTAs
   const bool attends = !kMulti || sb < B;
   const int sq = seq0 + (kMulti ? min(sb, B - 1) : 0);  // a sequence of the step to read inputs of
-  const AttnLayout L = attn_layout(H, G, C, D, kFp8W, B, kMulti);
+  const AttnLayout L = attn_layout(kSplit ? 0 : H, G, C, D, kFp8W, B, kMulti);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);  // weights, exchange, inbox
   if (threadIdx.x == 0) {
     mbar_init(bar + 1);
     mbar_init(bar + 2);
     if (attends) {
-      mbar_expect(bar + 1, (G + 2) * D * 4);            // my sequence's q, k and v of the group
+      if (!kSplit) mbar_expect(bar + 1, (G + 2) * D * 4);  // my sequence's q, k and v of the group
       mbar_expect(bar + 2, Cs * (L.outs + 2 * G) * 4);  // every split's partial of my outputs, (max, sum) of each head
     }
   }
@@ -161,19 +164,21 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
                                                         : q_size + kv_size + g * D + (i - q_rows - D);
   };
   const int i0 = rank * L.rows;
-  copy_rows(ws, H, kFp8W, L.rows, [&](int i) { return weight_row<kFp8W>(w.qkv, matrix_row(i0 + i), H); }, bar, flags);
+  if constexpr (!kSplit)
+    copy_rows(ws, H, kFp8W, L.rows, [&](int i) { return weight_row<kFp8W>(w.qkv, matrix_row(i0 + i), H); }, bar,
+              flags);
   // The constants of this thread's first item below (row tid % L.rows of sequence tid / L.rows),
   // read before the wait: the row's FP8 scale and its bias. (A CTA has at most 10 heads of 128
   // rows over 8 CTAs, 160 rows: at batch 1 one a thread.) Later items read theirs after the wait.
   const int first_row = kMulti ? tid % L.rows : tid;
-  const bool has_first = tid < B * L.rows;
+  const bool has_first = !kSplit && tid < B * L.rows;
   const float qkv_scale = early_scale<kFp8W>(w.qkv, has_first, matrix_row(i0 + first_row));
   const float qkv_bias = early_bias(w.qkv_bias, has_first, matrix_row(i0 + first_row));
   bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
   bf16* q_norm_s = w.q_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) : nullptr;  // null: no q/k norm
   bf16* k_norm_s = w.k_norm != nullptr ? reinterpret_cast<bf16*>(smem + L.qk_norm) + D : nullptr;
   float* freq_s = reinterpret_cast<float*>(smem + L.freq);
-  stage(norm_s, w.input_norm, H * 2);
+  if constexpr (!kSplit) stage(norm_s, w.input_norm, H * 2);
   if (q_norm_s != nullptr) stage(q_norm_s, w.q_norm, D * 2);
   if (k_norm_s != nullptr) stage(k_norm_s, w.k_norm, D * 2);
   stage(freq_s, st.inv_freq, D / 2 * 4);
@@ -211,44 +216,61 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   wait_inputs(flags);
   trace.mark(kTraceWaited);
 
-  if (st.embed != nullptr)  // this CTA's share of h = the embedding rows
-    for (int i = (blockIdx.x * kThreads + tid) * 8; i < (kMulti ? st.batch : 1) * H; i += gridDim.x * kThreads * 8)
-      store8(st.h + i, kMulti ? load8(h_row(i / H) + i % H) : load8(h_row(0) + i));
-  const float* ss_in = st.ss_ready ? st.ss + kFusedSsWords / 2 : nullptr;
-  if constexpr (kMulti)
-    load_normed_rows([&](int b) { return h_row(seq0 + b); }, ss_in != nullptr ? ss_in + seq0 * kFusedSsParts : nullptr,
-                     ss_parts, norm_s, H, B, st.eps, x, red);
-  else
-    load_normed_any(h_row(0), ss_in, ss_parts, norm_s, H, st.eps, x, red);
-  trace.mark(kTraceInputs);
-  mbar_wait(bar, 0);
-  trace.mark(kTraceWeights);
-  whole_dots<kFp8W>(ws, x, L.rows, H, dots, B);
-  for (int i = tid; i < B * L.rows; i += kThreads) {  // row r's value replaces warp 0's partial
-    const int b = kMulti ? i / L.rows : 0, r = kMulti ? i % L.rows : i;
-    const bool first = i == tid;
-    float v = row_dot(dots, L.rows, r, b, B);
-    if constexpr (kFp8W) v *= first ? qkv_scale : __ldg(w.qkv.scale + matrix_row(i0 + r));
-    v = round_bf16(v);
-    if (w.qkv_bias != nullptr)
-      v = round_bf16(v + (first ? qkv_bias : __bfloat162float(w.qkv_bias[matrix_row(i0 + r)])));
-    dots[b * padded + r] = v;
+  if constexpr (kSplit) {  // my sequence's q, k and v of the group, as qkv_proj_kernel rounded them
+    if (attends)
+      for (int i = tid * 8; i < (G + 2) * D; i += kThreads * 8) {  // heads are whole 8-value pieces
+        float v[8];
+        to_float8(load8_cg(st.qkv + size_t(sq) * (q_size + 2 * kv_size) + matrix_row(i)), v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[i + j] = v[j];
+      }
+    __syncthreads();
+    cluster_wait();  // every CTA of the cluster has started: the merge's pushes may go
+    if (!attends) {
+      trace.end();
+      return;
+    }
+  } else {
+    if (st.embed != nullptr)  // this CTA's share of h = the embedding rows
+      for (int i = (blockIdx.x * kThreads + tid) * 8; i < (kMulti ? st.batch : 1) * H; i += gridDim.x * kThreads * 8)
+        store8(st.h + i, kMulti ? load8(h_row(i / H) + i % H) : load8(h_row(0) + i));
+    const float* ss_in = st.ss_ready ? st.ss + kFusedSsWords / 2 : nullptr;
+    if constexpr (kMulti)
+      load_normed_rows([&](int b) { return h_row(seq0 + b); },
+                       ss_in != nullptr ? ss_in + seq0 * kFusedSsParts : nullptr, ss_parts, norm_s, H, B, st.eps, x,
+                       red);
+    else
+      load_normed_any(h_row(0), ss_in, ss_parts, norm_s, H, st.eps, x, red);
+    trace.mark(kTraceInputs);
+    mbar_wait(bar, 0);
+    trace.mark(kTraceWeights);
+    whole_dots<kFp8W>(ws, x, L.rows, H, dots, B);
+    for (int i = tid; i < B * L.rows; i += kThreads) {  // row r's value replaces warp 0's partial
+      const int b = kMulti ? i / L.rows : 0, r = kMulti ? i % L.rows : i;
+      const bool first = i == tid;
+      float v = row_dot(dots, L.rows, r, b, B);
+      if constexpr (kFp8W) v *= first ? qkv_scale : __ldg(w.qkv.scale + matrix_row(i0 + r));
+      v = round_bf16(v);
+      if (w.qkv_bias != nullptr)
+        v = round_bf16(v + (first ? qkv_bias : __bfloat162float(w.qkv_bias[matrix_row(i0 + r)])));
+      dots[b * padded + r] = v;
+    }
+    __syncthreads();
+    cluster_wait();  // every CTA of the cluster has started: pushes may go
+    // My rows' outputs of sequence b into the q/k/v of each of its CTAs.
+    const int pieces = L.rows / 4;
+    for (int i = tid; i < B * pieces * Cs; i += kThreads) {
+      const int b = kMulti ? i / (pieces * Cs) : 0, to = b * Cs + (kMulti ? i % (pieces * Cs) : i) / pieces;
+      const int piece = i % pieces;
+      st_async16(cluster_addr(q + i0 + 4 * piece, to), reinterpret_cast<const float4*>(dots + b * padded)[piece],
+                 cluster_addr(bar + 1, to));
+    }
+    if (!attends) {  // nothing is pushed to a CTA past the batch's sequences
+      trace.end();
+      return;
+    }
+    mbar_wait(bar + 1, 0);
   }
-  __syncthreads();
-  cluster_wait();  // every CTA of the cluster has started: pushes may go
-  // My rows' outputs of sequence b into the q/k/v of each of its CTAs.
-  const int pieces = L.rows / 4;
-  for (int i = tid; i < B * pieces * Cs; i += kThreads) {
-    const int b = kMulti ? i / (pieces * Cs) : 0, to = b * Cs + (kMulti ? i % (pieces * Cs) : i) / pieces;
-    const int piece = i % pieces;
-    st_async16(cluster_addr(q + i0 + 4 * piece, to), reinterpret_cast<const float4*>(dots + b * padded)[piece],
-               cluster_addr(bar + 1, to));
-  }
-  if (!attends) {  // nothing is pushed to a CTA past the batch's sequences
-    trace.end();
-    return;
-  }
-  mbar_wait(bar + 1, 0);
   trace.mark(kTracePhase1);
 
   // Heads 0..G-1: the q heads (normed, roped, scaled for exp2); head G: the new k. A warp each;
@@ -473,22 +495,84 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
   trace.end();
 }
 
+// st.qkv[b][r] = x[b] W_qkv^T [r] (+ bias) with x[b] = rmsnorm(h[b]), for this CTA's rows of the n
+// of the q/k/v projection and the step's sequences, rounded as attention_kernel rounds its own
+// rows: the projection of a plan whose attention kernel cannot hold its share of these weights
+// (FusedDecodePlan::split_qkv). Layer 0 (st.embed set): h[b] is the embedding row of the step's
+// token, read from the table, and this kernel leaves it in h as attention_kernel does otherwise.
+// ss_parts: the published sums of squares a sequence (st.ss_ready). kStream, kFp8W, kMulti: as
+// residual_proj_kernel.
+template <bool kStream, bool kFp8W, bool kMulti>
+__global__ void __launch_bounds__(kThreads) qkv_proj_kernel(FusedDecodeStep st, const bf16* norm_w, FusedWeight w,
+                                                            const bf16* bias, int n, int hidden, int ss_parts,
+                                                            int flags, int stages, int k_parts) {
+  extern __shared__ __align__(128) char smem[];
+  const int batch = kMulti ? st.batch : 1;
+  const Tracer trace(nullptr, 0);  // the trace's records are the four kernels'
+  int r0, r1;
+  my_rows(n, &r0, &r1);
+  const int rows = r1 - r0;
+  const ProjLayout L =
+      proj_layout(ceil_div(n, int(gridDim.x)), hidden, 0, true, kStream ? stages : 0, k_parts, kFp8W, batch);
+  bf16* x = reinterpret_cast<bf16*>(smem + L.x);
+  float* dots = reinterpret_cast<float*>(smem + L.dots);
+  float* red = reinterpret_cast<float*>(smem + L.red);
+  auto src = [&](int i) { return weight_row<kFp8W>(w, r0 + i, hidden); };
+  // The FP8 scale and the bias of this thread's first item's row (as in attention_kernel).
+  const bool has_first = int(threadIdx.x) < batch * rows;
+  const int first_row = kMulti && rows > 0 ? int(threadIdx.x) % rows : int(threadIdx.x);
+  const float scale0 = early_scale<kFp8W>(w, has_first, r0 + first_row);
+  const float bias0 = early_bias(bias, has_first, r0 + first_row);
+  const Ring ring = share_start<kStream, kFp8W>(smem, L, stages, k_parts, hidden, rows, src, flags);
+  bf16* norm_s = reinterpret_cast<bf16*>(smem + L.norm);
+  stage(norm_s, norm_w, hidden * 2);
+  cp_async_commit();
+  wait_inputs(flags);
+  auto h_row = [&](int b) {  // sequence b of the step
+    return st.embed != nullptr ? st.embed + size_t(st.token[b]) * hidden : st.h + size_t(b) * hidden;
+  };
+  if (st.embed != nullptr)  // this CTA's share of h = the embedding rows
+    for (int i = (blockIdx.x * kThreads + threadIdx.x) * 8; i < batch * hidden; i += gridDim.x * kThreads * 8)
+      store8(st.h + i, load8(h_row(i / hidden) + i % hidden));
+  const float* ss = st.ss_ready ? st.ss + kFusedSsWords / 2 : nullptr;
+  if constexpr (kMulti)
+    load_normed_rows(h_row, ss, ss_parts, norm_s, hidden, batch, st.eps, x, red);
+  else
+    load_normed_any(h_row(0), ss, ss_parts, norm_s, hidden, st.eps, x, red);
+  share_dots<kStream, kFp8W>(ring, src, smem, L, x, rows, hidden, dots, flags, trace, batch);
+  for (int i = threadIdx.x; i < batch * rows; i += kThreads) {
+    const int b = kMulti ? i / rows : 0, r = kMulti ? i % rows : i;
+    const bool first = i == int(threadIdx.x);
+    float v = row_dot(dots, rows, r, b, batch);
+    if constexpr (kFp8W) v *= first ? scale0 : __ldg(w.scale + r0 + r);
+    v = round_bf16(v);
+    if (bias != nullptr) v = round_bf16(v + (first ? bias0 : __bfloat162float(bias[r0 + r])));
+    st.qkv[size_t(b) * n + r0 + r] = __float2bfloat16(v);
+  }
+}
+
 // --- host side ---
 
-// The shared memory of a projection kernel of n rows with k inputs on `grid` CTAs (pairs: gate
-// and up rows, which update no residual): the whole share when it fits in max_smem (stages 0),
-// else as many streamed stages of tiles of at most tile_k values as fit in stream_smem, up to the
-// tiles there are (stages -1: not even two fit).
+// What a projection kernel's CTA holds beside its weight rows: the residual rows it updates
+// (o_proj, down), or the norm weights of its input, as gate and up rows of the same index (gate_up)
+// or as plain rows (the q/k/v projection of a split plan).
+enum class ProjKind { kResidual, kNormedPairs, kNormed };
+
+// The shared memory of a projection kernel of n rows (pairs of them for kNormedPairs) with k
+// inputs on `grid` CTAs: the whole share when it fits in max_smem (stages 0), else as many
+// streamed stages of tiles of at most tile_k values as fit in stream_smem, up to the tiles there
+// are (stages -1: not even two fit).
 struct ProjSmem {
   size_t bytes;
   int stages, parts;
 };
-ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem, size_t stream_smem, int tile_k,
+ProjSmem proj_smem(int n, int k, int grid, ProjKind kind, bool fp8, size_t max_smem, size_t stream_smem, int tile_k,
                    size_t whole_smem, int batch) {
-  const int rows = ceil_div(n, grid), share = pairs ? 2 * rows : rows, parts = stream_parts(k, tile_k, fp8);
+  const int rows = ceil_div(n, grid), share = kind == ProjKind::kNormedPairs ? 2 * rows : rows,
+            parts = stream_parts(k, tile_k, fp8);
   auto layout = [&](int stages) {
-    return pairs ? proj_layout(share, k, 0, true, stages, parts, fp8, batch)
-                 : proj_layout(rows, k, rows, false, stages, parts, fp8, batch);
+    return kind == ProjKind::kResidual ? proj_layout(rows, k, rows, false, stages, parts, fp8, batch)
+                                       : proj_layout(share, k, 0, true, stages, parts, fp8, batch);
   };
   if (layout(0).total <= std::min(max_smem, whole_smem)) return {layout(0).total, 0, 1};
   int stages = std::min(kMaxStages, ceil_div(share, kTileRows) * parts);
@@ -497,12 +581,14 @@ ProjSmem proj_smem(int n, int k, int grid, bool pairs, bool fp8, size_t max_smem
 }
 
 // The attention kernel's shared memory for clusters serving up to `most` sequences (the split of
-// the cluster changes with them), in the kernel for one sequence or for several (`multi`).
-size_t attention_smem(const FusedDecodeShape& s, int cluster, int most, bool multi) {
+// the cluster changes with them), in the kernel for one sequence or for several (`multi`), holding
+// its weight rows or (`split`) reading q/k/v from the q/k/v kernel (attention_kernel's kSplit).
+size_t attention_smem(const FusedDecodeShape& s, int cluster, int most, bool multi, bool split) {
   size_t bytes = 0;
   for (int batch = 1; batch <= most; ++batch)
-    bytes = std::max(bytes, attn_layout(s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim, s.fp8_weights,
-                                        batch, multi).total);
+    bytes = std::max(bytes, attn_layout(split ? 0 : s.hidden, s.num_heads / s.num_kv_heads, cluster, s.head_dim,
+                                        !split && s.fp8_weights, batch, multi)
+                                .total);
   return bytes;
 }
 
@@ -528,34 +614,46 @@ GateUpKernel gate_up_for(bool stream, bool fp8) {
 GateUpKernel gate_up_for(bool stream, bool fp8, bool multi) {
   return multi ? gate_up_for<true>(stream, fp8) : gate_up_for<false>(stream, fp8);
 }
+using QkvKernel = void (*)(FusedDecodeStep, const bf16*, FusedWeight, const bf16*, int, int, int, int, int, int);
+template <bool kMulti>
+QkvKernel qkv_for(bool stream, bool fp8) {
+  return stream ? (fp8 ? qkv_proj_kernel<true, true, kMulti> : qkv_proj_kernel<true, false, kMulti>)
+                : (fp8 ? qkv_proj_kernel<false, true, kMulti> : qkv_proj_kernel<false, false, kMulti>);
+}
+QkvKernel qkv_for(bool stream, bool fp8, bool multi) {
+  return multi ? qkv_for<true>(stream, fp8) : qkv_for<false>(stream, fp8);
+}
 
 // The attention kernel for a shape: head_dim 64 or 128, the group's heads held as the next of
-// 1, 2, 4, 8 (fused_decode_plan has checked both), the cache element, the weights' type, one
-// sequence or several.
+// 1, 2, 4, 8 (fused_decode_plan has checked both), the cache element, the weights' type (none
+// where the q/k/v projection is split out), one sequence or several.
 using AttentionKernel = void (*)(FusedDecodeShape, FusedDecodeStep, FusedDecodeLayer, int, int);
-template <int D, typename T, bool kFp8W, bool kMulti>
+template <int D, typename T, bool kFp8W, bool kMulti, bool kSplit>
 AttentionKernel attention_for(int group) {
-  return group == 1   ? attention_kernel<D, 1, T, kFp8W, kMulti>
-         : group == 2 ? attention_kernel<D, 2, T, kFp8W, kMulti>
-         : group <= 4 ? attention_kernel<D, 4, T, kFp8W, kMulti>
-                      : attention_kernel<D, 8, T, kFp8W, kMulti>;
+  return group == 1   ? attention_kernel<D, 1, T, kFp8W, kMulti, kSplit>
+         : group == 2 ? attention_kernel<D, 2, T, kFp8W, kMulti, kSplit>
+         : group <= 4 ? attention_kernel<D, 4, T, kFp8W, kMulti, kSplit>
+                      : attention_kernel<D, 8, T, kFp8W, kMulti, kSplit>;
 }
-template <typename T, bool kFp8W, bool kMulti>
+template <typename T, bool kFp8W, bool kMulti, bool kSplit>
 AttentionKernel attention_for(int group, int head_dim) {
-  return head_dim == 64 ? attention_for<64, T, kFp8W, kMulti>(group) : attention_for<128, T, kFp8W, kMulti>(group);
+  return head_dim == 64 ? attention_for<64, T, kFp8W, kMulti, kSplit>(group)
+                        : attention_for<128, T, kFp8W, kMulti, kSplit>(group);
 }
 template <typename T, bool kMulti>
-AttentionKernel attention_for(const FusedDecodeShape& s) {
+AttentionKernel attention_for(const FusedDecodeShape& s, bool split) {
   const int group = s.num_heads / s.num_kv_heads;
-  return s.fp8_weights ? attention_for<T, true, kMulti>(group, s.head_dim)
-                       : attention_for<T, false, kMulti>(group, s.head_dim);
+  return split           ? attention_for<T, false, kMulti, true>(group, s.head_dim)
+         : s.fp8_weights ? attention_for<T, true, kMulti, false>(group, s.head_dim)
+                         : attention_for<T, false, kMulti, false>(group, s.head_dim);
 }
 template <bool kMulti>
-AttentionKernel attention_for(const FusedDecodeShape& s) {
-  return s.kv_dtype == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3, kMulti>(s) : attention_for<bf16, kMulti>(s);
+AttentionKernel attention_for(const FusedDecodeShape& s, bool split) {
+  return s.kv_dtype == KvDtype::kFp8E4M3 ? attention_for<fp8_e4m3, kMulti>(s, split)
+                                         : attention_for<bf16, kMulti>(s, split);
 }
-AttentionKernel attention_for(const FusedDecodeShape& s, bool multi) {
-  return multi ? attention_for<true>(s) : attention_for<false>(s);
+AttentionKernel attention_for(const FusedDecodeShape& s, bool multi, bool split) {
+  return multi ? attention_for<true>(s, split) : attention_for<false>(s, split);
 }
 
 // Lets f launch with `bytes` of dynamic shared memory. Plans for different batch sizes share the
@@ -583,7 +681,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   const int group = s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0 ? s.num_heads / s.num_kv_heads : 0;
   if (group < 1 || group > kMaxGroup) return no("q heads per kv head not 1 to 8");
   const bool multi = max_batch > 1;
-  const AttentionKernel attention = attention_for(s, multi);
+  const AttentionKernel holding = attention_for(s, multi, false), splitting = attention_for(s, multi, true);
   if (s.hidden % kChunk != 0 || s.intermediate % kChunk != 0)
     return no("hidden or intermediate size not a multiple of 32");
   if (s.fp8_weights && (s.hidden % 64 != 0 || s.intermediate % 64 != 0))
@@ -597,16 +695,19 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
             sms = device_attribute(cudaDevAttrMultiProcessorCount);
   if (major < 9) return no("needs sm_90 or newer (clusters, TMA)");
   p.grid = std::min(sms, kFusedSsParts);
-  const int H = s.hidden, I = s.intermediate, D = s.head_dim, q_size = s.num_heads * D;
+  const int H = s.hidden, I = s.intermediate, D = s.head_dim, q_size = s.num_heads * D,
+            qkv_n = q_size + 2 * s.num_kv_heads * D;
   // One shared-memory carveout for all the kernels: an SM runs CTAs of different carveouts only
   // after draining, which would undo the overlap PDL gives.
   const ResidualKernel o_kernel = residual_for(false, s.fp8_weights, multi),
                        o_stream = residual_for(true, s.fp8_weights, multi);
   const GateUpKernel gu_kernel = gate_up_for(false, s.fp8_weights, multi),
                      gu_stream = gate_up_for(true, s.fp8_weights, multi);
-  for (const void* f : {reinterpret_cast<const void*>(attention), reinterpret_cast<const void*>(o_kernel),
-                        reinterpret_cast<const void*>(o_stream), reinterpret_cast<const void*>(gu_kernel),
-                        reinterpret_cast<const void*>(gu_stream)})
+  const QkvKernel qkv_kernel = qkv_for(false, s.fp8_weights, multi), qkv_stream = qkv_for(true, s.fp8_weights, multi);
+  for (const void* f : {reinterpret_cast<const void*>(holding), reinterpret_cast<const void*>(splitting),
+                        reinterpret_cast<const void*>(o_kernel), reinterpret_cast<const void*>(o_stream),
+                        reinterpret_cast<const void*>(gu_kernel), reinterpret_cast<const void*>(gu_stream),
+                        reinterpret_cast<const void*>(qkv_kernel), reinterpret_cast<const void*>(qkv_stream)})
     CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   // The projections. A streamed one takes all the shared memory a CTA may have (the most stages
   // in flight) unless FusedStreaming::smem says less. Half an SM, which lets the next kernel's CTA
@@ -616,15 +717,16 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   const size_t stream_smem = std::min(size_t(max_smem), streaming.smem > 0 ? streaming.smem : size_t(max_smem));
   // A batch's input vectors take shared memory from the stages: where two tiles of tile_k values
   // no longer fit beside them, tiles of half as many (down to 512).
-  auto size = [&](int n, int k, bool pairs) {
+  auto size = [&](int n, int k, ProjKind kind) {
     ProjSmem r{0, -1, 0};
     for (int tile_k = streaming.tile_k; r.stages < 0 && tile_k >= (max_batch > 1 ? 512 : streaming.tile_k);
          tile_k /= 2)
-      r = proj_smem(n, k, std::min(n, sms), pairs, s.fp8_weights, max_smem, stream_smem, tile_k,
+      r = proj_smem(n, k, std::min(n, sms), kind, s.fp8_weights, max_smem, stream_smem, tile_k,
                     streaming.whole > 0 ? streaming.whole : max_smem, max_batch);
     return r;
   };
-  const ProjSmem down = size(H, I, false), gu = size(I, H, true), o = size(H, q_size, false);
+  const ProjSmem down = size(H, I, ProjKind::kResidual), gu = size(I, H, ProjKind::kNormedPairs),
+                 o = size(H, q_size, ProjKind::kResidual);
   // The block scheduler puts a newly launched kernel's CTAs wherever they fit, and down's (55 KB,
   // 60 registers for Qwen3-0.6B) fit four to an SM that gate_up has left: such SMs pull four
   // weight shares through one port and finish last. Sized past a third of the SM, at most two
@@ -648,36 +750,68 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   // 20.1 us a layer at 16, 12.5 at 8; bench/NOTES.md).
   const size_t half_sm = size_t(sm_smem) / 2 - size_t(reserved);
   const std::array<int, 2> clusters = p.smem[3] > half_sm ? std::array{8, 16} : std::array{16, 8};
-  for (int cluster : clusters) {
-    if (cluster > max_cluster) continue;
-    // The sequences a cluster serves: a power of two of groups of CTAs a sequence, each group
-    // kFusedMinSeqCtas CTAs or more over the kv heads (a last share may hold fewer sequences, one
-    // included). None: this cluster size leaves a sequence too few CTAs.
-    const int seq_group = multi ? std::min(max_batch, int(std::bit_floor(unsigned(s.num_kv_heads * cluster /
-                                                                                      kFusedMinSeqCtas))))
-                                : 1;
-    if (seq_group < 1) continue;
-    const size_t smem = attention_smem(s, cluster, seq_group, multi);
-    // A CTA's q/k/v rows go out as float4 pieces; the (max, sum) of a head go to CTAs 0..C-1
-    // from the threads of its first C dims.
-    if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 || D < cluster)
-      continue;
-    allow_smem(reinterpret_cast<const void*>(attention), smem);
-    if (cluster > 8)  // left on once on: another plan's clusters of 16 may launch the kernel
-      CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    const int clusters_most = s.num_kv_heads * ceil_div(max_batch, seq_group);
-    const int active = max_active_clusters(reinterpret_cast<const void*>(attention), dim3(clusters_most * cluster),
-                                           dim3(unsigned(cluster)), dim3(kThreads), smem);
-    // Several sequences: every cluster of the largest step at once (larger CTAs fit fewer
-    // clusters, and one more than fit runs as a second wave: twice the kernel's time; 0: this
-    // size cannot run).
-    if (active >= (multi ? clusters_most : 1)) {
-      p.cluster = cluster;
-      p.seq_group = seq_group;
-      p.smem[0] = smem;
-      break;
+  // The attention kernel holding its rows of the q/k/v weights, or (split) reading the q/k/v
+  // kernel's outputs: true once a cluster size is placed. held_fits: some cluster size's CTA held
+  // its rows in shared memory (whether or not enough such clusters could run at once).
+  bool held_fits = false;
+  auto place_attention = [&](bool split) {
+    const AttentionKernel attention = split ? splitting : holding;
+    for (int cluster : clusters) {
+      if (cluster > max_cluster) continue;
+      // The sequences a cluster serves: a power of two of groups of CTAs a sequence, each group
+      // kFusedMinSeqCtas CTAs or more over the kv heads (a last share may hold fewer sequences, one
+      // included). None: this cluster size leaves a sequence too few CTAs.
+      const int seq_group = multi ? std::min(max_batch, int(std::bit_floor(unsigned(s.num_kv_heads * cluster /
+                                                                                        kFusedMinSeqCtas))))
+                                  : 1;
+      if (seq_group < 1) continue;
+      const size_t smem = attention_smem(s, cluster, seq_group, multi, split);
+      // A CTA's q/k/v rows go out as float4 pieces; the (max, sum) of a head go to CTAs 0..C-1
+      // from the threads of its first C dims.
+      if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 ||
+          D < cluster)
+        continue;
+      held_fits = held_fits || !split;
+      allow_smem(reinterpret_cast<const void*>(attention), smem);
+      if (cluster > 8)  // left on once on: another plan's clusters of 16 may launch the kernel
+        CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      const int clusters_most = s.num_kv_heads * ceil_div(max_batch, seq_group);
+      const int active = max_active_clusters(reinterpret_cast<const void*>(attention),
+                                             dim3(clusters_most * cluster), dim3(unsigned(cluster)), dim3(kThreads),
+                                             smem);
+      // Several sequences: every cluster of the largest step at once (larger CTAs fit fewer
+      // clusters, and one more than fit runs as a second wave: twice the kernel's time; 0: this
+      // size cannot run).
+      if (active >= (multi ? clusters_most : 1)) {
+        p.cluster = cluster;
+        p.seq_group = seq_group;
+        p.smem[0] = smem;
+        p.split_qkv = split;
+        return true;
+      }
+    }
+    return false;
+  };
+  // Where the attention kernel cannot hold its share of the q/k/v weights (8B-class layers: a kv
+  // head's q/k/v rows over at most 16 CTAs), the projection runs as a kernel of its own over every
+  // SM, whole or streamed as the others, and the attention kernel reads its outputs. H200, batch
+  // 1, against the separate kernels (bench/NOTES.md, fifty-second session): Qwen3-8B 4.38 -> 4.05
+  // ms, Qwen2.5-3B's shape -14%, a TP 4 shard's -12%, Llama-3.2-3B's -5%, Qwen3-4B's +3%. Not for
+  // FP8 weights: FP8 Llama-3-8B ran 26% slower split, and the fused FP8 projections only tied
+  // the separate ones at 8B-class sizes even where the attention holds its rows.
+  // Only where shared memory is what fails: a layout that fits but cannot run every cluster of a
+  // step at once keeps the separate kernels, as before the split (not measured split).
+  if (!place_attention(false) && !held_fits && !s.fp8_weights) {
+    const ProjSmem qkv = size(qkv_n, H, ProjKind::kNormed);
+    if (qkv.stages >= 0 && place_attention(true)) {
+      p.smem[4] = qkv.bytes;
+      p.stages[4] = qkv.stages;
+      p.parts[4] = qkv.parts;
     }
   }
+  if (p.cluster == 0 && s.fp8_weights && !held_fits)
+    return no("no cluster of 16 or 8 CTAs of the attention kernel holds its q/k/v rows, and FP8 weights do not "
+              "split that projection out");
   if (p.cluster == 0)
     return no(multi ? "no cluster of 16 or 8 CTAs of the attention kernel keeps 16 CTAs a sequence with every "
                       "cluster of the step at once"
@@ -685,6 +819,8 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   for (ResidualKernel f : {o_kernel, o_stream})
     allow_smem(reinterpret_cast<const void*>(f), std::max(p.smem[1], p.smem[3]));
   for (GateUpKernel f : {gu_kernel, gu_stream}) allow_smem(reinterpret_cast<const void*>(f), p.smem[2]);
+  if (p.split_qkv)
+    for (QkvKernel f : {qkv_kernel, qkv_stream}) allow_smem(reinterpret_cast<const void*>(f), p.smem[4]);
   return p;
 }
 
@@ -707,11 +843,19 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   const cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), pdl_attr()};
   NVLLM_CHECK(w.kv.dtype == s.kv_dtype && (s.kv_dtype == KvDtype::kBf16 || (w.kv.k_scale && w.kv.v_scale)),
               "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
-  const bool multi = p.max_batch > 1;
+  const bool multi = p.max_batch > 1, fp8 = s.fp8_weights;
+  if (p.split_qkv) {  // the q/k/v projection first; the attention kernel reads its outputs
+    NVLLM_CHECK(st.qkv != nullptr, "internal: a split q/k/v projection without FusedDecodeStep::qkv");
+    const int qkv_n = q_size + 2 * s.num_kv_heads * s.head_dim;
+    launch_pdl(qkv_for(p.stages[4] > 0, fp8, multi), dim3(std::min(qkv_n, p.grid)), dim3(kThreads), p.smem[4], stream,
+               sta, w.input_norm, w.qkv, w.qkv_bias, qkv_n, H, grid_h, flags, p.stages[4], p.parts[4]);
+    sta.embed = nullptr;  // h holds the embedding now
+  } else {
+    sta.qkv = nullptr;
+  }
   const int shares = ceil_div(st.batch, p.seq_group);  // clusters a kv head
-  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s, multi), dim3(s.num_kv_heads * shares * p.cluster),
-              dim3(kThreads), p.smem[0], stream, s, sta, w, flags, grid_h);
-  const bool fp8 = s.fp8_weights;
+  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s, multi, p.split_qkv),
+              dim3(s.num_kv_heads * shares * p.cluster), dim3(kThreads), p.smem[0], stream, s, sta, w, flags, grid_h);
   NVLLM_CHECK((w.qkv.scale != nullptr) == fp8 && (w.o_proj.scale != nullptr) == fp8 &&
                   (w.gate_up.scale != nullptr) == fp8 && (w.down.scale != nullptr) == fp8,
               "internal: fused decode planned for other weights (bf16 vs FP8) than the layer's");

@@ -2,7 +2,9 @@
 // (decode_fused.cu): attention (norm, qkv, rope, cache write, attention over a thread-block
 // cluster), o_proj + residual, norm + gate_up + silu, down + residual, chained with PDL. A
 // projection's weights are copied whole into shared memory or, where a CTA's share does not fit,
-// streamed through it in tiles; every sequence of the step is multiplied with them there.
+// streamed through it in tiles; every sequence of the step is multiplied with them there. Where
+// the attention kernel's clusters cannot hold a kv head's q/k/v rows (8B-class layers), norm +
+// qkv runs as a fifth kernel over every SM before it (FusedDecodePlan::split_qkv).
 #pragma once
 
 #include <cstddef>
@@ -53,14 +55,19 @@ struct FusedDecodePlan {
   // heads); a step of B runs ceil(B / seq_group) clusters a kv head, their sequences in even shares.
   int seq_group = 1;
   int grid = 0;     // CTAs of the projection kernels (the SM count)
-  // Dynamic shared memory of a CTA of the attention, o_proj, gate_up and down kernels: what each
-  // uses, more for down so that at most two of its CTAs share an SM (decode_fused.cu).
-  size_t smem[4] = {};
-  // Of the o_proj, gate_up and down kernels (index 1-3): 0 when a CTA's share of the weights fits
-  // in shared memory and is copied whole before the kernel waits for its inputs; else the number
-  // of shared-memory stages its weight tiles stream through.
-  int stages[4] = {};
-  int parts[4] = {};  // streamed: the k parts of a row's tiles
+  // The q/k/v projection is a kernel of its own (index 4 below), whose outputs the attention
+  // kernel reads from FusedDecodeStep::qkv: where no cluster of the attention kernel can hold its
+  // share of those weights.
+  bool split_qkv = false;
+  // Dynamic shared memory of a CTA of the attention, o_proj, gate_up, down and (split_qkv) q/k/v
+  // kernels: what each uses, more for down so that at most two of its CTAs share an SM
+  // (decode_fused.cu).
+  size_t smem[5] = {};
+  // Of the projection kernels (index 1-4): 0 when a CTA's share of the weights fits in shared
+  // memory and is copied whole before the kernel waits for its inputs; else the number of
+  // shared-memory stages its weight tiles stream through.
+  int stages[5] = {};
+  int parts[5] = {};  // streamed: the k parts of a row's tiles
   const char* why = nullptr;
 };
 
@@ -91,6 +98,9 @@ struct FusedDecodeStep {
   const float* inv_freq;  // [head_dim / 2]
   float eps, scale;
   bf16 *h, *attn, *act;
+  // The q/k/v projection's outputs [batch][q_size + 2 kv_size] where the plan splits it out
+  // (FusedDecodePlan::split_qkv; unused otherwise).
+  bf16* qkv = nullptr;
   // Layer 0 (null in the others): h = embed[token] here, the embedding folded into the attention
   // kernel; `token` is the step's token ids.
   const bf16* embed = nullptr;
@@ -123,9 +133,10 @@ static_assert(kTraceClockEnd < kFusedTraceFields);
 // Trace words of one layer (four kernels).
 constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTraceFields;
 
-// Checks the model and device (head_dim 64 or 128, 1 to 8 q heads per kv head, sm_90+, the
-// attention kernel's weight rows in shared memory, clusters of 16 or 8 CTAs schedulable), sizes
-// the projections' shared memory (whole shares, or streamed tiles) and prepares the kernels.
+// Checks the model and device (head_dim 64 or 128, 1 to 8 q heads per kv head, sm_90+, clusters
+// of 16 or 8 CTAs schedulable), sizes the projections' shared memory (whole shares, or streamed
+// tiles), splits the q/k/v projection out where the attention kernel cannot hold its weight rows,
+// and prepares the kernels.
 // Throws only on CUDA errors.
 // `max_cluster` (16 or 8) caps the attention kernel's cluster: tests run both sizes.
 // `max_batch`: the most sequences of a step (1 .. kFusedMaxBatch); shared memory grows with it, so
@@ -133,7 +144,7 @@ constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTra
 FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape, int max_cluster = 16,
                                   const FusedStreaming& streaming = {}, int max_batch = 1);
 // One layer of a decode step of st.batch tokens (at most the plan's max_batch): h = layer(h),
-// the new k/v written to the cache. Four kernels, launched with PDL.
+// the new k/v written to the cache. Four kernels (five with split_qkv), launched with PDL.
 void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
                         cudaStream_t stream);
 

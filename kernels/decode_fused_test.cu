@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -175,6 +176,9 @@ struct Case {
   bool fp8_kv = false, fp8_weights = false;
   int hidden = kHiddenSmall, inter = kInterSmall;
   bool gate_up_streamed = false, down_streamed = false;
+  // The q/k/v projection a kernel of its own (unchecked where unset: clusters of 8 at some groups), streamed.
+  std::optional<bool> split_qkv = false;
+  bool qkv_streamed = false;
   FusedStreaming streaming{};
   int batch = 1;
   int context = kContext;
@@ -207,6 +211,8 @@ void check_layer(const Case& t) {
   CHECK(plan.stages[1] == 0);  // o_proj
   CHECK((plan.stages[2] > 0) == t.gate_up_streamed);
   CHECK((plan.stages[3] > 0) == t.down_streamed);
+  if (t.split_qkv) CHECK(plan.split_qkv == *t.split_qkv);
+  CHECK((plan.stages[4] > 0) == t.qkv_streamed);
   if (plan.cluster != max_cluster) MESSAGE("the plan runs clusters of ", plan.cluster, " (at most ", max_cluster, ")");
   std::mt19937 rng(100000 * head_dim + 1000 * group + max_cluster + 7 * batch);
   const Layer w = random_layer(rng, num_heads, head_dim, hidden, inter, t.fp8_weights);
@@ -223,7 +229,8 @@ void check_layer(const Case& t) {
   for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = float(1.0 / std::pow(1e6, 2.0 * i / head_dim));
 
   DeviceBuffer<bf16> d_in_norm(w.input_norm), d_qn(w.q_norm), d_kn(w.k_norm), d_post(w.post_norm), d_k(cache.k),
-      d_v(cache.v), d_h(h_in), d_attn(static_cast<size_t>(batch) * q_size), d_act(static_cast<size_t>(batch) * inter);
+      d_v(cache.v), d_h(h_in), d_attn(static_cast<size_t>(batch) * q_size), d_act(static_cast<size_t>(batch) * inter),
+      d_qkv_out(static_cast<size_t>(batch) * (q_size + 2 * kv_size));
   // Each projection on the device as the kernels read it: bf16 rows, or codes and row scales.
   struct DeviceProj {
     DeviceBuffer<bf16> w;
@@ -245,6 +252,7 @@ void check_layer(const Case& t) {
   FusedDecodeStep st{d_step.get(), d_step.get() + batch, d_step.get() + 2 * batch, d_table.get(), d_freq.get(),
                      kEps, 1.f / std::sqrt(float(head_dim)), d_h.get(), d_attn.get(), d_act.get()};
   st.ss = d_ss.get();
+  st.qkv = d_qkv_out.get();  // read only where the plan splits the q/k/v projection out
   st.batch = batch;
   st.table_width = width;
   // FP8: the cache's codes at these scales (new k and v of this layer are O(1): the range's middle).
@@ -260,8 +268,8 @@ void check_layer(const Case& t) {
     for (int i = 0; i < hidden; ++i) h_f[b][i] = to_f(h_in[size_t(b) * hidden + i]);
   INFO("head_dim ", head_dim, ", group ", group, ", cluster ", plan.cluster, std::string(fp8 ? ", fp8" : ", bf16"),
        std::string(t.fp8_weights ? " KV, fp8 weights" : " KV, bf16 weights"), ", hidden ", hidden,
-       ", intermediate ", inter, ", stages ", plan.stages[1], " ", plan.stages[2], " ", plan.stages[3], ", batch ",
-       batch);
+       ", intermediate ", inter, ", stages ", plan.stages[1], " ", plan.stages[2], " ", plan.stages[3], " ",
+       plan.stages[4], std::string(plan.split_qkv ? ", q/k/v split out" : ""), ", batch ", batch);
   Expected e;
   std::vector<bf16> q;
   for (int b = 0; b < batch; ++b) {
@@ -342,6 +350,10 @@ void check_layer(const Case& t) {
   CHECK(changed == 0);
 }
 
+// Clusters of 16 hold every test layer's q/k/v rows at hidden 1,024; clusters of 8 hold half as
+// many CTAs' worth, so at head_dim 128 and larger groups the plan splits the projection out.
+std::optional<bool> unless_8(int cluster) { return cluster == 8 ? std::nullopt : std::optional<bool>(false); }
+
 }  // namespace
 
 // Every group size 1-8: the kernel holds a group in registers as the next of 1, 2, 4, 8, so 3, 5,
@@ -349,14 +361,16 @@ void check_layer(const Case& t) {
 TEST_CASE("gpu.kernels.decode_fused one layer matches the CPU reference at each head_dim, group and cluster size") {
   for (int head_dim : {64, 128})
     for (int group = 1; group <= 8; ++group)
-      for (int cluster : {16, 8}) check_layer({.head_dim = head_dim, .group = group, .max_cluster = cluster});
+      for (int cluster : {16, 8})
+        check_layer({.head_dim = head_dim, .group = group, .max_cluster = cluster, .split_qkv = unless_8(cluster)});
 }
 
 TEST_CASE("gpu.kernels.decode_fused one layer over an FP8 cache matches the CPU reference on its codes") {
   for (int head_dim : {64, 128})
     for (int group : {1, 3, 4, 7, 8})
       for (int cluster : {16, 8})
-        check_layer({.head_dim = head_dim, .group = group, .max_cluster = cluster, .fp8_kv = true});
+        check_layer({.head_dim = head_dim, .group = group, .max_cluster = cluster, .fp8_kv = true,
+                     .split_qkv = unless_8(cluster)});
 }
 
 // E4M3 codes with a scale per row (--quantization fp8) in every projection: the reference
@@ -425,7 +439,8 @@ TEST_CASE("gpu.kernels.decode_fused a step of several sequences matches the CPU 
       }
     }
   SUBCASE("clusters of 8") {
-    for (int batch : {5, 8}) check_layer({.head_dim = 128, .group = 2, .max_cluster = 8, .batch = batch});
+    for (int batch : {5, 8})
+      check_layer({.head_dim = 128, .group = 2, .max_cluster = 8, .split_qkv = std::nullopt, .batch = batch});
   }
   SUBCASE("FP8 caches and weights") {
     check_layer({.head_dim = 64, .group = 7, .fp8_kv = true, .batch = 4});
@@ -442,6 +457,29 @@ TEST_CASE("gpu.kernels.decode_fused a step of several sequences matches the CPU 
                  .down_streamed = true, .batch = 8});
     check_layer({.head_dim = 64, .group = 4, .fp8_weights = true, .hidden = 2048, .inter = 8192,
                  .gate_up_streamed = true, .down_streamed = true, .batch = 8});
+  }
+}
+
+// Layers whose kv head's q/k/v rows no attention cluster can hold (more than 227 KB a CTA at 16
+// CTAs): the q/k/v projection runs as a kernel of its own over the SMs and the attention kernel
+// reads its rows. Qwen3-4B's hidden size with 4 q heads a kv head (277 KB held; its gate_up and
+// down stream), that at steps of 3 and 8; head_dim 64 with 8 heads a kv head over an FP8 cache
+// (363 KB held; the tensor-core token loop), at a step of 5 too; a hidden size whose q/k/v share
+// itself streams (12,288: 10 rows of 24 KB a CTA). FP8 weights never split (the refusal test).
+TEST_CASE("gpu.kernels.decode_fused splits the q/k/v projection out where the attention kernel cannot hold it") {
+  SUBCASE("hidden 2,560, group 4") {
+    for (int batch : {1, 3, 8})
+      check_layer({.head_dim = 128, .group = 4, .hidden = 2560, .inter = 5632, .gate_up_streamed = true,
+                   .down_streamed = true, .split_qkv = true, .batch = batch});
+  }
+  SUBCASE("FP8 cache, head_dim 64, group 8, hidden 4,096") {
+    for (int batch : {1, 5})
+      check_layer({.head_dim = 64, .group = 8, .fp8_kv = true, .hidden = 4096, .inter = 2048,
+                   .gate_up_streamed = true, .split_qkv = true, .batch = batch});
+  }
+  SUBCASE("hidden 12,288: the q/k/v share streams") {
+    check_layer({.head_dim = 64, .group = 8, .hidden = 12288, .inter = 1024, .gate_up_streamed = true,
+                 .split_qkv = true, .qkv_streamed = true});
   }
 }
 
@@ -472,6 +510,15 @@ TEST_CASE("gpu.kernels.decode_fused refuses the shapes it does not serve, naming
   CHECK(odd_block.cluster == 0);
   REQUIRE(odd_block.why != nullptr);
   CHECK(std::string(odd_block.why).find("power of two") != std::string::npos);
+  // FP8 weights whose q/k/v rows no cluster holds (an 8B layer's, 235 KB a CTA): the separate kernels.
+  const FusedDecodePlan fp8_8b = fused_decode_plan({4096, 2048, 8, 2, 128, kBlock, KvDtype::kBf16, true});
+  CHECK(fp8_8b.cluster == 0);
+  REQUIRE(fp8_8b.why != nullptr);
+  CHECK(std::string(fp8_8b.why).find("FP8 weights do not split") != std::string::npos);
+  // The same layer in bf16 (427 KB a CTA held) splits the q/k/v projection out.
+  const FusedDecodePlan bf16_8b = fused_decode_plan({4096, 2048, 8, 2, 128, kBlock});
+  CHECK(bf16_8b.cluster > 0);
+  CHECK(bf16_8b.split_qkv);
   // One sequence past the mma's columns.
   const FusedDecodeShape ok{kHiddenSmall, kInterSmall, 4, 2, 128, kBlock};
   CHECK(fused_decode_plan(ok, 16, {}, kFusedMaxBatch).cluster > 0);

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/decode_fused.h"
 #include "runtime/cuda/cuda_runner_test_util.h"
 
 namespace nvllm {
@@ -116,6 +117,53 @@ TEST_CASE("gpu.cuda_runner decode steps of several sequences: the fused kernels 
         }
       }
     }
+}
+
+// Layers whose kv head's q/k/v rows no attention cluster holds (10 heads of 128 rows at hidden
+// 2,048: 325 KB a CTA at 16 CTAs) take the fused path with the q/k/v projection as a kernel of its
+// own (kernels::FusedDecodePlan::split_qkv): layer 0's embedding goes into the residual stream from
+// that kernel, later layers' norms read the published sums of squares (hidden 2,048), with Qwen2's
+// q/k/v bias and Qwen3's q/k norms; batch 1 (run_single, 60 decode steps) and steps of 3
+// (run_both), against the CPU runner and the separate kernels on the same inputs.
+TEST_CASE("gpu.cuda_runner with the q/k/v projection split out of the fused attention matches the CPU runner") {
+  for (Arch arch : {Arch::kQwen3, Arch::kQwen2}) {
+    ModelConfig c = gpu_tiny_config(arch);
+    c.hidden_size = 2048;
+    c.intermediate_size = 512;
+    c.head_dim = 128;
+    c.num_heads = 16;
+    c.num_kv_heads = 2;
+    const std::string name = arch == Arch::kQwen3 ? "qwen3" : "qwen2";
+    INFO(name);
+    const kernels::FusedDecodePlan plan = kernels::fused_decode_plan(
+        {c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim, OneSequence::kBlockSize});
+    REQUIRE(plan.cluster > 0);
+    CHECK(plan.split_qkv);
+    for (bool eager : {false, true}) {
+      double rel_f = 0, rel_s = 0;
+      int checked_f = 0, checked_s = 0;
+      const RunResult fused = run_single(c, 11, eager, true, 60, nullptr, &rel_f, &checked_f);
+      REQUIRE(fused.fused);
+      std::vector<int32_t> fed;
+      for (const auto& t : fused.tokens) fed.push_back(t[0]);
+      const RunResult separate = run_single(c, 11, eager, false, 60, &fed, &rel_s, &checked_s);
+      CHECK(!separate.fused);
+      double worst_between = 0;
+      for (size_t step = 0; step < fused.logits.size(); ++step)
+        worst_between = std::max(worst_between, rel_error(fused.logits[step].data(), separate.logits[step].data(),
+                                                          static_cast<int>(separate.logits[step].size())));
+      MESSAGE(name, eager ? " eager" : " graphs", ", batch 1: worst logits relative error vs the CPU: fused ", rel_f,
+              ", separate ", rel_s, "; between them ", worst_between, "; tokens checked ", checked_f);
+      CHECK(checked_f >= 30);  // the rest are near-ties of the reference
+      CHECK(worst_between < std::max(rel_f, rel_s));
+      double rel_m = 0;
+      int checked_m = 0;
+      const RunResult several = run_both(c, 42, eager, true, &rel_m, &checked_m);
+      REQUIRE(several.fused);
+      CHECK(checked_m >= 4);
+      MESSAGE(name, eager ? " eager" : " graphs", ", steps of 3: worst logits relative error vs the CPU ", rel_m);
+    }
+  }
 }
 
 // The tiny Qwen3 shape with `kv` kv heads of 2 q heads, up to 8 sequences a step, eager: a runner

@@ -31,6 +31,9 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     log_info("small-batch decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
   }
+  if (plan_.split_qkv)
+    log_info("small-batch decode: the q/k/v projection runs as a fused kernel of its own (the attention kernel's "
+             "clusters cannot hold a kv head's q/k/v rows)");
   // Steps of several sequences: a plan for each power of two of them up to the tuning's most (and
   // one for that most), while they fit (a plan for more sequences needs more shared memory).
   // Every sequence keeps kFusedMinSeqCtas attention CTAs: the plan runs more clusters a kv head
@@ -81,8 +84,9 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   }
 }
 
-// The embedding goes straight into the residual stream inside layer 0's attention kernel, then
-// four fused kernels per layer, then the final norm, the LM head and (one sequence) the greedy
+// The embedding goes straight into the residual stream inside layer 0's attention kernel (or its
+// q/k/v kernel where the plan splits that out, whose outputs go to the q/k/v activations), then
+// four fused kernels per layer (or five), then the final norm, the LM head and (one sequence) the greedy
 // token in one kernel where the hidden size allows.
 void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* out_token,
                           const kernels::StepAdvance& advance, cudaStream_t s) {
@@ -102,6 +106,7 @@ void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* ou
   fs.batch = L.tokens;
   fs.table_width = L.width;
   const kernels::FusedDecodePlan& plan = L.tokens == 1 ? plan_ : *batch_plan(L.tokens);
+  if (plan.split_qkv) fs.qkv = a.qkv.as<bf16>();
   for (int l = 0; l < c.num_layers; ++l) {
     fs.embed = l == 0 ? w.embed : nullptr;
     fs.ss_ready = l > 0 && fs.ss != nullptr;

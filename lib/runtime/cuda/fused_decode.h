@@ -1,5 +1,6 @@
 // FusedDecode: a decode step of up to kernels::kFusedMaxBatch sequences as four fused kernels per
-// layer (kernels/decode_fused.h). A step of one sequence has its own plan (less shared memory)
+// layer (five where the q/k/v projection is split out of the attention kernel: the plan's
+// split_qkv; kernels/decode_fused.h). A step of one sequence has its own plan (less shared memory)
 // and, where the hidden size allows, one last kernel for the final norm, the LM head and the
 // greedy token (kernels/decode_head.h). With chaining, that last kernel also advances the step's
 // inputs (kernels/step_advance.h). Steps of several sequences end in the final norm and the LM
