@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   float* inbox_ml = reinterpret_cast<float*>(smem + L.inbox_ml);  // [Cs splits][G heads][m, l]
   float* red = reinterpret_cast<float*>(smem + L.red);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const Tracer trace(st.trace, 0);
+  const Tracer trace(st.trace, 1);
 
   // Group row i (the G q heads, then k, then v) -> its row of the fused qkv matrix.
   const int q_rows = G * D, q_size = shape.num_heads * D, kv_size = shape.num_kv_heads * D;
@@ -224,6 +224,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
 #pragma unroll
         for (int j = 0; j < 8; ++j) q[i + j] = v[j];
       }
+    trace.mark(kTraceInputs);
+    trace.mark(kTraceWeights);  // (no weights: the q/k/v rows are its inputs)
     __syncthreads();
     cluster_wait();  // every CTA of the cluster has started: the merge's pushes may go
     if (!attends) {
@@ -454,7 +456,7 @@ __global__ void __launch_bounds__(kThreads) gate_up_kernel(const bf16* h, const 
                                                            int step_batch) {
   extern __shared__ __align__(128) char smem[];
   const int batch = kMulti ? step_batch : 1;
-  const Tracer trace(trace_base, 2);
+  const Tracer trace(trace_base, 3);
   int r0, r1;
   my_rows(inter, &r0, &r1);
   const int rows = r1 - r0;
@@ -508,7 +510,7 @@ __global__ void __launch_bounds__(kThreads) qkv_proj_kernel(FusedDecodeStep st, 
                                                             int flags, int stages, int k_parts) {
   extern __shared__ __align__(128) char smem[];
   const int batch = kMulti ? st.batch : 1;
-  const Tracer trace(nullptr, 0);  // the trace's records are the four kernels'
+  const Tracer trace(st.trace, 0);
   int r0, r1;
   my_rows(n, &r0, &r1);
   const int rows = r1 - r0;
@@ -528,6 +530,7 @@ __global__ void __launch_bounds__(kThreads) qkv_proj_kernel(FusedDecodeStep st, 
   stage(norm_s, norm_w, hidden * 2);
   cp_async_commit();
   wait_inputs(flags);
+  trace.mark(kTraceWaited);
   auto h_row = [&](int b) {  // sequence b of the step
     return st.embed != nullptr ? st.embed + size_t(st.token[b]) * hidden : st.h + size_t(b) * hidden;
   };
@@ -539,6 +542,7 @@ __global__ void __launch_bounds__(kThreads) qkv_proj_kernel(FusedDecodeStep st, 
     load_normed_rows(h_row, ss, ss_parts, norm_s, hidden, batch, st.eps, x, red);
   else
     load_normed_any(h_row(0), ss, ss_parts, norm_s, hidden, st.eps, x, red);
+  trace.mark(kTraceInputs);
   share_dots<kStream, kFp8W>(ring, src, smem, L, x, rows, hidden, dots, flags, trace, batch);
   for (int i = threadIdx.x; i < batch * rows; i += kThreads) {
     const int b = kMulti ? i / rows : 0, r = kMulti ? i % rows : i;
@@ -549,6 +553,7 @@ __global__ void __launch_bounds__(kThreads) qkv_proj_kernel(FusedDecodeStep st, 
     if (bias != nullptr) v = round_bf16(v + (first ? bias0 : __bfloat162float(bias[r0 + r])));
     st.qkv[size_t(b) * n + r0 + r] = __float2bfloat16(v);
   }
+  trace.end();
 }
 
 // --- host side ---
@@ -861,13 +866,13 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
               "internal: fused decode planned for other weights (bf16 vs FP8) than the layer's");
   launch_pdl(residual_for(p.stages[1] > 0, fp8, multi), dim3(grid_h), dim3(kThreads), p.smem[1], stream,
              static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, p.stages[1], p.parts[1],
-             st.trace, 1, st.batch);
+             st.trace, 2, st.batch);
   launch_pdl(gate_up_for(p.stages[2] > 0, fp8, multi), dim3(grid_i), dim3(kThreads), p.smem[2], stream,
              static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post), grid_h, w.post_norm, H, w.gate_up,
              I, st.act, st.eps, flags, p.stages[2], p.parts[2], st.trace, st.batch);
   launch_pdl(residual_for(p.stages[3] > 0, fp8, multi), dim3(grid_h), dim3(kThreads), p.smem[3], stream,
              static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, p.stages[3], p.parts[3],
-             st.trace, 3, st.batch);
+             st.trace, 4, st.batch);
 }
 
 }  // namespace nvllm::kernels

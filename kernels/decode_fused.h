@@ -113,10 +113,11 @@ struct FusedDecodeStep {
   // attention kernel sums itself).
   float* ss = nullptr;
   bool ss_ready = false;
-  // Timing only (null otherwise): the four kernels of this layer record, per CTA, globaltimer
-  // stamps at start, after the PDL wait, once the weights landed, at the end, phase marks, once
-  // the activations are read, the SM id and clock64 at start and end, at
-  // trace + (kernel * kFusedTraceCtas + cta) * kFusedTraceFields.
+  // Timing only (null otherwise): the kernels of this layer record, per CTA, globaltimer stamps at
+  // start, after the PDL wait, once the weights landed, at the end, phase marks, once the
+  // activations are read, the SM id and clock64 at start and end, at
+  // trace + (kernel * kFusedTraceCtas + cta) * kFusedTraceFields, kernel 0-4 in chain order: the
+  // q/k/v kernel (split plans only), attention, o_proj, gate_up, down.
   unsigned long long* trace = nullptr;
   int batch = 1;        // sequences in the step, 1 .. the plan's max_batch
   int table_width = 0;  // block-table entries a sequence (batch > 1)
@@ -130,8 +131,8 @@ enum FusedTraceField {
   kTraceInputs, kTraceClockStart, kTraceClockEnd
 };
 static_assert(kTraceClockEnd < kFusedTraceFields);
-// Trace words of one layer (four kernels).
-constexpr size_t kFusedTraceLayerWords = size_t(4) * kFusedTraceCtas * kFusedTraceFields;
+// Trace words of one layer (five kernels' slots).
+constexpr size_t kFusedTraceLayerWords = size_t(5) * kFusedTraceCtas * kFusedTraceFields;
 
 // Checks the model and device (head_dim 64 or 128, 1 to 8 q heads per kv head, sm_90+, clusters
 // of 16 or 8 CTAs schedulable), sizes the projections' shared memory (whole shares, or streamed

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Reads the file NVLLM_FUSED_TRACE writes (one line per CTA of each fused batch-1 kernel:
 kernel, cta, sm, start, waited, weights, end, three attention phase marks, inputs read, in ns;
-then SM clock cycles from start to end) and says where a step's time goes: per kernel
-kind (attention, o_proj, gate_up, down), averaged over the kernels after the first,
+then SM clock cycles from start to end; kernel = layer * 5 + its slot, q/k/v (split plans only),
+attention, o_proj, gate_up, down) and says where a step's time goes: per kernel kind, averaged
+over the kernels after the first,
   span     its last CTA's end minus the previous kernel's last end (its share of the chain)
   launch   its first CTA's start minus the previous kernel's last end (negative: launched early)
   resolve  its first CTA past the PDL wait minus the previous kernel's last end
@@ -17,7 +18,7 @@ its late CTAs when they end last."""
 import collections
 import sys
 
-KINDS = ["attention", "o_proj", "gate_up", "down"]
+KINDS = ["qkv", "attention", "o_proj", "gate_up", "down"]  # a layer's slots in chain order
 
 
 def main():
@@ -41,7 +42,7 @@ def main():
         last_end = max(r[3] for r in rows)
         late = max(r[2] - r[1] for r in rows)
         if prev_end is not None and k >= 1:
-            st = stats[KINDS[k % 4]]
+            st = stats[KINDS[k % 5]]
             st["span"].append(last_end - prev_end)
             st["launch"].append(first_start - prev_end)
             st["resolve"].append(first_wait - prev_end)
@@ -53,18 +54,19 @@ def main():
             st["MHz"].append(1e3 * sum(r[9] for r in rows) / max(1, sum(r[3] - r[0] for r in rows)))
             for r in rows:
                 if r[0] > prev_end:
-                    late_ctas[KINDS[k % 4]]["to_wait"].append(r[1] - r[0])
-                    late_ctas[KINDS[k % 4]]["end"].append(r[3] - prev_end)
+                    late_ctas[KINDS[k % 5]]["to_wait"].append(r[1] - r[0])
+                    late_ctas[KINDS[k % 5]]["end"].append(r[3] - prev_end)
                 else:
-                    late_ctas[KINDS[k % 4]]["early_end"].append(r[3] - prev_end)
-            late_ctas[KINDS[k % 4]]["ctas"].append(len(rows))
+                    late_ctas[KINDS[k % 5]]["early_end"].append(r[3] - prev_end)
+            late_ctas[KINDS[k % 5]]["ctas"].append(len(rows))
         prev_end = last_end
     total = max(max(r[3] for r in ks[k]) for k in order) - min(min(r[0] for r in ks[k]) for k in order)
     print(f"{len(order)} kernels, {total / 1000:.1f} us from the first CTA start to the last end")
     print(f"{'kernel':10s} {'span':>7s} {'launch':>7s} {'resolve':>7s} {'weights':>7s} {'work':>7s} {'ctas':>5s} {'sms':>5s} {'inputs':>7s} {'MHz':>6s}   (us, mean over kernels after the first)")
-    # Inside the attention kernel: weights -> qkv dots + cluster sync -> gather, RoPE, cache write
-    # -> attention over the split, merges, cluster sync -> final merge, cluster sync.
-    att = [k for k in order if k % 4 == 0 and k >= 4]
+    # Inside the attention kernel: weights -> qkv dots + cluster sync (split plans: the q/k/v rows
+    # read, the cluster sync) -> gather, RoPE, cache write -> attention over the split, merges,
+    # cluster sync -> final merge, cluster sync.
+    att = [k for k in order if k % 5 == 1 and k >= 5]
     if att and ks[att[0]][0][5] >= 0:
         ph = [0.0] * 4
         for k in att:
@@ -79,6 +81,8 @@ def main():
               f"attention + merge + sync {ph[2]:.2f}, final merge + sync {ph[3]:.2f}")
     for kind in KINDS:
         st = stats[kind]
+        if not st["span"]:
+            continue  # no q/k/v kernel: the attention kernel holds its rows
         mean = lambda key: sum(st[key]) / len(st[key]) if st[key] else float("nan")
         print(f"{kind:10s} {mean('span') / 1e3:7.2f} {mean('launch') / 1e3:7.2f} {mean('resolve') / 1e3:7.2f} "
               f"{mean('weights') / 1e3:7.2f} {mean('work') / 1e3:7.2f} {mean('ctas'):5.0f} {mean('sms'):5.0f} "

@@ -125,7 +125,8 @@ void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* ou
   kernels::decode_head(head, plan_.grid, s);
 }
 
-// One line per CTA of each fused kernel of the latest step: kernel index (layer * 4 + which),
+// One line per CTA of each fused kernel of the latest step: kernel index (layer * 5 + which: the
+// q/k/v kernel of a split plan, attention, o_proj, gate_up, down),
 // CTA, SM, then the stamps in ns relative to the step's first: start, waited, weights, end,
 // three phase marks inside the attention kernel (-1 where a kernel has none), inputs read; then
 // the SM clock cycles from start to end.
