@@ -84,6 +84,23 @@ static_assert(kThreads >= 2 * 128, "the cache write gives one thread to each new
 
 // --- the kernels ---
 
+// Sequence b's row of the residual stream h [batch][hidden] as a step's first kernel reads it: in
+// layer 0 (st.embed set) the embedding row of its token, a constant.
+__device__ __forceinline__ const bf16* step_h_row(const FusedDecodeStep& st, int b, int hidden) {
+  return st.embed != nullptr ? st.embed + size_t(st.token[b]) * hidden : st.h + size_t(b) * hidden;
+}
+
+// Layer 0 (st.embed set): this CTA's share of h = the embedding rows of the step's sequences, by
+// a layer's first kernel (the attention kernel, or the q/k/v kernel of a split plan).
+template <bool kMulti>
+__device__ __forceinline__ void store_embedding(const FusedDecodeStep& st, int hidden) {
+  if (st.embed == nullptr) return;
+  for (int i = (blockIdx.x * kThreads + threadIdx.x) * 8; i < (kMulti ? st.batch : 1) * hidden;
+       i += gridDim.x * kThreads * 8)
+    store8(st.h + i, kMulti ? load8(step_h_row(st, i / hidden, hidden) + i % hidden)
+                            : load8(step_h_row(st, 0, hidden) + i));
+}
+
 // One cluster per kv head g (a step of several sequences: R of them, each serving a share of the
 // sequences; the kernel's comments below say "the cluster" for either); CTA `rank` of C owns rows
 // [rank * rows, (rank + 1) * rows) of the group's q heads, k and v (G + 2 heads of D rows), the
@@ -185,9 +202,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
   cp_async_commit();
   const int position = st.position[sq], slot = st.slot[sq];  // used after the wait
   // Layer 0 reads its input from the embedding table (a constant) and leaves it in h.
-  auto h_row = [&](int b) {  // sequence b of the step
-    return st.embed != nullptr ? st.embed + size_t(st.token[b]) * H : st.h + size_t(b) * H;
-  };
+  auto h_row = [&](int b) { return step_h_row(st, b, H); };  // sequence b of the step
 
   // This CTA's context split of its sequence. The cached K/V of its tokens were written by earlier
   // steps, so they are constants here: the first tokens' go into registers before the wait, the
@@ -233,9 +248,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
       return;
     }
   } else {
-    if (st.embed != nullptr)  // this CTA's share of h = the embedding rows
-      for (int i = (blockIdx.x * kThreads + tid) * 8; i < (kMulti ? st.batch : 1) * H; i += gridDim.x * kThreads * 8)
-        store8(st.h + i, kMulti ? load8(h_row(i / H) + i % H) : load8(h_row(0) + i));
+    store_embedding<kMulti>(st, H);
     const float* ss_in = st.ss_ready ? st.ss + kFusedSsWords / 2 : nullptr;
     if constexpr (kMulti)
       load_normed_rows([&](int b) { return h_row(seq0 + b); },
@@ -531,12 +544,8 @@ __global__ void __launch_bounds__(kThreads) qkv_proj_kernel(FusedDecodeStep st, 
   cp_async_commit();
   wait_inputs(flags);
   trace.mark(kTraceWaited);
-  auto h_row = [&](int b) {  // sequence b of the step
-    return st.embed != nullptr ? st.embed + size_t(st.token[b]) * hidden : st.h + size_t(b) * hidden;
-  };
-  if (st.embed != nullptr)  // this CTA's share of h = the embedding rows
-    for (int i = (blockIdx.x * kThreads + threadIdx.x) * 8; i < batch * hidden; i += gridDim.x * kThreads * 8)
-      store8(st.h + i, load8(h_row(i / hidden) + i % hidden));
+  auto h_row = [&](int b) { return step_h_row(st, b, hidden); };  // sequence b of the step
+  store_embedding<kMulti>(st, hidden);
   const float* ss = st.ss_ready ? st.ss + kFusedSsWords / 2 : nullptr;
   if constexpr (kMulti)
     load_normed_rows(h_row, ss, ss_parts, norm_s, hidden, batch, st.eps, x, red);
@@ -700,8 +709,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
             sms = device_attribute(cudaDevAttrMultiProcessorCount);
   if (major < 9) return no("needs sm_90 or newer (clusters, TMA)");
   p.grid = std::min(sms, kFusedSsParts);
-  const int H = s.hidden, I = s.intermediate, D = s.head_dim, q_size = s.num_heads * D,
-            qkv_n = q_size + 2 * s.num_kv_heads * D;
+  const int H = s.hidden, I = s.intermediate, D = s.head_dim, q_size = s.num_heads * D;
   // One shared-memory carveout for all the kernels: an SM runs CTAs of different carveouts only
   // after draining, which would undo the overlap PDL gives.
   const ResidualKernel o_kernel = residual_for(false, s.fp8_weights, multi),
@@ -776,7 +784,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
       if (smem > size_t(max_smem) || (group + 2) * D % (4 * cluster) != 0 || group * D % cluster != 0 ||
           D < cluster)
         continue;
-      held_fits = held_fits || !split;
+      if (!split) held_fits = true;
       allow_smem(reinterpret_cast<const void*>(attention), smem);
       if (cluster > 8)  // left on once on: another plan's clusters of 16 may launch the kernel
         CUDA_CHECK(cudaFuncSetAttribute(attention, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -807,7 +815,7 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   // Only where shared memory is what fails: a layout that fits but cannot run every cluster of a
   // step at once keeps the separate kernels, as before the split (not measured split).
   if (!place_attention(false) && !held_fits && !s.fp8_weights) {
-    const ProjSmem qkv = size(qkv_n, H, ProjKind::kNormed);
+    const ProjSmem qkv = size(s.qkv_rows(), H, ProjKind::kNormed);
     if (qkv.stages >= 0 && place_attention(true)) {
       p.smem[4] = qkv.bytes;
       p.stages[4] = qkv.stages;
@@ -851,12 +859,10 @@ void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, con
   const bool multi = p.max_batch > 1, fp8 = s.fp8_weights;
   if (p.split_qkv) {  // the q/k/v projection first; the attention kernel reads its outputs
     NVLLM_CHECK(st.qkv != nullptr, "internal: a split q/k/v projection without FusedDecodeStep::qkv");
-    const int qkv_n = q_size + 2 * s.num_kv_heads * s.head_dim;
-    launch_pdl(qkv_for(p.stages[4] > 0, fp8, multi), dim3(std::min(qkv_n, p.grid)), dim3(kThreads), p.smem[4], stream,
-               sta, w.input_norm, w.qkv, w.qkv_bias, qkv_n, H, grid_h, flags, p.stages[4], p.parts[4]);
+    launch_pdl(qkv_for(p.stages[4] > 0, fp8, multi), dim3(std::min(s.qkv_rows(), p.grid)), dim3(kThreads),
+               p.smem[4], stream, sta, w.input_norm, w.qkv, w.qkv_bias, s.qkv_rows(), H, grid_h, flags, p.stages[4],
+               p.parts[4]);
     sta.embed = nullptr;  // h holds the embedding now
-  } else {
-    sta.qkv = nullptr;
   }
   const int shares = ceil_div(st.batch, p.seq_group);  // clusters a kv head
   launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s, multi, p.split_qkv),

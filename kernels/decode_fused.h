@@ -20,6 +20,8 @@ struct FusedDecodeShape {
   int hidden, intermediate, num_heads, num_kv_heads, head_dim, block_size;
   KvDtype kv_dtype = KvDtype::kBf16;  // the attention kernel reads (and writes) this cache type
   bool fp8_weights = false;           // the projections' weights are E4M3 codes, a scale per row
+  // Rows of the fused q/k/v projection: the q heads, then k's and v's.
+  __host__ __device__ int qkv_rows() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
 };
 
 // How a projection whose CTA share does not fit in shared memory streams it: the shared memory
