@@ -241,6 +241,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
       }
     trace.mark(kTraceInputs);
     trace.mark(kTraceWeights);  // (no weights: the q/k/v rows are its inputs)
+    cp_async_wait<0>();  // the staged q/k norms and frequencies, read by the rope below
     __syncthreads();
     cluster_wait();  // every CTA of the cluster has started: the merge's pushes may go
     if (!attends) {
