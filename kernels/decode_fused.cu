@@ -838,48 +838,89 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& s, int max_cluster, co
   return p;
 }
 
+namespace {
+
+// A layer's launches: the plan's checks, and what every kernel of the layer shares.
+struct LayerLaunch {
+  const FusedDecodePlan& p;
+  const FusedDecodeStep& st;
+  const FusedDecodeLayer& w;
+  cudaStream_t stream;
+  static constexpr int kFlags = kFlagEarly | kFlagEvict;
+
+  LayerLaunch(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer, cudaStream_t s)
+      : p(plan), st(step), w(layer), stream(s) {
+    NVLLM_CHECK(p.cluster > 0, "internal: fused decode without a plan (", p.why ? p.why : "none", ")");
+    // A plan for several sequences is sized for 2 .. max_batch of them; one sequence has its own.
+    NVLLM_CHECK(st.batch >= (p.max_batch > 1 ? 2 : 1) && st.batch <= p.max_batch, "internal: a fused decode step of ",
+                st.batch, " sequences on a plan for ", p.max_batch > 1 ? "2 to " : "", p.max_batch);
+    const KvDtype kv = p.shape.kv_dtype;
+    NVLLM_CHECK(w.kv.dtype == kv && (kv == KvDtype::kBf16 || (w.kv.k_scale && w.kv.v_scale)),
+                "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
+    NVLLM_CHECK((w.qkv.scale != nullptr) == fp8() && (w.o_proj.scale != nullptr) == fp8() &&
+                    (w.gate_up.scale != nullptr) == fp8() && (w.down.scale != nullptr) == fp8(),
+                "internal: fused decode planned for other weights (bf16 vs FP8) than the layer's");
+  }
+  bool fp8() const { return p.shape.fp8_weights; }
+  bool multi() const { return p.max_batch > 1; }
+  int grid_h() const { return std::min(p.shape.hidden, p.grid); }
+  // Published sums of squares: o_proj's for gate_up, down's for the next layer's attention.
+  bool publish() const { return st.ss != nullptr && p.shape.hidden <= kMaxPublishedHidden; }
+  float* ss_post() const { return publish() ? st.ss : nullptr; }
+  float* ss_next() const { return publish() ? st.ss + kFusedSsWords / 2 : nullptr; }
+
+  void attention() const {
+    const FusedDecodeShape& s = p.shape;
+    FusedDecodeStep sta = st;
+    sta.ss_ready = publish() && st.ss_ready;
+    if (p.split_qkv) {  // the q/k/v projection first; the attention kernel reads its outputs
+      NVLLM_CHECK(st.qkv != nullptr, "internal: a split q/k/v projection without FusedDecodeStep::qkv");
+      launch_pdl(qkv_for(p.stages[4] > 0, fp8(), multi()), dim3(std::min(s.qkv_rows(), p.grid)), dim3(kThreads),
+                 p.smem[4], stream, sta, w.input_norm, w.qkv, w.qkv_bias, s.qkv_rows(), s.hidden, grid_h(), kFlags,
+                 p.stages[4], p.parts[4]);
+      sta.embed = nullptr;  // h holds the embedding now
+    }
+    const cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), pdl_attr()};
+    const int shares = ceil_div(st.batch, p.seq_group);  // clusters a kv head
+    launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s, multi(), p.split_qkv),
+                dim3(s.num_kv_heads * shares * p.cluster), dim3(kThreads), p.smem[0], stream, s, sta, w, kFlags,
+                grid_h());
+  }
+  void residual(int slot, const bf16* x, int k, FusedWeight weight, float* ss_out) const {
+    launch_pdl(residual_for(p.stages[slot] > 0, fp8(), multi()), dim3(grid_h()), dim3(kThreads), p.smem[slot], stream,
+               x, k, weight, p.shape.hidden, st.h, ss_out, kFlags, p.stages[slot], p.parts[slot], st.trace,
+               slot == 1 ? 2 : 4, st.batch);
+  }
+  void gate_up() const {
+    const int I = p.shape.intermediate;
+    launch_pdl(gate_up_for(p.stages[2] > 0, fp8(), multi()), dim3(std::min(I, p.grid)), dim3(kThreads), p.smem[2],
+               stream, static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post()), grid_h(), w.post_norm,
+               p.shape.hidden, w.gate_up, I, st.act, st.eps, kFlags, p.stages[2], p.parts[2], st.trace, st.batch);
+  }
+};
+
+}  // namespace
+
 void fused_decode_layer(const FusedDecodePlan& p, const FusedDecodeStep& st, const FusedDecodeLayer& w,
                         cudaStream_t stream) {
-  NVLLM_CHECK(p.cluster > 0, "internal: fused decode without a plan (", p.why ? p.why : "none", ")");
-  // A plan for several sequences is sized for 2 .. max_batch of them; one sequence has its own.
-  NVLLM_CHECK(st.batch >= (p.max_batch > 1 ? 2 : 1) && st.batch <= p.max_batch, "internal: a fused decode step of ",
-              st.batch, " sequences on a plan for ", p.max_batch > 1 ? "2 to " : "", p.max_batch);
-  const FusedDecodeShape& s = p.shape;
-  const int flags = kFlagEarly | kFlagEvict, H = s.hidden, I = s.intermediate, q_size = s.num_heads * s.head_dim;
-  const int grid_h = std::min(H, p.grid), grid_i = std::min(I, p.grid);
+  const LayerLaunch l(p, st, w, stream);
+  l.attention();
+  l.residual(1, static_cast<const bf16*>(st.attn), p.shape.num_heads * p.shape.head_dim, w.o_proj, l.ss_post());
+  l.gate_up();
+  l.residual(3, static_cast<const bf16*>(st.act), p.shape.intermediate, w.down, l.ss_next());
+}
 
-  // Published sums of squares: o_proj's for gate_up, down's for the next layer's attention.
-  const bool publish = st.ss != nullptr && H <= kMaxPublishedHidden;
-  float* ss_post = publish ? st.ss : nullptr;
-  float* ss_next = publish ? st.ss + kFusedSsWords / 2 : nullptr;
-  FusedDecodeStep sta = st;
-  sta.ss_ready = publish && st.ss_ready;
-  const cudaLaunchAttribute attrs[2] = {cluster_attr(p.cluster), pdl_attr()};
-  NVLLM_CHECK(w.kv.dtype == s.kv_dtype && (s.kv_dtype == KvDtype::kBf16 || (w.kv.k_scale && w.kv.v_scale)),
-              "internal: fused decode planned for another KV-cache type, or an FP8 cache without scales");
-  const bool multi = p.max_batch > 1, fp8 = s.fp8_weights;
-  if (p.split_qkv) {  // the q/k/v projection first; the attention kernel reads its outputs
-    NVLLM_CHECK(st.qkv != nullptr, "internal: a split q/k/v projection without FusedDecodeStep::qkv");
-    launch_pdl(qkv_for(p.stages[4] > 0, fp8, multi), dim3(std::min(s.qkv_rows(), p.grid)), dim3(kThreads),
-               p.smem[4], stream, sta, w.input_norm, w.qkv, w.qkv_bias, s.qkv_rows(), H, grid_h, flags, p.stages[4],
-               p.parts[4]);
-    sta.embed = nullptr;  // h holds the embedding now
-  }
-  const int shares = ceil_div(st.batch, p.seq_group);  // clusters a kv head
-  launch_with({attrs, pdl_enabled() ? 2u : 1u}, attention_for(s, multi, p.split_qkv),
-              dim3(s.num_kv_heads * shares * p.cluster), dim3(kThreads), p.smem[0], stream, s, sta, w, flags, grid_h);
-  NVLLM_CHECK((w.qkv.scale != nullptr) == fp8 && (w.o_proj.scale != nullptr) == fp8 &&
-                  (w.gate_up.scale != nullptr) == fp8 && (w.down.scale != nullptr) == fp8,
-              "internal: fused decode planned for other weights (bf16 vs FP8) than the layer's");
-  launch_pdl(residual_for(p.stages[1] > 0, fp8, multi), dim3(grid_h), dim3(kThreads), p.smem[1], stream,
-             static_cast<const bf16*>(st.attn), q_size, w.o_proj, H, st.h, ss_post, flags, p.stages[1], p.parts[1],
-             st.trace, 2, st.batch);
-  launch_pdl(gate_up_for(p.stages[2] > 0, fp8, multi), dim3(grid_i), dim3(kThreads), p.smem[2], stream,
-             static_cast<const bf16*>(st.h), static_cast<const float*>(ss_post), grid_h, w.post_norm, H, w.gate_up,
-             I, st.act, st.eps, flags, p.stages[2], p.parts[2], st.trace, st.batch);
-  launch_pdl(residual_for(p.stages[3] > 0, fp8, multi), dim3(grid_h), dim3(kThreads), p.smem[3], stream,
-             static_cast<const bf16*>(st.act), I, w.down, H, st.h, ss_next, flags, p.stages[3], p.parts[3],
-             st.trace, 4, st.batch);
+void fused_decode_attention(const FusedDecodePlan& p, const FusedDecodeStep& st, const FusedDecodeLayer& w,
+                            cudaStream_t stream) {
+  NVLLM_CHECK(st.ss == nullptr && st.embed == nullptr,
+              "internal: a rank's fused attention with published sums of squares or the embedding");
+  LayerLaunch(p, st, w, stream).attention();
+}
+
+void fused_decode_gate_up(const FusedDecodePlan& p, const FusedDecodeStep& st, const FusedDecodeLayer& w,
+                          cudaStream_t stream) {
+  NVLLM_CHECK(st.ss == nullptr, "internal: a rank's fused gate_up with published sums of squares");
+  LayerLaunch(p, st, w, stream).gate_up();
 }
 
 }  // namespace nvllm::kernels

@@ -150,5 +150,14 @@ FusedDecodePlan fused_decode_plan(const FusedDecodeShape& shape, int max_cluster
 // the new k/v written to the cache. Four kernels (five with split_qkv), launched with PDL.
 void fused_decode_layer(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
                         cudaStream_t stream);
+// The layer's kernels on either side of its row-parallel projections, for a tensor-parallel rank
+// whose o_proj and down (partial sums of every row of h) and their sums over the ranks are the
+// caller's: the q/k/v projection (split_qkv) and the attention into step.attn; gate_up into
+// step.act from h once o_proj's residual step is in it. step.ss must be null (no kernel here
+// publishes sums of squares) and step.embed too (the caller puts the embedding into h).
+void fused_decode_attention(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
+                            cudaStream_t stream);
+void fused_decode_gate_up(const FusedDecodePlan& plan, const FusedDecodeStep& step, const FusedDecodeLayer& layer,
+                          cudaStream_t stream);
 
 }  // namespace nvllm::kernels

@@ -13,10 +13,11 @@
 #               decode residual step (sum + add_rmsnorm) through peer memory (pushed, and by the flag
 #               barrier) and through NCCL + kernel
 #   latency     bench latency, batch 1, 128 in / 512 out, Qwen3-8B shape (36 layers, dummy weights), TP 1 and
-#               each TP in TPS; TP 1 on the separate kernels too when the fused batch-1 path served it (TP
-#               always runs those), and each TP with NVLLM_PEER_ALL_REDUCE=0 (NCCL's all-reduce), with
+#               each TP in TPS; TP 1 on the separate kernels too when the fused batch-1 path served it, and
+#               each TP with NVLLM_FUSED_DECODE=0 (the separate kernels on every rank), with
+#               NVLLM_PEER_ALL_REDUCE=0 (NCCL's all-reduce; the separate kernels then), with
 #               NVLLM_PEER_PUSH=0 (the peer sum by its flag barrier only) and with NVLLM_GEMV_PUSH=0 (the
-#               row-parallel projections, then the pushed sum), for A/B
+#               row-parallel projections, then the pushed sum; both on the separate kernels), for A/B
 #   throughput  bench throughput --preset nano-vllm, Qwen3-0.6B shape (dummy weights), DP 1 and 2
 #   big         a Llama-3-70B-class layer shape: parity of TP 4 (2 on a 2-GPU machine) against TP 1 on a
 #               planted checkpoint of BIG_LAYERS layers (default 4) with signal BIG_PLANTED (default 128:
@@ -245,7 +246,8 @@ PY
       if ! grep -q "fused path does not apply" "$out/latency_tp1.log"; then
         NVLLM_FUSED_DECODE=0 run latency_tp1_separate "$nvllm" "${lat[@]}" --output-json "$out/latency_tp1_separate.json"
       fi
-      for tp in $TPS; do  # the same binary with the decode sums through NCCL (then add_rmsnorm)
+      for tp in $TPS; do  # the same binary on the separate kernels, with the decode sums through NCCL (then add_rmsnorm)
+        NVLLM_FUSED_DECODE=0 run latency_tp${tp}_separate "$nvllm" "${lat[@]}" -tp $tp --output-json "$out/latency_tp${tp}_separate.json"
         NVLLM_PEER_ALL_REDUCE=0 run latency_tp${tp}_nccl "$nvllm" "${lat[@]}" -tp $tp --output-json "$out/latency_tp${tp}_nccl.json"
         NVLLM_PEER_PUSH=0 run latency_tp${tp}_barrier "$nvllm" "${lat[@]}" -tp $tp --output-json "$out/latency_tp${tp}_barrier.json"
         NVLLM_GEMV_PUSH=0 run latency_tp${tp}_nogemvpush "$nvllm" "${lat[@]}" -tp $tp --output-json "$out/latency_tp${tp}_nogemvpush.json"
@@ -274,7 +276,8 @@ for name, c in compares.items():
     rows.append((name, f"{c['equal']}/{c['of']} equal; chosen-token logprob rel. error mean {c['logprob_rel_mean']:.4f}, "
                        f"max {c['logprob_rel_max']:.4f} (abs max {c['logprob_abs_max']:.4f}); mean chosen logprob "
                        f"{c.get('chosen_logprob_mean', float('nan')):.2f}", "TP: >= 95/100"))
-lat = {name: js(f"latency_{name}.json") for name in ("tp1", "tp2", "tp4", "tp1_separate", "tp2_nccl", "tp4_nccl",
+lat = {name: js(f"latency_{name}.json") for name in ("tp1", "tp2", "tp4", "tp1_separate", "tp2_separate",
+                                                   "tp4_separate", "tp2_nccl", "tp4_nccl",
                                                    "tp2_barrier", "tp4_barrier", "tp2_nogemvpush", "tp4_nogemvpush")}
 def step(name):
     return lat[name]["decode_step_s"]["p50"], lat[name]["decode_step_device_s"]["p50"], lat[name]["decode_step_bound_s"]
@@ -289,6 +292,8 @@ if lat["tp1"]:
             rows.append((f"  TP{tp}", f"{1e3*s:.3f} ms/step (GPU {1e3*g:.3f}): speedup {s1/s:.2f}x; weights-read bound "
                          f"{1e3*b:.3f} ms ({100*b/s:.0f}%)", targets[tp]))
     for name, what in (("tp1_separate", "TP1, separate kernels (NVLLM_FUSED_DECODE=0)"),
+                       ("tp2_separate", "TP2, separate kernels (NVLLM_FUSED_DECODE=0)"),
+                       ("tp4_separate", "TP4, separate kernels (NVLLM_FUSED_DECODE=0)"),
                        ("tp2_nccl", "TP2, NCCL all-reduce (NVLLM_PEER_ALL_REDUCE=0)"),
                        ("tp4_nccl", "TP4, NCCL all-reduce (NVLLM_PEER_ALL_REDUCE=0)"),
                        ("tp2_barrier", "TP2, peer sums by the barrier only (NVLLM_PEER_PUSH=0)"),

@@ -173,7 +173,7 @@ void DeviceModel::linear(const bf16* x, const DeviceLinear& w, bf16* y, int m, i
   }
 }
 
-void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
+void DeviceModel::embed(const ForwardStep& st, cudaStream_t s) {
   const StepLayout& L = st.layout;
   const int T = L.tokens, H = c_.hidden_size;
   bf16* x = act_.x.as<bf16>();
@@ -192,6 +192,28 @@ void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
                              act_.x8_scales.as<float>(), T, H, eps, s);
   else
     reduce_add_rmsnorm(x, res, w_.layers[0].input_norm, T, s, ahead(w_.layers[0].qkv, c_.qkv_size(), H, T));
+}
+
+void DeviceModel::row_parallel(const bf16* in, const DeviceLinear& w, int k, const bf16* norm, int tokens,
+                               cudaStream_t s) {
+  tp_.comm->gemv_all_reduce_add_rmsnorm(in, w, act_.x.as<bf16>(), act_.residual.as<bf16>(), norm, tokens,
+                                        c_.hidden_size, k, static_cast<float>(c_.rms_norm_eps), s);
+}
+
+void DeviceModel::final_head(int tokens, cudaStream_t s) {
+  bf16* x = act_.x.as<bf16>();
+  kernels::add_rmsnorm(x, act_.residual.as<bf16>(), w_.final_norm, tokens, c_.hidden_size,
+                       static_cast<float>(c_.rms_norm_eps), s);
+  lm_head(x, tokens, s);
+}
+
+void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
+  const StepLayout& L = st.layout;
+  const int T = L.tokens, H = c_.hidden_size;
+  bf16* x = act_.x.as<bf16>();
+  bf16* res = act_.residual.as<bf16>();
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  embed(st, s);
   for (int l = 0; l < c_.num_layers; ++l) layer(l, st, s);
   // Final norm and LM head only over the rows that sample.
   bf16 *fx = x, *fr = res;

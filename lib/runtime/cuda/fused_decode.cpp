@@ -15,13 +15,17 @@ namespace nvllm::cuda_detail {
 
 void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   if (!tuning.fused_decode) return;
-  if (model.tensor_parallel()) {  // its kernels hold whole layers; a rank holds a share
-    if (model.tp_rank() == 0)
-      log_info("batch-1 decode runs as separate kernels: the fused path does not apply under tensor parallelism "
-               "(an all-reduce follows o_proj and down)");
-    return;
+  if (model.tensor_parallel()) {  // o_proj and down push their rows to every rank; the sums follow
+    rank_ = true;
+    for (int t = 1; t <= kernels::kFusedMaxBatch && model.pushes_row_parallel(t); ++t) rank_tokens_ = t;
+    if (rank_tokens_ == 0) {
+      if (model.tp_rank() == 0)
+        log_info("small-batch decode runs as separate kernels: under tensor parallelism the fused path needs "
+                 "o_proj and down on the gemv that pushes its rows to every rank (peer memory)");
+      return;
+    }
   }
-  const ModelConfig& c = model.config();
+  const ModelConfig& c = model.config();  // the rank's share under tensor parallelism
   const kernels::FusedDecodeShape shape{c.hidden_size,       c.intermediate_size, c.num_heads,
                                         c.num_kv_heads,      c.head_dim,          model.block_size(),
                                         model.kv().dtype,    model.weights().fp8};
@@ -71,6 +75,7 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     layers_.push_back({d.input_norm, weight(d.qkv), d.qkv_bias, d.q_norm, d.k_norm, weight(d.o_proj), d.post_norm,
                        weight(d.gate_up), weight(d.down), kv.layers[l]});
   }
+  if (rank_) return;  // no published sums of squares, the separate path's head (vocabulary-parallel)
   ss_ = DeviceBuffer(kernels::kFusedSsWords * sizeof(float));
   head_ = kernels::decode_head_supported(c.hidden_size) && tuning.fused_head;
   if (head_) {
@@ -107,6 +112,10 @@ void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* ou
   fs.table_width = L.width;
   const kernels::FusedDecodePlan& plan = L.tokens == 1 ? plan_ : *batch_plan(L.tokens);
   if (plan.split_qkv) fs.qkv = a.qkv.as<bf16>();
+  if (rank_) {
+    forward_rank(st, plan, fs, model, s);
+    return;
+  }
   for (int l = 0; l < c.num_layers; ++l) {
     fs.embed = l == 0 ? w.embed : nullptr;
     fs.ss_ready = l > 0 && fs.ss != nullptr;
@@ -123,6 +132,26 @@ void FusedDecode::forward(const ForwardStep& st, DeviceModel& model, int32_t* ou
   head.l2_next = layers_[0].qkv.w;
   head.l2_next_bytes = size_t(c.qkv_size()) * H * (layers_[0].qkv.scale != nullptr ? 1 : sizeof(bf16));
   kernels::decode_head(head, plan_.grid, s);
+}
+
+void FusedDecode::forward_rank(const ForwardStep& st, const kernels::FusedDecodePlan& plan,
+                               kernels::FusedDecodeStep fs, DeviceModel& model, cudaStream_t s) {
+  const ModelConfig& c = model.config();
+  const DeviceWeights& w = model.weights();
+  const Activations& a = model.act();
+  const int T = fs.batch;
+  model.embed(st, s);
+  fs.ss = nullptr;
+  fs.embed = nullptr;
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (!trace_path_.empty()) fs.trace = trace_.as<unsigned long long>() + size_t(l) * kernels::kFusedTraceLayerWords;
+    kernels::fused_decode_attention(plan, fs, layers_[l], s);
+    model.row_parallel(a.attn.as<bf16>(), w.layers[l].o_proj, c.q_size(), w.layers[l].post_norm, T, s);
+    kernels::fused_decode_gate_up(plan, fs, layers_[l], s);
+    const bf16* next_norm = l + 1 < c.num_layers ? w.layers[l + 1].input_norm : nullptr;
+    model.row_parallel(a.act.as<bf16>(), w.layers[l].down, c.intermediate_size, next_norm, T, s);
+  }
+  model.final_head(T, s);
 }
 
 // One line per CTA of each fused kernel of the latest step: kernel index (layer * 5 + which: the

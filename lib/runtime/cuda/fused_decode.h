@@ -27,9 +27,11 @@ class FusedDecode {
   // Whether a step of `tokens` tokens whose longest context is `max_context` (a graph's context
   // bound) takes this path: a plan serves that many sequences, and the separate kernels'
   // attention would leave at least half the SMs idle (separate_starves).
+  // Under tensor parallelism, also: o_proj and down go by the gemv that pushes its rows at that
+  // many sequences (forward_rank).
   bool applies(bool decode, int tokens, int max_context) const {
     return decode && plan_.cluster > 0 && (tokens == 1 || batch_plan(tokens) != nullptr) &&
-           separate_starves(tokens, max_context);
+           (!rank_ || tokens <= rank_tokens_) && separate_starves(tokens, max_context);
   }
   // Whether such a step's last kernel writes the greedy token (no sampler launch for greedy
   // steps): steps of one sequence, where the hidden size allows.
@@ -46,6 +48,13 @@ class FusedDecode {
   void write_trace();
 
  private:
+  // A tensor-parallel rank's step: the plan of its share of the layer (its heads, kv heads and MLP
+  // columns) for the q/k/v, attention and gate_up kernels; o_proj and down as the gemv that pushes
+  // its partial rows to every rank, each followed by the sum over the ranks and the residual step
+  // (DeviceModel::row_parallel); the embedding and the head as the separate path has them.
+  void forward_rank(const ForwardStep& step, const kernels::FusedDecodePlan& plan, kernels::FusedDecodeStep fs,
+                    DeviceModel& model, cudaStream_t stream);
+
   // The fused attention runs the same clusters of 16 or 8 CTAs a step whatever the context;
   // the separate kernel's CTAs grow with it (kernels::attention_decode_ctas) and each CTA's warps
   // take their 16-token tiles one after another (~1 us a tile on the H100). Measured (bench/NOTES.md,
@@ -69,6 +78,8 @@ class FusedDecode {
     return nullptr;
   }
 
+  bool rank_ = false;   // a tensor-parallel rank (forward_rank)
+  int rank_tokens_ = 0;  // its most sequences a step whose o_proj and down push their rows
   kernels::FusedDecodePlan plan_;  // steps of one sequence
   // Steps of several: plans for up to 2, 4, ... sequences, the last for the tuning's most or the
   // most that fits. A plan sized for fewer sequences streams larger weight tiles (bench/NOTES.md,
