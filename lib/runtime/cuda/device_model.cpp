@@ -200,35 +200,28 @@ void DeviceModel::row_parallel(const bf16* in, const DeviceLinear& w, int k, con
                                         c_.hidden_size, k, static_cast<float>(c_.rms_norm_eps), s);
 }
 
-void DeviceModel::final_head(int tokens, cudaStream_t s) {
-  bf16* x = act_.x.as<bf16>();
-  kernels::add_rmsnorm(x, act_.residual.as<bf16>(), w_.final_norm, tokens, c_.hidden_size,
-                       static_cast<float>(c_.rms_norm_eps), s);
-  lm_head(x, tokens, s);
+void DeviceModel::final_head(bf16* x, bf16* residual, int rows, cudaStream_t s) {
+  const int H = c_.hidden_size;
+  kernels::add_rmsnorm(x, residual, w_.final_norm, rows, H, static_cast<float>(c_.rms_norm_eps), s,
+                       ahead(DeviceLinear{w_.lm_head}, tp_.comm ? tp_.vocab_pad : c_.vocab_size, H, rows));
+  lm_head(x, rows, s);
 }
 
 void DeviceModel::forward(const ForwardStep& st, cudaStream_t s) {
-  const StepLayout& L = st.layout;
-  const int T = L.tokens, H = c_.hidden_size;
-  bf16* x = act_.x.as<bf16>();
-  bf16* res = act_.residual.as<bf16>();
-  const float eps = static_cast<float>(c_.rms_norm_eps);
   embed(st, s);
   for (int l = 0; l < c_.num_layers; ++l) layer(l, st, s);
   // Final norm and LM head only over the rows that sample.
-  bf16 *fx = x, *fr = res;
-  int rows = T;
-  if (st.gather) {
-    rows = L.sample_rows;
-    if (rows == 0) return;  // a step of prompt chunks that end no prompt
-    kernels::gather_rows(x, st.at<int32_t>(L.sample_token), act_.x_g.as<bf16>(), rows, H, s);
-    kernels::gather_rows(res, st.at<int32_t>(L.sample_token), act_.residual_g.as<bf16>(), rows, H, s);
-    fx = act_.x_g.as<bf16>();
-    fr = act_.residual_g.as<bf16>();
+  const StepLayout& L = st.layout;
+  if (!st.gather) {
+    final_head(act_.x.as<bf16>(), act_.residual.as<bf16>(), L.tokens, s);
+    return;
   }
-  kernels::add_rmsnorm(fx, fr, w_.final_norm, rows, H, eps, s,
-                       ahead(DeviceLinear{w_.lm_head}, tp_.comm ? tp_.vocab_pad : c_.vocab_size, H, rows));
-  lm_head(fx, rows, s);
+  const int rows = L.sample_rows, H = c_.hidden_size;
+  if (rows == 0) return;  // a step of prompt chunks that end no prompt
+  kernels::gather_rows(act_.x.as<bf16>(), st.at<int32_t>(L.sample_token), act_.x_g.as<bf16>(), rows, H, s);
+  kernels::gather_rows(act_.residual.as<bf16>(), st.at<int32_t>(L.sample_token), act_.residual_g.as<bf16>(), rows, H,
+                       s);
+  final_head(act_.x_g.as<bf16>(), act_.residual_g.as<bf16>(), rows, s);
 }
 
 void DeviceModel::lm_head(const bf16* x, int rows, cudaStream_t s) {

@@ -97,13 +97,14 @@ class DeviceModel {
   // projection (o_proj, down) of `tokens` rows of `in` with k inputs, its sum over the ranks and
   // the residual step with `norm` (null: act().x = the sum only, as after the last layer), on the
   // gemv that pushes its rows (pushes_row_parallel). final_head: the residual step with the final
-  // norm after the last layer's sum, then the LM head of every row.
+  // norm on `rows` rows of x (the last layer's sum) and residual, then the LM head (forward()'s
+  // end too).
   void embed(const ForwardStep& step, cudaStream_t stream);
   bool pushes_row_parallel(int tokens) const {
     return pushes_from_gemv(tokens, c_.q_size()) && pushes_from_gemv(tokens, c_.intermediate_size);
   }
   void row_parallel(const bf16* in, const DeviceLinear& w, int k, const bf16* norm, int tokens, cudaStream_t stream);
-  void final_head(int tokens, cudaStream_t stream);
+  void final_head(bf16* x, bf16* residual, int rows, cudaStream_t stream);
 
   // Decode steps of at most kL2AheadMaxTokens tokens have their small kernels ask L2 for up to
   // `bytes` of the next projection's weights (kernels::L2Ahead; CudaTuning::l2_ahead_bytes); 0: off.

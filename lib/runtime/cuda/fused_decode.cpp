@@ -151,7 +151,7 @@ void FusedDecode::forward_rank(const ForwardStep& st, const kernels::FusedDecode
     const bf16* next_norm = l + 1 < c.num_layers ? w.layers[l + 1].input_norm : nullptr;
     model.row_parallel(a.act.as<bf16>(), w.layers[l].down, c.intermediate_size, next_norm, T, s);
   }
-  model.final_head(T, s);
+  model.final_head(a.x.as<bf16>(), a.residual.as<bf16>(), T, s);
 }
 
 // One line per CTA of each fused kernel of the latest step: kernel index (layer * 5 + which: the
