@@ -14,7 +14,10 @@ over the kernels after the first,
 and, per kind, its late CTAs: those that start after the previous kernel's last end (no room on
 an SM earlier; for the attention kernel a whole cluster), with their median start-to-wait time
 and the median end of late and of early CTAs after the previous kernel's end: a kernel ends with
-its late CTAs when they end last."""
+its late CTAs when they end last.
+Under tensor parallelism each rank writes FILE.rank0, FILE.rank1, ...: a rank's o_proj and down
+run as the gemv that pushes its rows, with the sum over the ranks after each, outside the trace;
+their slots stay empty, and gate_up's and the next q/k/v's spans include them."""
 import collections
 import sys
 

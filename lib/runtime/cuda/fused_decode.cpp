@@ -75,17 +75,17 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     layers_.push_back({d.input_norm, weight(d.qkv), d.qkv_bias, d.q_norm, d.k_norm, weight(d.o_proj), d.post_norm,
                        weight(d.gate_up), weight(d.down), kv.layers[l]});
   }
+  if (!tuning.fused_trace.empty()) {
+    trace_path_ = rank_ ? str_cat(tuning.fused_trace, ".rank", model.tp_rank()) : tuning.fused_trace;
+    trace_ = DeviceBuffer(size_t(c.num_layers) * kernels::kFusedTraceLayerWords * sizeof(unsigned long long));
+    CUDA_CHECK(cudaMemset(trace_.get(), 0, trace_.bytes()));
+  }
   if (rank_) return;  // no published sums of squares, the separate path's head (vocabulary-parallel)
   ss_ = DeviceBuffer(kernels::kFusedSsWords * sizeof(float));
   head_ = kernels::decode_head_supported(c.hidden_size) && tuning.fused_head;
   if (head_) {
     head_scratch_ = DeviceBuffer(2 * sizeof(unsigned long long));
     CUDA_CHECK(cudaMemset(head_scratch_.get(), 0, head_scratch_.bytes()));
-  }
-  if (!tuning.fused_trace.empty()) {
-    trace_path_ = tuning.fused_trace;
-    trace_ = DeviceBuffer(size_t(c.num_layers) * kernels::kFusedTraceLayerWords * sizeof(unsigned long long));
-    CUDA_CHECK(cudaMemset(trace_.get(), 0, trace_.bytes()));
   }
 }
 
