@@ -15,13 +15,16 @@ namespace nvllm::cuda_detail {
 
 void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   if (!tuning.fused_decode) return;
+  // Every rank plans the same shape: rank 0 says what was planned.
+  auto say = [&](const auto&... parts) {
+    if (model.tp_rank() == 0) log_info(parts...);
+  };
   if (model.tensor_parallel()) {  // o_proj and down push their rows to every rank; the sums follow
     rank_ = true;
     for (int t = 1; t <= kernels::kFusedMaxBatch && model.pushes_row_parallel(t); ++t) rank_tokens_ = t;
     if (rank_tokens_ == 0) {
-      if (model.tp_rank() == 0)
-        log_info("small-batch decode runs as separate kernels: under tensor parallelism the fused path needs "
-                 "o_proj and down on the gemv that pushes its rows to every rank (peer memory)");
+      say("small-batch decode runs as separate kernels: under tensor parallelism the fused path needs o_proj and down "
+          "on the gemv that pushes its rows to every rank (peer memory)");
       return;
     }
   }
@@ -32,12 +35,12 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
   const kernels::FusedStreaming streaming{tuning.fused_stream_smem, tuning.fused_tile_k, tuning.fused_whole_smem};
   plan_ = kernels::fused_decode_plan(shape, tuning.fused_max_cluster, streaming);
   if (plan_.cluster == 0) {
-    log_info("small-batch decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
+    say("small-batch decode runs as separate kernels: the fused path does not apply (", plan_.why, ")");
     return;
   }
   if (plan_.split_qkv)
-    log_info("small-batch decode: the q/k/v projection runs as a fused kernel of its own (the attention kernel's "
-             "clusters cannot hold a kv head's q/k/v rows)");
+    say("small-batch decode: the q/k/v projection runs as a fused kernel of its own (the attention kernel's clusters "
+        "cannot hold a kv head's q/k/v rows)");
   // Steps of several sequences: a plan for each power of two of them up to the tuning's most (and
   // one for that most), while they fit (a plan for more sequences needs more shared memory).
   // Every sequence keeps kFusedMinSeqCtas attention CTAs: the plan runs more clusters a kv head
@@ -56,10 +59,10 @@ void FusedDecode::setup(DeviceModel& model, const CudaTuning& tuning) {
     batch_plans_.push_back(p);
   }
   if (most > 1 && batch_plans_.empty())
-    log_info("decode steps of several sequences run as separate kernels (", why, ")");
+    say("decode steps of several sequences run as separate kernels (", why, ")");
   else if (!why.empty())
-    log_info("decode steps of up to ", batch_plans_.back().max_batch, " sequences run as fused kernels, more as ",
-             "separate ones (", why, " past ", batch_plans_.back().max_batch, ")");
+    say("decode steps of up to ", batch_plans_.back().max_batch, " sequences run as fused kernels, more as ",
+        "separate ones (", why, " past ", batch_plans_.back().max_batch, ")");
   const KvViews& kv = model.kv();
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
