@@ -2,13 +2,15 @@
 // kernel launch costs a chain of dependent weight-streaming phases, the shape of a decode step on
 // the separate kernels (qkv, norm, attention, o, ... each waiting for the one before). Each phase
 // reads its own `bytes` of weights (every phase a fresh region: 40 phases of up to 50 MB, far past
-// the 50 MB L2) and needs one value the phase before it wrote. Two ways, each a CUDA graph, median
-// of 20 replays (graph_median_us):
+// the 50 MB L2) and needs one value the phase before it wrote. Three ways, each a CUDA graph,
+// median of 20 replays (graph_median_us):
 //  - chain: one launch a phase, with PDL (launch.cuh): a block issues its weight loads before its
 //    griddepcontrol.wait, as the best of the separate kernels do (gemv's L2 prefetch goes further
 //    only in that it starts earlier);
 //  - persistent: one launch, as many blocks as fit the SMs at once, walking the phases with a
-//    grid-wide flag barrier between them; a block issues its next phase's loads before it waits.
+//    grid-wide flag barrier between them; a block issues its next phase's loads before it waits;
+//  - walk: one block an SM a phase, with and without a whole SM's shared memory, which keeps the
+//    next phase's blocks off the SM until this one leaves (the fused path's streamed kernels).
 // The difference a phase is the fixed cost the launches add (issue 23's ~31 us a layer, bench/NOTES.md
 // twenty-first and twenty-second sessions). Both are checked against the sum the host expects.
 #include <doctest/doctest.h>
@@ -59,6 +61,25 @@ __global__ void __launch_bounds__(kThreads) chain_phase(const uint32_t* w, const
   if (threadIdx.x == 0) out[blockIdx.x] = s + (in != nullptr ? __ldcg(in) : 0u);
 }
 
+// Phase p as one block an SM walking chunks c = blockIdx.x, + gridDim.x, ... (the first loaded
+// before the wait). Launched with a whole SM's shared memory (unused), no block of the next phase
+// starts beside it, as with the fused path's streamed kernels (~215 KB a CTA); with none, the
+// next phase's blocks start and issue their loads while this one runs.
+__global__ void __launch_bounds__(kThreads) chain_phase_walk(const uint32_t* w, const uint32_t* in, uint32_t* out,
+                                                             int chunks) {
+  __shared__ uint32_t scratch[kThreads / 32];
+  Loaded l;
+  int c = blockIdx.x;
+  if (c < chunks) load_chunk(l, w, c);
+  pdl_enter();
+  const uint32_t prev = in != nullptr ? __ldcg(in) : 0u;
+  for (; c < chunks; c += gridDim.x) {
+    if (c != int(blockIdx.x)) load_chunk(l, w, c);
+    const uint32_t s = sum_chunk(l, scratch);
+    if (threadIdx.x == 0) out[c] = s + prev;
+  }
+}
+
 // All phases in one grid. `arrived` counts blocks past each phase (zero before the launch).
 __global__ void __launch_bounds__(kThreads) persistent_phases(const uint32_t* w, int phases, int chunks,
                                                                uint32_t* outs, unsigned* arrived) {
@@ -107,6 +128,11 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_phases, kThreads, 0));
   const int grid = sms * per_sm;
+  // chain_phase_walk alone on its SM: all the dynamic shared memory a block may take.
+  int walk_smem = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&walk_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  walk_smem -= int(kThreads / 32 * sizeof(uint32_t));
+  CUDA_CHECK(cudaFuncSetAttribute(chain_phase_walk, cudaFuncAttributeMaxDynamicSharedMemorySize, walk_smem));
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::printf("launch_chain: %d phases, %d SMs x %d blocks resident for the persistent grid\n", kPhases, sms, per_sm);
@@ -129,6 +155,22 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
       CUDA_CHECK(cudaGetLastError());
     });
     const uint32_t persistent_last = outs.download()[size_t(kPhases - 1) * chunks];
+    // One block an SM, the next phase's blocks beside it or not (the SM's shared memory taken).
+    double walk_us[2];
+    for (const bool alone : {false, true}) {
+      outs.poison();
+      walk_us[alone] = graph_median_us(s, [&] {
+        for (int p = 0; p < kPhases; ++p)
+          launch_pdl(chain_phase_walk, dim3(sms), dim3(kThreads), alone ? size_t(walk_smem) : 0, s,
+                     w.get() + size_t(p) * chunks * kChunkWords,
+                     p > 0 ? outs.get() + size_t(p - 1) * chunks : static_cast<const uint32_t*>(nullptr),
+                     outs.get() + size_t(p) * chunks, chunks);
+      });
+      CHECK(outs.download()[size_t(kPhases - 1) * chunks] == expect);
+    }
+    std::printf("launch_chain: %3zu MB a phase, one block an SM: %.2f us a phase beside the next phase's blocks, "
+                "%.2f alone on the SM (%.2f us a boundary)\n",
+                mb, walk_us[0] / kPhases, walk_us[1] / kPhases, (walk_us[1] - walk_us[0]) / kPhases);
     const double bytes_us = double(chunks) * kChunkWords * 4 / 3.03e12 * 1e6;
     std::printf("launch_chain: %3zu MB a phase (%.2f us at 3.03 TB/s): chain %.2f us a phase (%.0f%%), persistent "
                 "%.2f us (%.0f%%); %.2f us a phase saved\n",
