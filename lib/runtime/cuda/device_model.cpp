@@ -195,9 +195,9 @@ void DeviceModel::embed(const ForwardStep& st, cudaStream_t s) {
 }
 
 void DeviceModel::row_parallel(const bf16* in, const DeviceLinear& w, int k, const bf16* norm, int tokens,
-                               cudaStream_t s) {
+                               cudaStream_t s, kernels::L2Ahead next) {
   tp_.comm->gemv_all_reduce_add_rmsnorm(in, w, act_.x.as<bf16>(), act_.residual.as<bf16>(), norm, tokens,
-                                        c_.hidden_size, k, static_cast<float>(c_.rms_norm_eps), s);
+                                        c_.hidden_size, k, static_cast<float>(c_.rms_norm_eps), s, next);
 }
 
 void DeviceModel::final_head(bf16* x, bf16* residual, int rows, cudaStream_t s) {
@@ -295,8 +295,7 @@ void DeviceModel::layer(int l, const ForwardStep& st, cudaStream_t s) {
                      act_.tokens);
     kernels::add_rmsnorm_fp8(x, x_scales, w.o_proj.scales, res, w.post_norm, x8, x_scales, T, H, eps, s);
   } else if (pushes_from_gemv(T, c_.q_size())) {
-    tp_.comm->gemv_all_reduce_add_rmsnorm(attn, w.o_proj, x, res, w.post_norm, T, H, c_.q_size(), eps, s,
-                                          ahead(w.gate_up, 2 * c_.intermediate_size, H, T));
+    row_parallel(attn, w.o_proj, c_.q_size(), w.post_norm, T, s, ahead(w.gate_up, 2 * c_.intermediate_size, H, T));
   } else {
     linear(attn, w.o_proj, x, T, H, c_.q_size(), s);
     reduce_add_rmsnorm(x, res, w.post_norm, T, s, ahead(w.gate_up, 2 * c_.intermediate_size, H, T));
@@ -361,9 +360,7 @@ bool DeviceModel::mlp(int l, int T, bool fused_norm, const bf16* next_norm, cuda
   // the chain stays in PDL (cuBLASLt's kernels do not take part): 4 x H200, TP 4 batch 1 4% faster,
   // TP 2 even (bench/NOTES.md, twenty-eighth session).
   if (pushes_from_gemv(T, I)) {
-    tp_.comm->gemv_all_reduce_add_rmsnorm(
-        act, w.down, x, act_.residual.as<bf16>(), next_norm, T, H, I, static_cast<float>(c_.rms_norm_eps), s,
-        ahead_next_qkv(l, T));
+    row_parallel(act, w.down, I, next_norm, T, s, ahead_next_qkv(l, T));
     return true;
   }
   if (w.down.fp8())

@@ -103,7 +103,9 @@ class DeviceModel {
   bool pushes_row_parallel(int tokens) const {
     return pushes_from_gemv(tokens, c_.q_size()) && pushes_from_gemv(tokens, c_.intermediate_size);
   }
-  void row_parallel(const bf16* in, const DeviceLinear& w, int k, const bf16* norm, int tokens, cudaStream_t stream);
+  // `next`: the weights the sum asks L2 for (the next projection's first bytes; ahead()).
+  void row_parallel(const bf16* in, const DeviceLinear& w, int k, const bf16* norm, int tokens, cudaStream_t stream,
+                    kernels::L2Ahead next = {});
   void final_head(bf16* x, bf16* residual, int rows, cudaStream_t stream);
 
   // Decode steps of at most kL2AheadMaxTokens tokens have their small kernels ask L2 for up to
