@@ -64,19 +64,46 @@ __global__ void __launch_bounds__(kThreads) chain_phase(const uint32_t* w, const
 // Phase p as one block an SM walking chunks c = blockIdx.x, + gridDim.x, ... (the first loaded
 // before the wait). Launched with a whole SM's shared memory (unused), no block of the next phase
 // starts beside it, as with the fused path's streamed kernels (~215 KB a CTA); with none, the
-// next phase's blocks start and issue their loads while this one runs.
+// next phase's blocks start and issue their loads while this one runs. How a block waits for the
+// phase before it (kWait):
+//  - kEnter: griddepcontrol.wait, then the trigger that lets the next phase launch;
+//  - kEarly: the trigger first, then griddepcontrol.wait (the fused kernels' order);
+//  - kFlag: the trigger first, then a poll of done[p - 1] until every block of phase p - 1 has
+//    counted itself there (release / acquire at gpu scope), no griddepcontrol.wait at all: the
+//    wait ends when the last block's results are out, not when its grid has retired.
+enum WalkWait { kEnter, kEarly, kFlag };
+template <int kWait>
 __global__ void __launch_bounds__(kThreads) chain_phase_walk(const uint32_t* w, const uint32_t* in, uint32_t* out,
-                                                             int chunks) {
+                                                             int chunks, unsigned* done, int p) {
   __shared__ uint32_t scratch[kThreads / 32];
   Loaded l;
   int c = blockIdx.x;
   if (c < chunks) load_chunk(l, w, c);
-  pdl_enter();
+  if constexpr (kWait == kEnter) {
+    pdl_enter();
+  } else {
+    pdl_launch_dependents();
+    if constexpr (kWait == kEarly) {
+      pdl_wait();
+    } else if (p > 0) {
+      if (threadIdx.x == 0) {
+        unsigned n = 0;
+        do {
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(n) : "l"(done + p - 1) : "memory");
+        } while (n < gridDim.x);
+      }
+      __syncthreads();
+    }
+  }
   const uint32_t prev = in != nullptr ? __ldcg(in) : 0u;
   for (; c < chunks; c += gridDim.x) {
     if (c != int(blockIdx.x)) load_chunk(l, w, c);
     const uint32_t s = sum_chunk(l, scratch);
     if (threadIdx.x == 0) out[c] = s + prev;
+  }
+  if constexpr (kWait == kFlag) {
+    __syncthreads();  // every thread's stores before the count (thread 0 made them all here)
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done + p) : "memory");
   }
 }
 
@@ -122,7 +149,7 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
   CUDA_CHECK(cudaMemset(w.get(), 1, w.size() * 4));  // every word 0x01010101
   const size_t max_chunks = max_bytes / (kChunkWords * 4);
   DeviceBuffer<uint32_t> outs(max_chunks * kPhases);
-  DeviceBuffer<unsigned> arrived(1);
+  DeviceBuffer<unsigned> arrived(1), done(kPhases);
   int device = 0, sms = 0, per_sm = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -132,7 +159,8 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
   int walk_smem = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&walk_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   walk_smem -= int(kThreads / 32 * sizeof(uint32_t));
-  CUDA_CHECK(cudaFuncSetAttribute(chain_phase_walk, cudaFuncAttributeMaxDynamicSharedMemorySize, walk_smem));
+  for (auto* kernel : {chain_phase_walk<kEnter>, chain_phase_walk<kEarly>, chain_phase_walk<kFlag>})
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, walk_smem));
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::printf("launch_chain: %d phases, %d SMs x %d blocks resident for the persistent grid\n", kPhases, sms, per_sm);
@@ -155,22 +183,29 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
       CUDA_CHECK(cudaGetLastError());
     });
     const uint32_t persistent_last = outs.download()[size_t(kPhases - 1) * chunks];
-    // One block an SM, the next phase's blocks beside it or not (the SM's shared memory taken).
-    double walk_us[2];
+    // One block an SM, the next phase's blocks beside it or not (the SM's shared memory taken),
+    // and the three ways to wait.
+    double walk_us[2][3];
     for (const bool alone : {false, true}) {
-      outs.poison();
-      walk_us[alone] = graph_median_us(s, [&] {
-        for (int p = 0; p < kPhases; ++p)
-          launch_pdl(chain_phase_walk, dim3(sms), dim3(kThreads), alone ? size_t(walk_smem) : 0, s,
-                     w.get() + size_t(p) * chunks * kChunkWords,
-                     p > 0 ? outs.get() + size_t(p - 1) * chunks : static_cast<const uint32_t*>(nullptr),
-                     outs.get() + size_t(p) * chunks, chunks);
-      });
-      CHECK(outs.download()[size_t(kPhases - 1) * chunks] == expect);
+      const size_t smem = alone ? size_t(walk_smem) : 0;
+      for (const int wait : {kEnter, kEarly, kFlag}) {
+        auto* kernel = wait == kEnter ? chain_phase_walk<kEnter>
+                       : wait == kEarly ? chain_phase_walk<kEarly> : chain_phase_walk<kFlag>;
+        outs.poison();
+        walk_us[alone][wait] = graph_median_us(s, [&] {
+          CUDA_CHECK(cudaMemsetAsync(done.get(), 0, kPhases * sizeof(unsigned), s));
+          for (int p = 0; p < kPhases; ++p)
+            launch_pdl(kernel, dim3(sms), dim3(kThreads), smem, s, w.get() + size_t(p) * chunks * kChunkWords,
+                       p > 0 ? outs.get() + size_t(p - 1) * chunks : static_cast<const uint32_t*>(nullptr),
+                       outs.get() + size_t(p) * chunks, chunks, done.get(), p);
+        });
+        CHECK(outs.download()[size_t(kPhases - 1) * chunks] == expect);
+      }
+      std::printf("launch_chain: %3zu MB a phase, one block an SM %s: us a phase waiting by grid (enter %.2f, "
+                  "trigger first %.2f), by flags %.2f\n",
+                  mb, alone ? "alone on its SM" : "beside the next phase", walk_us[alone][kEnter] / kPhases,
+                  walk_us[alone][kEarly] / kPhases, walk_us[alone][kFlag] / kPhases);
     }
-    std::printf("launch_chain: %3zu MB a phase, one block an SM: %.2f us a phase beside the next phase's blocks, "
-                "%.2f alone on the SM (%.2f us a boundary)\n",
-                mb, walk_us[0] / kPhases, walk_us[1] / kPhases, (walk_us[1] - walk_us[0]) / kPhases);
     const double bytes_us = double(chunks) * kChunkWords * 4 / 3.03e12 * 1e6;
     std::printf("launch_chain: %3zu MB a phase (%.2f us at 3.03 TB/s): chain %.2f us a phase (%.0f%%), persistent "
                 "%.2f us (%.0f%%); %.2f us a phase saved\n",
