@@ -263,13 +263,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(FusedDecodeShape sh
     whole_dots<kFp8W>(ws, x, L.rows, H, dots, B);
     for (int i = tid; i < B * L.rows; i += kThreads) {  // row r's value replaces warp 0's partial
       const int b = kMulti ? i / L.rows : 0, r = kMulti ? i % L.rows : i;
-      const bool first = i == tid;
-      float v = row_dot(dots, L.rows, r, b, B);
-      if constexpr (kFp8W) v *= first ? qkv_scale : __ldg(w.qkv.scale + matrix_row(i0 + r));
-      v = round_bf16(v);
-      if (w.qkv_bias != nullptr)
-        v = round_bf16(v + (first ? qkv_bias : __bfloat162float(w.qkv_bias[matrix_row(i0 + r)])));
-      dots[b * padded + r] = v;
+      dots[b * padded + r] = qkv_output<kFp8W>(row_dot(dots, L.rows, r, b, B), i == tid, qkv_scale, qkv_bias, w.qkv,
+                                               w.qkv_bias, matrix_row(i0 + r));
     }
     __syncthreads();
     cluster_wait();  // every CTA of the cluster has started: pushes may go
@@ -556,11 +551,8 @@ __global__ void __launch_bounds__(kThreads) qkv_proj_kernel(FusedDecodeStep st, 
   share_dots<kStream, kFp8W>(ring, src, smem, L, x, rows, hidden, dots, flags, trace, batch);
   for (int i = threadIdx.x; i < batch * rows; i += kThreads) {
     const int b = kMulti ? i / rows : 0, r = kMulti ? i % rows : i;
-    const bool first = i == int(threadIdx.x);
-    float v = row_dot(dots, rows, r, b, batch);
-    if constexpr (kFp8W) v *= first ? scale0 : __ldg(w.scale + r0 + r);
-    v = round_bf16(v);
-    if (bias != nullptr) v = round_bf16(v + (first ? bias0 : __bfloat162float(bias[r0 + r])));
+    const float v = qkv_output<kFp8W>(row_dot(dots, rows, r, b, batch), i == int(threadIdx.x), scale0, bias0, w, bias,
+                                      r0 + r);
     st.qkv[size_t(b) * n + r0 + r] = __float2bfloat16(v);
   }
   trace.end();

@@ -240,6 +240,18 @@ __device__ __forceinline__ float early_bias(const bf16* bias, bool has_row, size
   return bias != nullptr && has_row ? __bfloat162float(__ldg(bias + row)) : 0.f;
 }
 
+// A q/k/v output as the separate kernels round it: the row's dot (times its FP8 scale) rounded to
+// bf16, plus its bias (if any) rounded again. `first`: the thread's first item, whose scale and
+// bias were read before the wait (scale0, bias0); a later item reads row `row`'s after it.
+template <bool kFp8W>
+__device__ __forceinline__ float qkv_output(float dot, bool first, float scale0, float bias0, const FusedWeight& w,
+                                            const bf16* bias, size_t row) {
+  if constexpr (kFp8W) dot *= first ? scale0 : __ldg(w.scale + row);
+  dot = round_bf16(dot);
+  if (bias != nullptr) dot = round_bf16(dot + (first ? bias0 : __bfloat162float(bias[row])));
+  return dot;
+}
+
 // The PDL handshake. kFlagEarly: let the next kernel launch (and start its weight copy) before
 // waiting for this kernel's inputs, rather than after. (At the kernel's very top, before the
 // weight copy and staging are issued, it was 3% slower a step on the H100.)
