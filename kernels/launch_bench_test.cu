@@ -10,9 +10,12 @@
 //  - persistent: one launch, as many blocks as fit the SMs at once, walking the phases with a
 //    grid-wide flag barrier between them; a block issues its next phase's loads before it waits;
 //  - walk: one block an SM a phase, with and without a whole SM's shared memory, which keeps the
-//    next phase's blocks off the SM until this one leaves (the fused path's streamed kernels).
+//    next phase's blocks off the SM until this one leaves (the fused path's streamed kernels);
+//    each waiting for the phase before it by griddepcontrol.wait or by polling per-phase done
+//    counters (chain_phase_walk's kWait; on the H200 the poll was the slower, bench/NOTES.md
+//    fifty-fourth session).
 // The difference a phase is the fixed cost the launches add (issue 23's ~31 us a layer, bench/NOTES.md
-// twenty-first and twenty-second sessions). Both are checked against the sum the host expects.
+// twenty-first and twenty-second sessions). Every way is checked against the sum the host expects.
 #include <doctest/doctest.h>
 
 #include <cstdint>
