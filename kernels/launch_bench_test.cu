@@ -162,7 +162,10 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
   int walk_smem = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&walk_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   walk_smem -= int(kThreads / 32 * sizeof(uint32_t));
-  for (auto* kernel : {chain_phase_walk<kEnter>, chain_phase_walk<kEarly>, chain_phase_walk<kFlag>})
+  // The walk's instantiations, indexed by WalkWait.
+  decltype(&chain_phase_walk<kEnter>) const walks[] = {chain_phase_walk<kEnter>, chain_phase_walk<kEarly>,
+                                                       chain_phase_walk<kFlag>};
+  for (auto* kernel : walks)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, walk_smem));
   cudaStream_t s = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -192,8 +195,7 @@ TEST_CASE("bench.launch_chain: dependent weight-streaming phases, a launch each 
     for (const bool alone : {false, true}) {
       const size_t smem = alone ? size_t(walk_smem) : 0;
       for (const int wait : {kEnter, kEarly, kFlag}) {
-        auto* kernel = wait == kEnter ? chain_phase_walk<kEnter>
-                       : wait == kEarly ? chain_phase_walk<kEarly> : chain_phase_walk<kFlag>;
+        auto* kernel = walks[wait];
         outs.poison();
         walk_us[alone][wait] = graph_median_us(s, [&] {
           CUDA_CHECK(cudaMemsetAsync(done.get(), 0, kPhases * sizeof(unsigned), s));
